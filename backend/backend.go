@@ -1,0 +1,173 @@
+// Package backend is the contract between package store and the server-side
+// backends (packages nativehash and tairhash).
+//
+// A backend is a set of Lua scripts, one per operation, that all take the same
+// keys and arguments and answer in the same shape, so that store has one code
+// path for every server. The scripts share one Lua library (the clock, live
+// ranges, classification, retry-after); a backend supplies only the five Lua
+// functions that touch its data type (see [Ops]).
+//
+// Most users never import this package: store picks the backend.
+package backend
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/rueidis"
+)
+
+// Ops is the Lua a backend supplies. It must define these local functions:
+//
+//	ws_read(key)               -> flat {field, value, ...} of the counter
+//	ws_get(key, field)         -> one field's value, as a string
+//	ws_incr(L, key, delta)     -> add delta (a string) to bucket L.field and make it
+//	                              expire at ws_expiry(L, L.cstart + L.w); write
+//	                              nothing if the increment fails
+//	ws_drop(key, fields)       -> delete the given fields
+//	ws_ttls(key, fields, pttl) -> each field's remaining life in ms (-1: none)
+type Ops string
+
+// Backend is one way of keeping counters on a server. Its zero value is not
+// usable; backends come from New. A Backend is immutable and safe for
+// concurrent use.
+type Backend struct {
+	// Name is the backend's name: "nativehash" or "tairhash".
+	Name string
+	// FieldTTL reports whether buckets expire on their own (per-field TTL),
+	// rather than being deleted by the scripts.
+	FieldTTL bool
+
+	// The scripts; see the argument layout at Args.
+	Add, Sum, Allow, Inspect *Script
+}
+
+// New builds a backend from its Lua operations.
+func New(name string, fieldTTL bool, ops Ops) *Backend {
+	lib := prelude + string(ops)
+	return &Backend{
+		Name:     name,
+		FieldTTL: fieldTTL,
+		Add:      NewScript(lib+bodyAdd, false),
+		Sum:      NewScript(lib+bodySum, false),
+		Allow:    NewScript(lib+bodyAllow, false),
+		Inspect:  NewScript(lib+bodyInspect, true),
+	}
+}
+
+// Clock is the clock argument of Args. ServerClock makes the scripts read the
+// server's TIME.
+type Clock struct {
+	ms     int64
+	client bool
+}
+
+// ServerClock makes a script use the server's clock.
+var ServerClock = Clock{}
+
+// ClientClock makes a script use the given instant, in Unix ms.
+func ClientClock(unixMs int64) Clock { return Clock{ms: unixMs, client: true} }
+
+// Args builds a script's arguments. The layout is:
+//
+//	1 clock (Unix ms, or "" for the server's TIME)
+//	2 bucket ms   3 window ms   4 lookback ms
+//	5..9 the starts of the five years around now (fieldcodec.Codec.YearStarts)
+//	10.. extra: add: delta; allow: limit, cost; sum and inspect: none
+func Args(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64, extra ...string) []string {
+	a := make([]string, 9, 9+len(extra))
+	if clock.client {
+		a[0] = strconv.FormatInt(clock.ms, 10)
+	}
+	a[1] = strconv.FormatInt(bucketMs, 10)
+	a[2] = strconv.FormatInt(windowMs, 10)
+	a[3] = strconv.FormatInt(lookbackMs, 10)
+	for i, y := range years {
+		a[4+i] = strconv.FormatInt(y, 10)
+	}
+	return append(a, extra...)
+}
+
+// Script is a Lua script run with EVALSHA, falling back to EVAL when the server
+// does not have it cached (NOSCRIPT), through rueidis.Lua. It is safe for
+// concurrent use.
+type Script struct {
+	lua      *rueidis.Lua
+	src, sha string
+	readOnly bool
+}
+
+// NewScript wraps src. A read-only script runs with EVALSHA_RO / EVAL_RO, so a
+// replica can serve it.
+func NewScript(src string, readOnly bool) *Script {
+	s := &Script{src: src, readOnly: readOnly}
+	if readOnly {
+		s.lua = rueidis.NewLuaScriptReadOnly(src)
+	} else {
+		s.lua = rueidis.NewLuaScript(src)
+	}
+	s.sha = sha1Hex(src)
+	return s
+}
+
+// Source returns the script's Lua source.
+func (s *Script) Source() string { return s.src }
+
+// SHA1 returns the script's SHA-1, as SCRIPT LOAD would answer it.
+func (s *Script) SHA1() string { return s.sha }
+
+// Exec runs the script on one key: one round trip, or two the first time a
+// server sees the script.
+func (s *Script) Exec(ctx context.Context, c rueidis.Client, key string, args []string) rueidis.RedisResult {
+	return s.lua.Exec(ctx, c, []string{key}, args)
+}
+
+// Call is one run of a script in ExecMulti.
+type Call struct {
+	Key  string
+	Args []string
+}
+
+// ExecMulti runs the script once per call in one pipelined batch (on a cluster
+// client, one batch per node, sent in parallel). Calls that meet a server that
+// lacks the script are sent again, as EVAL, in a second batch; so a warm server
+// costs one round trip. Unlike rueidis.Lua.ExecMulti it does not SCRIPT LOAD on
+// every node first.
+func (s *Script) ExecMulti(ctx context.Context, c rueidis.Client, calls []Call) []rueidis.RedisResult {
+	cmds := make(rueidis.Commands, len(calls))
+	for i, k := range calls {
+		cmds[i] = s.evalsha(c, k)
+	}
+	res := c.DoMulti(ctx, cmds...)
+	var again []int
+	for i, r := range res {
+		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return res
+	}
+	cmds = cmds[:0]
+	for _, i := range again {
+		cmds = append(cmds, s.eval(c, calls[i]))
+	}
+	for j, r := range c.DoMulti(ctx, cmds...) {
+		res[again[j]] = r
+	}
+	return res
+}
+
+func (s *Script) evalsha(c rueidis.Client, k Call) rueidis.Completed {
+	if s.readOnly {
+		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(1).Key(k.Key).Arg(k.Args...).Build()
+	}
+	return c.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(k.Key).Arg(k.Args...).Build()
+}
+
+func (s *Script) eval(c rueidis.Client, k Call) rueidis.Completed {
+	if s.readOnly {
+		return c.B().EvalRo().Script(s.src).Numkeys(1).Key(k.Key).Arg(k.Args...).Build()
+	}
+	return c.B().Eval().Script(s.src).Numkeys(1).Key(k.Key).Arg(k.Args...).Build()
+}

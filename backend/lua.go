@@ -1,0 +1,225 @@
+package backend
+
+// prelude is the Lua shared by every backend's scripts: the clock, the live
+// ranges of field codes, and the classification of a counter's fields. It is
+// the Lua twin of fieldcodec.Codec.Live; the integration suite checks the two
+// against each other on real servers (TestLuaMatchesCodec).
+//
+// ARGV layout (see Args):
+//
+//	1 clock: Unix ms of a client clock, or "" to read the server's TIME
+//	2 bucket ms     3 window ms     4 lookback ms
+//	5..9 starts of the five years around the client's clock (fieldcodec.YearStarts)
+//	10.. operation arguments
+const prelude = `
+local WS_BIG = 9007199254740992 -- 2^53: doubles are exact below it
+
+local function ws_err(code, msg)
+  error(redis.error_reply(code .. ' windowstore: ' .. msg))
+end
+
+local function ws_srvnow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- ws_live computes the instant and the live code ranges over the window.
+local function ws_live(a)
+  local L = {}
+  if a[1] == '' then
+    L.now = ws_srvnow()
+    L.srv = L.now
+  else
+    L.now = tonumber(a[1])
+  end
+  L.b = tonumber(a[2])
+  L.w = tonumber(a[3])
+  L.lb = tonumber(a[4])
+  local y = {tonumber(a[5]), tonumber(a[6]), tonumber(a[7]), tonumber(a[8]), tonumber(a[9])}
+  local i = 0
+  for j = 2, 4 do
+    if y[j] <= L.now and L.now < y[j + 1] then i = j end
+  end
+  if i == 0 then
+    ws_err('WSCLOCK', 'server clock ' .. L.now .. ' is more than a year from the client clock')
+  end
+  L.cur, L.prev = y[i], y[i - 1]
+  L.c = math.floor((L.now - L.cur) / L.b)
+  L.field = string.format('%d', L.c)
+  L.cstart = L.cur + L.c * L.b
+  local thr = L.now - L.w
+  if thr >= L.cur then
+    L.lo, L.plo, L.phi = math.floor((thr - L.cur) / L.b) + 1, 1, 0
+  else
+    L.lo = 0
+    L.plo = math.floor((thr - L.prev) / L.b) + 1
+    L.phi = math.ceil((L.cur - L.prev) / L.b) - 1
+  end
+  return L
+end
+
+-- ws_expiry turns an instant on the script's clock into server Unix ms.
+local function ws_expiry(L, at)
+  if L.srv == nil then L.srv = ws_srvnow() end
+  return L.srv + (at - L.now)
+end
+
+-- ws_scan classifies the fields of a flat {field, value, ...} reply. It sums the
+-- live values within the lookback, lists the live buckets (start, value) within
+-- the window, and lists the stale fields. A field that is not a bucket code is
+-- an error: the key is not a counter, and nothing has been written yet.
+local function ws_scan(L, all)
+  local S = {sum = 0, big = false, starts = {}, vals = {}, stale = {}}
+  local lthr = L.now - L.lb
+  for i = 1, #all, 2 do
+    local f = all[i]
+    local code = tonumber(f)
+    if code == nil or code < 0 or code % 1 ~= 0 or string.format('%d', code) ~= f then
+      ws_err('WSNOTCOUNTER', 'the key holds fields that are not bucket codes; it is not a counter')
+    end
+    local s
+    if code >= L.lo and code <= L.c then
+      s = L.cur + code * L.b
+    elseif code >= L.plo and code <= L.phi then
+      s = L.prev + code * L.b
+    end
+    if s == nil then
+      S.stale[#S.stale + 1] = f
+    else
+      local v = tonumber(all[i + 1])
+      if v == nil then
+        ws_err('WSNOTCOUNTER', 'the key holds a value that is not an integer; it is not a counter')
+      end
+      if v >= WS_BIG or v <= -WS_BIG then S.big = true end
+      S.starts[#S.starts + 1] = s
+      S.vals[#S.vals + 1] = v
+      if s > lthr then S.sum = S.sum + v end
+    end
+  end
+  if S.sum >= WS_BIG or S.sum <= -WS_BIG then S.big = true end
+  return S
+end
+
+-- ws_exact answers a sum that doubles cannot hold exactly: the live values
+-- within the lookback as the server stores them, but the field skip, for the
+-- client to add up in 64-bit integers.
+local function ws_exact(L, all, skip)
+  local out = {'BIG'}
+  local lthr = L.now - L.lb
+  for i = 1, #all, 2 do
+    local code = tonumber(all[i])
+    local s
+    if code >= L.lo and code <= L.c then s = L.cur + code * L.b
+    elseif code >= L.plo and code <= L.phi then s = L.prev + code * L.b end
+    if s ~= nil and s > lthr and all[i] ~= skip then out[#out + 1] = all[i + 1] end
+  end
+  return out
+end
+
+-- ws_chunks calls fn with the items of list in slices small enough to unpack.
+local function ws_chunks(list, fn)
+  for i = 1, #list, 1000 do
+    fn(unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+
+-- ws_reset is the time until every live non-zero bucket has left the window.
+local function ws_reset(L, S)
+  local last = nil
+  for i = 1, #S.starts do
+    if S.vals[i] ~= 0 and (last == nil or S.starts[i] > last) then last = S.starts[i] end
+  end
+  if last == nil then return 0 end
+  return last + L.w - L.now
+end
+
+-- ws_retry is the time until enough buckets have left the window for cost to
+-- fit under limit, or -1 when it never will.
+local function ws_retry(L, S, cost, limit)
+  if cost > limit then return -1 end
+  local order = {}
+  for i = 1, #S.starts do order[i] = i end
+  table.sort(order, function(x, y) return S.starts[x] < S.starts[y] end)
+  local rem = S.sum
+  for _, i in ipairs(order) do
+    rem = rem - S.vals[i]
+    if rem + cost <= limit then return S.starts[i] + L.w - L.now end
+  end
+  return -1
+end
+`
+
+// Operation bodies. Each backend supplies, in Lua:
+//
+//	ws_read(key)              -> flat {field, value, ...} of the counter's fields
+//	ws_get(key, field)        -> one field's value as the server stores it
+//	ws_incr(L, key, delta)    -> add delta (a string) to bucket L.field and set its expiry
+//	ws_drop(key, fields)      -> delete the given fields
+//	ws_ttls(key, fields, pttl)-> the remaining life in ms of each field
+//
+// ws_incr must write nothing when the increment fails (overflow, not an
+// integer), so that every script leaves the key untouched on error.
+const (
+	bodyAdd = `
+local key = KEYS[1]
+local L = ws_live(ARGV)
+local all = ws_read(key)
+local S = ws_scan(L, all)
+local delta = ARGV[10]
+ws_incr(L, key, delta)
+if #S.stale > 0 then ws_drop(key, S.stale) end
+local sum = S.sum + tonumber(delta)
+if S.big or sum >= WS_BIG or sum <= -WS_BIG or math.abs(tonumber(delta)) >= WS_BIG then
+  local out = ws_exact(L, all, L.field)
+  out[#out + 1] = ws_get(key, L.field)
+  return out
+end
+return sum
+`
+	bodySum = `
+local key = KEYS[1]
+local L = ws_live(ARGV)
+local all = ws_read(key)
+local S = ws_scan(L, all)
+if #S.stale > 0 then ws_drop(key, S.stale) end
+if S.big then return ws_exact(L, all, nil) end
+return S.sum
+`
+	bodyAllow = `
+local key = KEYS[1]
+local L = ws_live(ARGV)
+local all = ws_read(key)
+local S = ws_scan(L, all)
+if S.big then
+  ws_err('WSOVERFLOW', 'the window sum is beyond 2^53; Allow cannot decide exactly')
+end
+local limit, cost = tonumber(ARGV[10]), tonumber(ARGV[11])
+if S.sum + cost <= limit then
+  if cost ~= 0 then
+    ws_incr(L, key, ARGV[11])
+    S.starts[#S.starts + 1] = L.cstart
+    S.vals[#S.vals + 1] = cost
+  end
+  if #S.stale > 0 then ws_drop(key, S.stale) end
+  return {1, S.sum + cost, 0, ws_reset(L, S)}
+end
+if #S.stale > 0 then ws_drop(key, S.stale) end
+return {0, S.sum, ws_retry(L, S, cost, limit), ws_reset(L, S)}
+`
+	bodyInspect = `
+local key = KEYS[1]
+local L = ws_live(ARGV)
+local all = ws_read(key)
+local pttl = redis.call('PTTL', key)
+local fields = {}
+for i = 1, #all, 2 do fields[#fields + 1] = all[i] end
+local ttls = ws_ttls(key, fields, pttl)
+local out = {L.now, pttl}
+for i = 1, #all, 2 do
+  out[#out + 1] = all[i]
+  out[#out + 1] = all[i + 1]
+  out[#out + 1] = ttls[(i + 1) / 2]
+end
+return out
+`
+)

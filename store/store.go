@@ -1,0 +1,494 @@
+// Package store keeps sliding-window counters in a Redis-compatible server and
+// answers "how much in the last W?" for any key, in one round trip.
+//
+// A counter is one key: a hash whose fields are bucket codes (see package
+// fieldcodec) and whose values are the amounts counted in each bucket. The
+// window sum is the sum of the live buckets:
+//
+//	key "ws:login:user42"            Window{Length: 10 * time.Minute, Bucket: time.Minute}
+//	field (bucket code)  value       bucket start
+//	467990               2           12:50   <- stale: deleted or expired
+//	467991               1           12:51   ┐
+//	...                              ...     │ live: start > now - 10m
+//	468000               3           13:00   ┘ <- now = 13:00:40; Sum = 1 + ... + 3
+//
+// Each operation is one Lua script (EVALSHA, with EVAL on a cold server), so it
+// is atomic and costs one round trip; SumMany pipelines one script per key. By
+// default the scripts read the server's clock (TIME), so application servers
+// whose clocks disagree still share buckets. WithClientClock and the ...At
+// methods use a client clock instead.
+//
+// The backend is picked at New from what the server offers (see Detect and
+// WithBackend); every backend gives the same sums.
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/fieldcodec"
+)
+
+// DefaultPrefix is prepended to every counter key unless WithPrefix says otherwise.
+const DefaultPrefix = "ws:"
+
+// MaxKeyLen is the longest key (before the prefix) that the store accepts.
+const MaxKeyLen = 1024
+
+// maxExact is 2^53: limits and costs beyond it cannot be compared exactly in Lua.
+const maxExact = 1 << 53
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	prefix  string
+	backend Backend
+	now     func() time.Time
+	cal     fieldcodec.Calendar
+}
+
+// WithPrefix sets the prefix of every counter's Redis key. The default is
+// DefaultPrefix ("ws:"). An empty prefix is allowed.
+func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+// WithBackend forces a backend instead of Auto. New fails with ErrUnavailable
+// when the server does not offer it.
+func WithBackend(b Backend) Option { return func(c *config) { c.backend = b } }
+
+// WithClientClock makes Add, Sum, SumMany, SumWithin and Allow use now() instead
+// of the server's clock. A nil now means time.Now. Every client of a counter must
+// then have clocks that agree to well within a bucket: a bucket written by a
+// client that is ahead looks stale to one that is behind, and is deleted.
+func WithClientClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now == nil {
+			now = time.Now
+		}
+		c.now = now
+	}
+}
+
+// WithCalendar sets where years begin, and so where field codes wrap to 0. The
+// default is fieldcodec.UTC. It exists for tests (fieldcodec.Shifted); every
+// client of a counter must use the same calendar.
+func WithCalendar(cal fieldcodec.Calendar) Option { return func(c *config) { c.cal = cal } }
+
+// Store keeps window counters of one Window shape in one server (or cluster).
+//
+// The zero value is not usable; create a Store with New. A Store is safe for
+// concurrent use by many goroutines; it holds no connection of its own, only the
+// caller's client.
+type Store struct {
+	client rueidis.Client
+	win    Window
+	codec  *fieldcodec.Codec
+	be     *backend.Backend
+	det    Detection
+	prefix string
+	now    func() time.Time // nil: the server's clock
+	bucket int64            // ms
+	winMs  int64            // ms
+}
+
+// New returns a Store for counters of window w, kept through the caller's
+// client. It checks w, then detects the server's backend in one round trip
+// (see Detect). The client may be a single-node, sentinel or cluster client.
+func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	cfg := config{prefix: DefaultPrefix, backend: Auto}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	codec, err := fieldcodec.New(w.Bucket, cfg.cal)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w: %w", ErrInvalid, err)
+	}
+	det, err := Detect(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	be, err := det.pick(cfg.backend)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{
+		client: client, win: w, codec: codec, be: be, det: det,
+		prefix: cfg.prefix, now: cfg.now,
+		bucket: w.Bucket.Milliseconds(), winMs: w.Length.Milliseconds(),
+	}, nil
+}
+
+// Window returns the store's window.
+func (s *Store) Window() Window { return s.win }
+
+// Detection returns what New detected and the backend it picked.
+func (s *Store) Detection() Detection { return s.det }
+
+// Codec returns the field codec of the store's buckets.
+func (s *Store) Codec() *fieldcodec.Codec { return s.codec }
+
+// RedisKey returns the Redis key that holds the counter key, or an error
+// wrapping ErrInvalid for a key the store refuses (empty, or longer than
+// MaxKeyLen bytes).
+func (s *Store) RedisKey(key string) (string, error) {
+	if key == "" {
+		return "", fmt.Errorf("%w: empty key", ErrInvalid)
+	}
+	if len(key) > MaxKeyLen {
+		return "", fmt.Errorf("%w: key of %d bytes is longer than %d", ErrInvalid, len(key), MaxKeyLen)
+	}
+	return s.prefix + key, nil
+}
+
+// args builds a script's arguments for the instant at (client clock) or for the
+// server clock when at is nil.
+func (s *Store) args(at *time.Time, lookback int64, extra ...string) []string {
+	clock, ref := backend.ServerClock, time.Now()
+	if at != nil {
+		clock, ref = backend.ClientClock(at.UnixMilli()), *at
+	} else if s.now != nil {
+		ref = s.now()
+		clock = backend.ClientClock(ref.UnixMilli())
+	}
+	return backend.Args(clock, s.bucket, s.winMs, lookback, s.codec.YearStarts(ref), extra...)
+}
+
+// Add adds delta (any int64, negative allowed) to the current bucket of key
+// and returns the new window sum. A new key is created; the key expires on its
+// own once its newest bucket has left the window.
+func (s *Store) Add(ctx context.Context, key string, delta int64) (int64, error) {
+	return s.add(ctx, nil, key, delta)
+}
+
+// AddAt is Add at instant t on the client's clock.
+func (s *Store) AddAt(ctx context.Context, t time.Time, key string, delta int64) (int64, error) {
+	return s.add(ctx, &t, key, delta)
+}
+
+func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64) (int64, error) {
+	rk, err := s.RedisKey(key)
+	if err != nil {
+		return 0, fmt.Errorf("store: add: %w", err)
+	}
+	res := s.be.Add.Exec(ctx, s.client, rk, s.args(at, s.winMs, strconv.FormatInt(delta, 10)))
+	n, err := sumReply(res)
+	return n, wrap("add", key, err)
+}
+
+// Sum returns the window sum of key; 0 for a key that does not exist. It
+// changes no count; on the plain backend it deletes the stale buckets it sees.
+func (s *Store) Sum(ctx context.Context, key string) (int64, error) {
+	return s.sum(ctx, nil, key, s.winMs)
+}
+
+// SumAt is Sum at instant t on the client's clock.
+func (s *Store) SumAt(ctx context.Context, t time.Time, key string) (int64, error) {
+	return s.sum(ctx, &t, key, s.winMs)
+}
+
+// SumWithin returns the sum of key over the last lookback instead of the whole
+// window: the buckets that start after now - lookback. The lookback must be a
+// multiple of the bucket, from one bucket up to the window length.
+func (s *Store) SumWithin(ctx context.Context, key string, lookback time.Duration) (int64, error) {
+	lb, err := s.lookback(lookback)
+	if err != nil {
+		return 0, err
+	}
+	return s.sum(ctx, nil, key, lb)
+}
+
+// SumWithinAt is SumWithin at instant t on the client's clock.
+func (s *Store) SumWithinAt(ctx context.Context, t time.Time, key string, lookback time.Duration) (int64, error) {
+	lb, err := s.lookback(lookback)
+	if err != nil {
+		return 0, err
+	}
+	return s.sum(ctx, &t, key, lb)
+}
+
+func (s *Store) lookback(d time.Duration) (int64, error) {
+	if d < s.win.Bucket || d > s.win.Length || d%s.win.Bucket != 0 {
+		return 0, fmt.Errorf("store: sum within: %w: lookback %v is not a multiple of the bucket %v between %v and %v",
+			ErrInvalid, d, s.win.Bucket, s.win.Bucket, s.win.Length)
+	}
+	return d.Milliseconds(), nil
+}
+
+func (s *Store) sum(ctx context.Context, at *time.Time, key string, lookback int64) (int64, error) {
+	rk, err := s.RedisKey(key)
+	if err != nil {
+		return 0, fmt.Errorf("store: sum: %w", err)
+	}
+	n, err := sumReply(s.be.Sum.Exec(ctx, s.client, rk, s.args(at, lookback)))
+	return n, wrap("sum", key, err)
+}
+
+// SumMany returns the window sums of many keys, in the order given, in one
+// pipelined round trip (on a cluster, one batch per node, in parallel). If some
+// keys fail, the others' sums are still returned and the error is a
+// *ManyError that says which keys failed; errors.Is sees each key's error.
+func (s *Store) SumMany(ctx context.Context, keys []string) ([]int64, error) {
+	return s.sumMany(ctx, nil, keys)
+}
+
+// SumManyAt is SumMany at instant t on the client's clock.
+func (s *Store) SumManyAt(ctx context.Context, t time.Time, keys []string) ([]int64, error) {
+	return s.sumMany(ctx, &t, keys)
+}
+
+// ManyError is the error of SumMany when some keys fail.
+type ManyError struct {
+	// Errs has one entry per key given to SumMany: nil where the key's sum was
+	// read, else why not.
+	Errs []error
+}
+
+func (e *ManyError) Error() string {
+	var msgs []string
+	for _, err := range e.Errs {
+		if err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	return fmt.Sprintf("store: %d of %d keys failed: %s", len(msgs), len(e.Errs), strings.Join(msgs, "; "))
+}
+
+// Unwrap returns the keys' errors, so that errors.Is and errors.As see them.
+func (e *ManyError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) ([]int64, error) {
+	out := make([]int64, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	args := s.args(at, s.winMs)
+	calls := make([]backend.Call, 0, len(keys))
+	idx := make([]int, 0, len(keys))
+	errs := make([]error, len(keys))
+	failed := false
+	for i, k := range keys {
+		rk, err := s.RedisKey(k)
+		if err != nil {
+			errs[i], failed = fmt.Errorf("store: sum %q: %w", k, err), true
+			continue
+		}
+		calls = append(calls, backend.Call{Key: rk, Args: args})
+		idx = append(idx, i)
+	}
+	for j, r := range s.be.Sum.ExecMulti(ctx, s.client, calls) {
+		n, err := sumReply(r)
+		if err != nil {
+			errs[idx[j]], failed = wrap("sum", keys[idx[j]], err), true
+			continue
+		}
+		out[idx[j]] = n
+	}
+	if failed {
+		return out, &ManyError{Errs: errs}
+	}
+	return out, nil
+}
+
+// sumReply reads a sum: an integer, or, when the sum is beyond what Lua's
+// doubles hold exactly, the values as strings, added here in int64.
+func sumReply(r rueidis.RedisResult) (int64, error) {
+	msg, err := r.ToMessage()
+	if err != nil {
+		return 0, err
+	}
+	if n, err := msg.AsInt64(); err == nil {
+		return n, nil
+	}
+	vals, err := msg.AsStrSlice()
+	if err != nil || len(vals) == 0 || vals[0] != "BIG" {
+		return 0, fmt.Errorf("store: unexpected reply %v", msg)
+	}
+	var sum int64
+	for _, v := range vals[1:] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%w: value %q: %w", ErrWrongType, v, err)
+		}
+		var ok bool
+		if sum, ok = addInt64(sum, n); !ok {
+			return 0, fmt.Errorf("%w: the window sum leaves the int64 range", ErrOverflow)
+		}
+	}
+	return sum, nil
+}
+
+func addInt64(a, b int64) (int64, bool) {
+	s, _ := bits.Add64(uint64(a), uint64(b), 0)
+	r := int64(s)
+	return r, !((a >= 0) == (b >= 0) && (r >= 0) != (a >= 0))
+}
+
+// Result is the decision of Allow.
+//
+// Worked example: a limit of 10 logins per Window{10 * time.Minute, time.Minute},
+// with 9 already counted, 4 of them in the oldest live bucket, which leaves the
+// window in 30 s and the newest in 9 min 50 s.
+//
+//	Allow(ctx, "login:42", 10, 1) -> {Allowed: true, Limit: 10, Sum: 10, Remaining: 0,
+//	                                   RetryAfter: 0, ResetAfter: 10m}
+//	Allow(ctx, "login:42", 10, 1) -> {Allowed: false, Limit: 10, Sum: 10, Remaining: 0,
+//	                                   RetryAfter: 30s, ResetAfter: 10m}
+//
+// (The first call counted into the current bucket, which has a full 10 minutes
+// to live; the second is refused until the oldest bucket's 4 have left.)
+type Result struct {
+	// Allowed reports whether the cost was counted. In the example: true, then false.
+	Allowed bool
+	// Limit is the limit the decision was made against: 10.
+	Limit int64
+	// Sum is the window sum after the decision: it includes the cost when
+	// allowed. In the example 10, then still 10.
+	Sum int64
+	// Remaining is Limit - Sum, never below 0: how much more cost fits now. 0, then 0.
+	Remaining int64
+	// RetryAfter is 0 when allowed. When refused, it is the time until enough
+	// buckets have left the window for the same cost to fit, if nothing else is
+	// counted meanwhile: 30s in the example. It is never more than the window.
+	// It is -1 when the cost can never fit, because it is larger than the limit.
+	RetryAfter time.Duration
+	// ResetAfter is the time until every bucket counted now has left the window,
+	// when the sum returns to 0 if nothing else is counted: 10m in the example.
+	ResetAfter time.Duration
+}
+
+// Allow counts cost into key only if the window sum stays at or under limit,
+// atomically: of many concurrent calls, exactly as many are allowed as fit. A
+// refused call counts nothing. A cost of 0 only asks whether sum <= limit.
+// Limit and cost must be between 0 and 2^53.
+func (s *Store) Allow(ctx context.Context, key string, limit, cost int64) (Result, error) {
+	return s.allow(ctx, nil, key, limit, cost)
+}
+
+// AllowAt is Allow at instant t on the client's clock.
+func (s *Store) AllowAt(ctx context.Context, t time.Time, key string, limit, cost int64) (Result, error) {
+	return s.allow(ctx, &t, key, limit, cost)
+}
+
+func (s *Store) allow(ctx context.Context, at *time.Time, key string, limit, cost int64) (Result, error) {
+	if limit < 0 || limit > maxExact || cost < 0 || cost > maxExact {
+		return Result{}, fmt.Errorf("store: allow %q: %w: limit %d and cost %d must be within [0, 2^53]", key, ErrInvalid, limit, cost)
+	}
+	rk, err := s.RedisKey(key)
+	if err != nil {
+		return Result{}, fmt.Errorf("store: allow: %w", err)
+	}
+	args := s.args(at, s.winMs, strconv.FormatInt(limit, 10), strconv.FormatInt(cost, 10))
+	v, err := s.be.Allow.Exec(ctx, s.client, rk, args).AsIntSlice()
+	if err == nil && len(v) != 4 {
+		err = fmt.Errorf("store: unexpected allow reply %v", v)
+	}
+	if err != nil {
+		return Result{}, wrap("allow", key, err)
+	}
+	r := Result{
+		Allowed:    v[0] == 1,
+		Limit:      limit,
+		Sum:        v[1],
+		Remaining:  max(0, limit-v[1]),
+		RetryAfter: time.Duration(v[2]) * time.Millisecond,
+		ResetAfter: time.Duration(v[3]) * time.Millisecond,
+	}
+	if v[2] < 0 {
+		r.RetryAfter = -1
+	}
+	return r, nil
+}
+
+// Snapshot is what Inspect saw of one counter.
+type Snapshot struct {
+	Key      string        // the counter key, as given
+	RedisKey string        // the Redis key that holds it
+	Backend  string        // the backend's name
+	Now      time.Time     // the instant the snapshot was taken (the script's clock)
+	KeyTTL   time.Duration // the key's remaining life; -1: no expiry; -2: no key
+	Buckets  []Bucket      // every field of the key, live or not, oldest first
+}
+
+// Bucket is one field of a counter.
+type Bucket struct {
+	Field string        // the field name: the bucket's code
+	Start time.Time     // when the bucket starts; zero if Field is not a code
+	Value int64         // the amount counted in it
+	TTL   time.Duration // the field's remaining life as the server keeps it; -1: none
+	Live  bool          // whether the bucket is inside the window now
+}
+
+// Inspect returns every field of key as the server holds it, for operators. It
+// is read-only (EVALSHA_RO): it deletes nothing, not even stale buckets.
+func (s *Store) Inspect(ctx context.Context, key string) (Snapshot, error) {
+	rk, err := s.RedisKey(key)
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("store: inspect: %w", err)
+	}
+	snap := Snapshot{Key: key, RedisKey: rk, Backend: s.be.Name}
+	vals, err := s.be.Inspect.Exec(ctx, s.client, rk, s.args(nil, s.winMs)).ToArray()
+	if err != nil {
+		return snap, wrap("inspect", key, err)
+	}
+	if len(vals) < 2 || (len(vals)-2)%3 != 0 {
+		return snap, fmt.Errorf("store: inspect %q: unexpected reply of %d elements", key, len(vals))
+	}
+	now, _ := vals[0].AsInt64()
+	pttl, _ := vals[1].AsInt64()
+	snap.Now = time.UnixMilli(now)
+	snap.KeyTTL = ttl(pttl)
+	live, err := s.codec.Live(snap.Now, s.win.Length)
+	if err != nil {
+		return snap, err
+	}
+	for i := 2; i+2 < len(vals); i += 3 {
+		var b Bucket
+		b.Field, _ = vals[i].ToString()
+		v, _ := vals[i+1].ToString()
+		b.Value, _ = strconv.ParseInt(v, 10, 64)
+		t, _ := vals[i+2].AsInt64()
+		b.TTL = ttl(t)
+		if code, err := fieldcodec.Decode(b.Field); err == nil {
+			if st, ok := live.StartOf(code); ok {
+				b.Start, b.Live = time.UnixMilli(st), true
+			} else if st, err := s.codec.Start(code, snap.Now); err == nil {
+				b.Start = st
+			}
+		}
+		snap.Buckets = append(snap.Buckets, b)
+	}
+	sortBuckets(snap.Buckets)
+	return snap, nil
+}
+
+func ttl(ms int64) time.Duration {
+	if ms < 0 {
+		return time.Duration(ms)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+func sortBuckets(b []Bucket) {
+	slices.SortStableFunc(b, func(x, y Bucket) int { return x.Start.Compare(y.Start) })
+}

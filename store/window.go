@@ -1,0 +1,55 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/windowstore/windowstore/fieldcodec"
+)
+
+// Window is the shape of a sliding window: its length, cut into buckets.
+//
+//	Window{Length: time.Minute, Bucket: 10 * time.Second}
+//
+//	        B0     B1     B2     B3     B4     B5     B0'
+//	     |------|------|------|------|------|------|------|
+//	 12:00:00  :10    :20    :30    :40    :50  12:01:00
+//	               |<---------- Length ---------->|
+//	                                          now ^ (12:00:55)
+//
+// A bucket is live while it starts after now - Length. At 12:00:55 that is
+// 11:59:55, so B0 (12:00:00) to B5 are live and the sum adds them up; at
+// 12:01:05 B0 has left and B0' (12:01:00) has come in.
+// Every event younger than Length - Bucket is counted, none older than Length:
+// the window never over-counts, and it may miss at most the oldest bucket's
+// share of its last Bucket of time.
+//
+// The zero value is not a valid window. Length and Bucket must be whole
+// milliseconds, Bucket must divide Length, and Length is at most
+// fieldcodec.MaxWindow (180 days) with at most fieldcodec.MaxBuckets buckets.
+//
+// A counter key must always be used with the same Window: its fields are
+// bucket numbers of that bucket length.
+type Window struct {
+	Length time.Duration // how far back the window reaches, e.g. 10 * time.Minute
+	Bucket time.Duration // the granularity, e.g. time.Minute; must divide Length
+}
+
+// Validate reports whether w is a supported window. Its errors wrap ErrInvalid.
+func (w Window) Validate() error {
+	if err := fieldcodec.CheckWindow(w.Length, w.Bucket); err != nil {
+		return fmt.Errorf("store: window: %w: %w", ErrInvalid, err)
+	}
+	return nil
+}
+
+// Buckets returns the number of buckets in the window: Length / Bucket.
+func (w Window) Buckets() int {
+	if w.Bucket <= 0 {
+		return 0
+	}
+	return int(w.Length / w.Bucket)
+}
+
+// String returns "10m0s/1m0s" (length/bucket).
+func (w Window) String() string { return w.Length.String() + "/" + w.Bucket.String() }
