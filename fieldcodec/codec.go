@@ -43,7 +43,10 @@
 //	8 raw big-endian bytes      816 B           816 B
 //
 // (An empty hash with one field costs 64 B; the rest is about 7 to 8 bytes a
-// bucket.) Decimal also costs the scripts nothing: it is what Lua's tostring
+// bucket.) A 60-bucket counter written by the store itself, one AddAt per
+// bucket, measures 568 B on Redis 7.0.15 and 464 B on Valkey 8.1.1; on Redis
+// 8.0.2 with per-field TTLs it measures 1,432 B, since each field then carries
+// its expiry (TestFieldEncodingMemory logs these). Decimal also costs the scripts nothing: it is what Lua's tostring
 // writes, and it reads plainly in redis-cli. The integration test
 // TestFieldEncodingMemory re-measures the decimal figure on every server.
 //

@@ -140,15 +140,23 @@ func (s *Store) Detection() Detection { return s.det }
 // Codec returns the field codec of the store's buckets.
 func (s *Store) Codec() *fieldcodec.Codec { return s.codec }
 
-// RedisKey returns the Redis key that holds the counter key, or an error
-// wrapping ErrInvalid for a key the store refuses (empty, or longer than
-// MaxKeyLen bytes).
-func (s *Store) RedisKey(key string) (string, error) {
+// CheckKey reports whether the store accepts key: it must not be empty nor
+// longer than MaxKeyLen bytes. Its errors wrap ErrInvalid.
+func CheckKey(key string) error {
 	if key == "" {
-		return "", fmt.Errorf("%w: empty key", ErrInvalid)
+		return fmt.Errorf("%w: empty key", ErrInvalid)
 	}
 	if len(key) > MaxKeyLen {
-		return "", fmt.Errorf("%w: key of %d bytes is longer than %d", ErrInvalid, len(key), MaxKeyLen)
+		return fmt.Errorf("%w: key of %d bytes is longer than %d", ErrInvalid, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+// RedisKey returns the Redis key that holds the counter key: the prefix and the
+// key. It fails, wrapping ErrInvalid, for a key that CheckKey refuses.
+func (s *Store) RedisKey(key string) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
 	}
 	return s.prefix + key, nil
 }

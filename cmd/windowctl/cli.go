@@ -144,6 +144,17 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return usagef("%s: %v", cmd, err)
 	}
 	pos := cfs.Args()
+	if cmd != "detect" && cmd != "demo" && cmd != "help" && len(pos) > 0 {
+		keys := pos[:1]
+		if cmd == "sum" {
+			keys = pos
+		}
+		for _, k := range keys {
+			if err := store.CheckKey(k); err != nil {
+				return usagef("%s: %v", cmd, err)
+			}
+		}
+	}
 	if cmd != "allow" && *limit != -1 {
 		return usagef("%s: --limit is only for allow", cmd)
 	}

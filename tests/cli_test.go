@@ -1,0 +1,209 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// ctl runs windowctl against srv and returns stdout, stderr and the exit status.
+func ctl(t *testing.T, srv *harness.Server, args ...string) (string, string, int) {
+	t.Helper()
+	full := append([]string{"--addr", srv.URL()}, args...)
+	cmd := exec.Command(harness.Windowctl(t), full...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+func jsonLine(t *testing.T, s string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(s)), &m), s)
+	return m
+}
+
+// TestWindowctlRedis70 walks the Foundation acceptance list with the real
+// windowctl binary against a real Redis 7.0.
+func TestWindowctlRedis70(t *testing.T) {
+	srv := harness.Shared(t, harness.Redis70)
+	c := srv.Client(t)
+	ctx := ctxT(t)
+	prefix := "--prefix=" + harness.Prefix(t)
+
+	t.Run("detect", func(t *testing.T) {
+		out, errs, code := ctl(t, srv, "--json", "detect")
+		require.Zero(t, code, errs)
+		m := jsonLine(t, out)
+		require.Equal(t, "nativehash", m["backend"])
+		require.Equal(t, false, m["field_ttl"])
+		require.Equal(t, "redis", m["server"])
+		require.True(t, strings.HasPrefix(m["version"].(string), "7.0."), m["version"])
+		require.Equal(t, []any{}, m["modules"])
+		require.NotEmpty(t, m["reason"])
+	})
+
+	t.Run("five adds, then sum without writing", func(t *testing.T) {
+		for i := 1; i <= 5; i++ {
+			out, errs, code := ctl(t, srv, "--json", prefix, "add", "user42")
+			require.Zero(t, code, errs)
+			m := jsonLine(t, out)
+			require.Equal(t, "user42", m["key"])
+			require.EqualValues(t, i, m["sum"])
+		}
+		before := dirty(t, c)
+		out, errs, code := ctl(t, srv, "--json", prefix, "sum", "user42", "nobody")
+		require.Zero(t, code, errs)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 2)
+		require.Equal(t, map[string]any{"key": "user42", "sum": 5.0}, jsonLine(t, lines[0]))
+		require.Equal(t, map[string]any{"key": "nobody", "sum": 0.0}, jsonLine(t, lines[1]))
+		require.Equal(t, before, dirty(t, c), "sum wrote to the server")
+	})
+
+	t.Run("sum drops to 0 after window + bucket, and the TTL stays within it", func(t *testing.T) {
+		args := []string{"--json", prefix, "--window", "2s", "--bucket", "500ms"}
+		rk := strings.TrimPrefix(prefix, "--prefix=") + "short"
+		for i := 0; i < 4; i++ {
+			_, errs, code := ctl(t, srv, append(args, "add", "short", "3")...)
+			require.Zero(t, code, errs)
+			pttl, err := c.Do(ctx, c.B().Pttl().Key(rk).Build()).AsInt64()
+			require.NoError(t, err)
+			require.Greater(t, pttl, int64(0))
+			require.LessOrEqual(t, pttl, int64(2500), "key TTL beyond window + bucket")
+			time.Sleep(200 * time.Millisecond)
+		}
+		out, _, _ := ctl(t, srv, append(args, "sum", "short")...)
+		require.EqualValues(t, 12, jsonLine(t, out)["sum"])
+		time.Sleep(2600 * time.Millisecond)
+		out, errs, code := ctl(t, srv, append(args, "sum", "short")...)
+		require.Zero(t, code, errs)
+		require.EqualValues(t, 0, jsonLine(t, out)["sum"])
+		n, err := c.Do(ctx, c.B().Exists().Key(rk).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, n, "idle counter still exists")
+	})
+
+	t.Run("40 concurrent allow processes admit exactly 10", func(t *testing.T) {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var results []map[string]any
+		for i := 0; i < 40; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, errs, code := ctl(t, srv, "--json", prefix, "--window", "1m", "--bucket", "1s", "allow", "--limit", "10", "burst")
+				if code != 0 {
+					t.Errorf("exit %d: %s", code, errs)
+					return
+				}
+				mu.Lock()
+				results = append(results, jsonLine(t, out))
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		require.Len(t, results, 40)
+		allowed := 0
+		for _, r := range results {
+			require.Equal(t, "burst", r["key"])
+			if r["allowed"] == true {
+				allowed++
+				require.EqualValues(t, 0, r["retry_after_ms"])
+				continue
+			}
+			require.EqualValues(t, 10, r["sum"])
+			require.EqualValues(t, 0, r["remaining"])
+			ms := r["retry_after_ms"].(float64)
+			require.Greater(t, ms, 0.0)
+			require.LessOrEqual(t, ms, 60000.0)
+		}
+		require.Equal(t, 10, allowed)
+	})
+
+	t.Run("a key of another type is refused and untouched", func(t *testing.T) {
+		rk := strings.TrimPrefix(prefix, "--prefix=") + "str"
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(rk).Value("keep me").Build()).Error())
+		for _, args := range [][]string{{"add", "str"}, {"sum", "str"}, {"allow", "--limit", "3", "str"}, {"inspect", "str"}} {
+			out, errs, code := ctl(t, srv, append([]string{prefix}, args...)...)
+			require.Equal(t, 1, code, "%v: %s %s", args, out, errs)
+			require.Contains(t, errs, "not a counter", args)
+		}
+		v, err := c.Do(ctx, c.B().Get().Key(rk).Build()).ToString()
+		require.NoError(t, err)
+		require.Equal(t, "keep me", v)
+	})
+
+	t.Run("inspect", func(t *testing.T) {
+		out, errs, code := ctl(t, srv, "--json", prefix, "inspect", "empty")
+		require.Zero(t, code, errs)
+		m := jsonLine(t, out)
+		require.Equal(t, strings.TrimPrefix(prefix, "--prefix=")+"empty", m["redis_key"])
+		require.Equal(t, []any{}, m["buckets"])
+		out, errs, code = ctl(t, srv, "--json", prefix, "inspect", "user42")
+		require.Zero(t, code, errs)
+		m = jsonLine(t, out)
+		require.Equal(t, "nativehash", m["backend"])
+		bs := m["buckets"].([]any)
+		require.NotEmpty(t, bs)
+		b := bs[0].(map[string]any)
+		for _, f := range []string{"field", "start", "value", "ttl_ms"} {
+			require.Contains(t, b, f)
+		}
+		_, err := time.Parse(time.RFC3339, b["start"].(string))
+		require.NoError(t, err)
+	})
+}
+
+// TestWindowctlBadInput: bad usage exits 2 with a message, before any network use.
+func TestWindowctlBadInput(t *testing.T) {
+	srv := &harness.Server{Addr: "127.0.0.1:1"} // nothing listens there: usage errors come first
+	tests := []struct {
+		name string
+		args []string
+		msg  string
+	}{
+		{"zero window", []string{"--window", "0s", "add", "k"}, "window"},
+		{"negative window", []string{"--window", "-1m", "add", "k"}, "window"},
+		{"negative bucket", []string{"--bucket", "-1s", "add", "k"}, "bucket"},
+		{"bucket does not divide", []string{"--window", "10s", "--bucket", "3s", "add", "k"}, "does not divide"},
+		{"window too long", []string{"--window", "4400h", "--bucket", "1h", "add", "k"}, "longer than"},
+		{"not a duration", []string{"--window", "ten", "add", "k"}, "duration"},
+		{"non-integer delta", []string{"add", "k", "1.5"}, "not an integer"},
+		{"delta beyond int64", []string{"add", "k", "9223372036854775808"}, "not an integer"},
+		{"unknown flag", []string{"--nope", "add", "k"}, "nope"},
+		{"unknown flag after command", []string{"add", "--nope", "k"}, "nope"},
+		{"unknown command", []string{"frobnicate"}, "unknown command"},
+		{"no command", []string{}, "no command"},
+		{"allow without limit", []string{"allow", "k"}, "--limit"},
+		{"negative limit", []string{"allow", "--limit", "-3", "k"}, "--limit"},
+		{"negative cost", []string{"allow", "--limit", "3", "k", "-1"}, "COST"},
+		{"add without key", []string{"add"}, "usage"},
+		{"sum without key", []string{"sum"}, "usage"},
+		{"empty key", []string{"add", ""}, "empty key"},
+		{"unknown backend", []string{"--backend", "memcached", "add", "k"}, "backend"},
+		{"bad url", []string{"--addr", "http://x:1", "add", "k"}, "URL"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errs, code := ctl(t, srv, tt.args...)
+			require.Equal(t, 2, code, "stdout %q stderr %q", out, errs)
+			require.Contains(t, errs, tt.msg)
+			require.Empty(t, out)
+		})
+	}
+}

@@ -1,0 +1,376 @@
+package tests
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/store"
+)
+
+type event struct {
+	at    time.Time
+	delta int64
+}
+
+// modelSum is the reference window sum: every event at or before now whose
+// bucket starts after now - lookback. Bucket starts come from the codec, whose
+// own tests check it against a brute-force walk of the calendar.
+func modelSum(c *fieldcodec.Codec, evs []event, now time.Time, lookback time.Duration) int64 {
+	var sum int64
+	for _, e := range evs {
+		_, start, _ := c.Bounds(e.at)
+		if !e.at.After(now) && start.After(now.Add(-lookback)) {
+			sum += e.delta
+		}
+	}
+	return sum
+}
+
+func utc(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// TestConformanceEventStream plays the same timed event streams on every backend
+// and checks every sum against the model: across a year end after a leap year,
+// across a leap day, and with a bucket that does not divide the year.
+func TestConformanceEventStream(t *testing.T) {
+	streams := []struct {
+		name  string
+		w     store.Window
+		from  string
+		step  time.Duration
+		count int
+	}{
+		{"year end after leap year", store.Window{Length: 10 * time.Second, Bucket: time.Second}, "2024-12-31T23:59:48.3Z", 700 * time.Millisecond, 50},
+		{"leap day", store.Window{Length: time.Hour, Bucket: 10 * time.Minute}, "2024-02-28T23:20:00Z", 7 * time.Minute, 30},
+		{"short last bucket", store.Window{Length: 70 * time.Second, Bucket: 7 * time.Second}, "2025-12-31T23:58:30Z", 3300 * time.Millisecond, 60},
+		{"plain year end", store.Window{Length: 6 * time.Second, Bucket: 2 * time.Second}, "2025-12-31T23:59:55Z", 450 * time.Millisecond, 40},
+	}
+	forEach(t, func(t *testing.T, tg target) {
+		for _, st := range streams {
+			t.Run(st.name, func(t *testing.T) {
+				s, _ := newStore(t, tg, st.w)
+				ctx := ctxT(t)
+				var evs []event
+				at := utc(st.from)
+				for i := 0; i < st.count; i++ {
+					delta := int64(i%7 + 1)
+					if i%5 == 4 {
+						delta = -2
+					}
+					evs = append(evs, event{at, delta})
+					got, err := s.AddAt(ctx, at, "stream", delta)
+					require.NoError(t, err)
+					require.Equal(t, modelSum(s.Codec(), evs, at, st.w.Length), got, "AddAt %v", at)
+					q := at.Add(st.step / 2)
+					got, err = s.SumAt(ctx, q, "stream")
+					require.NoError(t, err)
+					require.Equal(t, modelSum(s.Codec(), evs, q, st.w.Length), got, "SumAt %v", q)
+					half := st.w.Length / 2 / st.w.Bucket * st.w.Bucket
+					got, err = s.SumWithinAt(ctx, q, "stream", half)
+					require.NoError(t, err)
+					require.Equal(t, modelSum(s.Codec(), evs, q, half), got, "SumWithinAt %v %v", q, half)
+					at = at.Add(st.step)
+				}
+				// Long after the last event everything has left the window.
+				got, err := s.SumAt(ctx, at.Add(st.w.Length+st.w.Bucket), "stream")
+				require.NoError(t, err)
+				require.Zero(t, got)
+			})
+		}
+	})
+}
+
+// TestConformanceExpiry checks on the server's clock that no bucket outlives
+// its window: key and field TTLs are within window + bucket, no field lives
+// forever, and the sum and the key are gone once window + bucket has passed.
+func TestConformanceExpiry(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		t.Parallel()
+		w := store.Window{Length: 2 * time.Second, Bucket: 500 * time.Millisecond}
+		s, srv := newStore(t, tg, w)
+		ctx := ctxT(t)
+		c := srv.Client(t)
+		rk, _ := s.RedisKey("exp")
+		limit := (w.Length + w.Bucket).Milliseconds()
+		for i := 0; i < 6; i++ {
+			_, err := s.Add(ctx, "exp", 1)
+			require.NoError(t, err)
+			pttl, err := c.Do(ctx, c.B().Pttl().Key(rk).Build()).AsInt64()
+			require.NoError(t, err)
+			require.Greater(t, pttl, int64(0))
+			require.LessOrEqual(t, pttl, limit)
+			snap, err := s.Inspect(ctx, "exp")
+			require.NoError(t, err)
+			for _, b := range snap.Buckets {
+				if tg.wantFieldTTL {
+					require.Greater(t, b.TTL, time.Duration(0), "field %s has no TTL", b.Field)
+					require.LessOrEqual(t, b.TTL.Milliseconds(), limit, "field %s", b.Field)
+				}
+			}
+			time.Sleep(170 * time.Millisecond)
+		}
+		time.Sleep(w.Length + w.Bucket + 50*time.Millisecond)
+		n, err := s.Sum(ctx, "exp")
+		require.NoError(t, err)
+		require.Zero(t, n)
+		ex, err := c.Do(ctx, c.B().Exists().Key(rk).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, ex, "the key outlived window + bucket")
+	})
+}
+
+// TestConformanceAllowConcurrent: of many concurrent Allow calls, exactly the
+// limit is admitted.
+func TestConformanceAllowConcurrent(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
+		ctx := ctxT(t)
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < 64; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := s.Allow(ctx, "burst", 10, 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if r.Allowed {
+					allowed.Add(1)
+				} else {
+					assert.Greater(t, r.RetryAfter, time.Duration(0))
+					assert.LessOrEqual(t, r.RetryAfter, time.Minute)
+				}
+			}()
+		}
+		wg.Wait()
+		require.EqualValues(t, 10, allowed.Load())
+		n, err := s.Sum(ctx, "burst")
+		require.NoError(t, err)
+		require.EqualValues(t, 10, n)
+	})
+}
+
+// TestConformanceRetryAfterHonest: a retry at RetryAfter succeeds, and one a
+// millisecond before it fails.
+func TestConformanceRetryAfterHonest(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		t0 := time.Now().Truncate(time.Second)
+		for i, at := range []time.Duration{100 * time.Millisecond, 2300 * time.Millisecond, 2400 * time.Millisecond, 5 * time.Second} {
+			r, err := s.AllowAt(ctx, t0.Add(at), "honest", 4, 1)
+			require.NoError(t, err)
+			require.True(t, r.Allowed, "call %d", i)
+		}
+		now := t0.Add(6 * time.Second)
+		r, err := s.AllowAt(ctx, now, "honest", 4, 2)
+		require.NoError(t, err)
+		require.False(t, r.Allowed)
+		require.EqualValues(t, 4, r.Sum)
+		require.Zero(t, r.Remaining)
+		// Two must leave: the +0.1s bucket leaves at +10s, the +2s one at +12s.
+		require.Equal(t, 6*time.Second, r.RetryAfter)
+		require.Equal(t, 9*time.Second, r.ResetAfter)
+		r, err = s.AllowAt(ctx, now.Add(r.RetryAfter-time.Millisecond), "honest", 4, 2)
+		require.NoError(t, err)
+		require.False(t, r.Allowed, "a retry before RetryAfter must fail")
+		r, err = s.AllowAt(ctx, now.Add(6*time.Second), "honest", 4, 2)
+		require.NoError(t, err)
+		require.True(t, r.Allowed, "a retry at RetryAfter must succeed")
+		// A cost over the limit never fits.
+		r, err = s.AllowAt(ctx, now.Add(6*time.Second), "honest", 4, 5)
+		require.NoError(t, err)
+		require.False(t, r.Allowed)
+		require.Equal(t, time.Duration(-1), r.RetryAfter)
+	})
+}
+
+// TestConformanceWrongType: a key of another type, or a hash that is not a
+// counter, is refused with ErrWrongType and left untouched.
+func TestConformanceWrongType(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
+		ctx := ctxT(t)
+		c := srv.Client(t)
+		str, _ := s.RedisKey("str")
+		lst, _ := s.RedisKey("list")
+		foreign, _ := s.RedisKey("foreign")
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(str).Value("hello").Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Rpush().Key(lst).Element("a").Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Hset().Key(foreign).FieldValue().FieldValue("name", "x").Build()).Error())
+		for _, k := range []string{"str", "list", "foreign"} {
+			_, err := s.Add(ctx, k, 1)
+			require.ErrorIs(t, err, store.ErrWrongType, k)
+			_, err = s.Sum(ctx, k)
+			require.ErrorIs(t, err, store.ErrWrongType, k)
+			_, err = s.Allow(ctx, k, 10, 1)
+			require.ErrorIs(t, err, store.ErrWrongType, k)
+		}
+		v, err := c.Do(ctx, c.B().Get().Key(str).Build()).ToString()
+		require.NoError(t, err)
+		require.Equal(t, "hello", v)
+		l, err := c.Do(ctx, c.B().Lrange().Key(lst).Start(0).Stop(-1).Build()).AsStrSlice()
+		require.NoError(t, err)
+		require.Equal(t, []string{"a"}, l)
+		h, err := c.Do(ctx, c.B().Hgetall().Key(foreign).Build()).AsStrMap()
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"name": "x"}, h)
+		for _, k := range []string{str, lst, foreign} {
+			ttl, err := c.Do(ctx, c.B().Pttl().Key(k).Build()).AsInt64()
+			require.NoError(t, err)
+			require.EqualValues(t, -1, ttl, "%s got an expiry", k)
+		}
+	})
+}
+
+// TestConformanceOverflow: a bucket past int64 is refused and nothing changes;
+// sums beyond 2^53 are exact; a sum past int64 is an error.
+func TestConformanceOverflow(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
+		ctx := ctxT(t)
+		t0 := time.Now().Truncate(time.Second)
+		n, err := s.AddAt(ctx, t0, "of", math.MaxInt64)
+		require.NoError(t, err)
+		require.EqualValues(t, int64(math.MaxInt64), n)
+		_, err = s.AddAt(ctx, t0, "of", 1)
+		require.ErrorIs(t, err, store.ErrOverflow)
+		n, err = s.SumAt(ctx, t0, "of")
+		require.NoError(t, err)
+		require.EqualValues(t, int64(math.MaxInt64), n, "a refused write changed the counter")
+		_, err = s.AllowAt(ctx, t0, "of", 10, 1)
+		require.ErrorIs(t, err, store.ErrOverflow)
+
+		// 2^60 + 3 and 2^60 + 5 in two buckets: 2^61 + 8, beyond doubles, exact here.
+		a, b := int64(1)<<60+3, int64(1)<<60+5
+		_, err = s.AddAt(ctx, t0, "big", a)
+		require.NoError(t, err)
+		n, err = s.AddAt(ctx, t0.Add(time.Second), "big", b)
+		require.NoError(t, err)
+		require.Equal(t, a+b, n)
+		sums, err := s.SumManyAt(ctx, t0.Add(time.Second), []string{"big", "of", "none"})
+		require.NoError(t, err)
+		require.Equal(t, []int64{a + b, math.MaxInt64, 0}, sums)
+		// Two buckets of 2^62 + 2^62 = 2^63: past int64.
+		_, err = s.AddAt(ctx, t0, "past", 1<<62)
+		require.NoError(t, err)
+		_, err = s.AddAt(ctx, t0.Add(time.Second), "past", 1<<62)
+		require.ErrorIs(t, err, store.ErrOverflow)
+	})
+}
+
+// TestConformanceSumMany reads many keys in one call, with a bad key among them.
+func TestConformanceSumMany(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
+		ctx := ctxT(t)
+		c := srv.Client(t)
+		keys := make([]string, 100)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+			if i%3 == 0 {
+				_, err := s.Add(ctx, keys[i], int64(i))
+				require.NoError(t, err)
+			}
+		}
+		sums, err := s.SumMany(ctx, keys)
+		require.NoError(t, err)
+		for i, n := range sums {
+			want := int64(0)
+			if i%3 == 0 {
+				want = int64(i)
+			}
+			require.Equal(t, want, n, keys[i])
+		}
+		bad, _ := s.RedisKey("k5")
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(bad).Value("x").Build()).Error())
+		sums, err = s.SumMany(ctx, []string{"k3", "k5", "", "k6"})
+		var many *store.ManyError
+		require.ErrorAs(t, err, &many)
+		require.ErrorIs(t, err, store.ErrWrongType)
+		require.ErrorIs(t, err, store.ErrInvalid)
+		require.Nil(t, many.Errs[0])
+		require.NotNil(t, many.Errs[1])
+		require.NotNil(t, many.Errs[2])
+		require.Equal(t, []int64{3, 0, 0, 6}, sums)
+	})
+}
+
+// TestConformanceInspect checks what Inspect reports.
+func TestConformanceInspect(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		snap, err := s.Inspect(ctx, "none")
+		require.NoError(t, err)
+		require.Empty(t, snap.Buckets)
+		require.Equal(t, time.Duration(-2), snap.KeyTTL)
+		require.NotEmpty(t, snap.RedisKey)
+		for i := 0; i < 3; i++ {
+			_, err := s.Add(ctx, "ins", int64(i+1))
+			require.NoError(t, err)
+		}
+		snap, err = s.Inspect(ctx, "ins")
+		require.NoError(t, err)
+		var total int64
+		for _, b := range snap.Buckets {
+			require.True(t, b.Live, fmt.Sprint(b))
+			require.False(t, b.Start.After(snap.Now))
+			require.Greater(t, b.TTL, time.Duration(0))
+			total += b.Value
+		}
+		require.EqualValues(t, 6, total)
+		require.Greater(t, snap.KeyTTL, 9*time.Second)
+	})
+}
+
+// TestSumWritesNothing: Sum changes nothing on the server when there is nothing
+// stale to delete (the server's dirty counter does not move).
+func TestSumWritesNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
+		ctx := ctxT(t)
+		c := srv.Client(t)
+		for i := 0; i < 5; i++ {
+			_, err := s.Add(ctx, "ro", 1)
+			require.NoError(t, err)
+		}
+		before := dirty(t, c)
+		for i := 0; i < 3; i++ {
+			n, err := s.Sum(ctx, "ro")
+			require.NoError(t, err)
+			require.EqualValues(t, 5, n)
+		}
+		require.Equal(t, before, dirty(t, c), "Sum wrote to the server")
+	})
+}
+
+func dirty(t testing.TB, c rueidis.Client) string {
+	info, err := c.Do(ctxT(t), c.B().Info().Section("persistence").Build()).ToString()
+	require.NoError(t, err)
+	for _, l := range strings.Split(info, "\n") {
+		if strings.HasPrefix(l, "rdb_changes_since_last_save:") {
+			return strings.TrimSpace(l)
+		}
+	}
+	t.Fatal("no rdb_changes_since_last_save in INFO")
+	return ""
+}

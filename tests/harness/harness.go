@@ -1,0 +1,344 @@
+// Package harness gives integration tests real servers.
+//
+// For each kind of server it tries, in order:
+//
+//  1. an address from the environment (REDIS70_ADDR, REDIS80_ADDR, VALKEY_ADDR,
+//     TAIRHASH_ADDR, as host:port);
+//  2. a container started with testcontainers-go, from the image named by
+//     REDIS70_IMAGE, REDIS80_IMAGE, VALKEY_IMAGE or TAIRHASH_IMAGE, defaulting
+//     to the official images (redis:7.0, redis:8.0, valkey/valkey:8.1; TairHash
+//     has no default and is skipped, loudly, when neither variable is set);
+//  3. when no Docker engine is usable, a local redis-server process (for the
+//     plain Redis kind only).
+//
+// No fake server is ever used. A test that cannot get its server is skipped
+// with a loud message, or fails when WINDOWSTORE_REQUIRE names the kind.
+//
+// Behind Docker's own network namespace (a machine that is itself a container),
+// testcontainers may guess a host address that does not reach the published
+// ports; set TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 when the engine runs on
+// this host (scripts/test.sh does).
+package harness
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/testcontainers/testcontainers-go"
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// Kind is a kind of server.
+type Kind string
+
+// The kinds of server the suite runs on.
+const (
+	Redis70  Kind = "redis70"  // Redis 7.0: plain hash only
+	Redis80  Kind = "redis80"  // Redis 8.0: hash-field TTL
+	Valkey   Kind = "valkey"   // Valkey 8.1: plain hash only
+	TairHash Kind = "tairhash" // a server with the TairHash module
+)
+
+// Kinds lists every kind, in the order the conformance suite runs them.
+var Kinds = []Kind{Redis70, Redis80, Valkey, TairHash}
+
+type spec struct {
+	addrEnv, imageEnv, image, server string
+}
+
+var specs = map[Kind]spec{
+	Redis70:  {"REDIS70_ADDR", "REDIS70_IMAGE", "redis:7.0", "redis-server"},
+	Redis80:  {"REDIS80_ADDR", "REDIS80_IMAGE", "redis:8.0", "redis-server"},
+	Valkey:   {"VALKEY_ADDR", "VALKEY_IMAGE", "valkey/valkey:8.1", "valkey-server"},
+	TairHash: {"TAIRHASH_ADDR", "TAIRHASH_IMAGE", "", "redis-server"},
+}
+
+// Server is a running server.
+type Server struct {
+	Kind Kind
+	Addr string // host:port
+	How  string // "env", "container <image>" or "process <binary>"
+
+	ctr  testcontainers.Container
+	proc *exec.Cmd
+	dir  string
+}
+
+var (
+	mu     sync.Mutex
+	shared = map[Kind]*Server{}
+	failed = map[Kind]string{}
+	all    []*Server
+)
+
+// Shared returns the server of kind k that all tests of this process share,
+// starting it on first use. Tests keep apart by key prefix (see Prefix). The
+// test is skipped, with the reason, when no such server can be had.
+func Shared(t testing.TB, k Kind) *Server {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	if s := shared[k]; s != nil {
+		return s
+	}
+	if why, ok := failed[k]; ok {
+		skipLoud(t, k, why)
+	}
+	if a := os.Getenv(specs[k].addrEnv); a != "" {
+		s := &Server{Kind: k, Addr: a, How: "env " + specs[k].addrEnv}
+		shared[k] = s
+		return s
+	}
+	s, why := start(k)
+	if s == nil {
+		failed[k] = why
+		skipLoud(t, k, why)
+	}
+	shared[k] = s
+	return s
+}
+
+// Fresh starts a server of kind k for this test alone, with extra server
+// arguments, and stops it when the test ends. It skips when the kind is given
+// only by address (a fresh server cannot be made from an address).
+func Fresh(t testing.TB, k Kind, args ...string) *Server {
+	t.Helper()
+	mu.Lock()
+	defer mu.Unlock()
+	s, why := start(k, args...)
+	if s == nil {
+		skipLoud(t, k, why)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// skipLoud skips the test, loudly, unless WINDOWSTORE_REQUIRE names the kind
+// (a comma-separated list, or "all"): then a missing server fails the test.
+func skipLoud(t testing.TB, k Kind, why string) {
+	t.Helper()
+	for _, r := range strings.Split(os.Getenv("WINDOWSTORE_REQUIRE"), ",") {
+		if r = strings.TrimSpace(r); r == string(k) || r == "all" {
+			t.Fatalf("no %s server, and WINDOWSTORE_REQUIRE asks for one: %s", k, why)
+		}
+	}
+	msg := fmt.Sprintf("\n\n*** SKIPPED: no %s server: %s ***\n\n", k, why)
+	fmt.Fprint(os.Stderr, msg)
+	t.Skip(msg)
+}
+
+// start makes a server of kind k: a container if Docker is usable, else a process.
+func start(k Kind, args ...string) (*Server, string) {
+	sp := specs[k]
+	image := os.Getenv(sp.imageEnv)
+	if image == "" {
+		image = sp.image
+	}
+	if k == TairHash && image == "" {
+		return nil, "set TAIRHASH_IMAGE (for example tairmodule/tairhash:latest) or TAIRHASH_ADDR to run the TairHash tests"
+	}
+	if dockerOK() {
+		s, err := startContainer(k, image, args...)
+		if err != nil {
+			return nil, fmt.Sprintf("container %s: %v", image, err)
+		}
+		all = append(all, s)
+		return s, ""
+	}
+	if k != Redis70 {
+		return nil, "no usable Docker engine, and only the plain Redis kind can fall back to a local process"
+	}
+	s, err := startProcess(args...)
+	if err != nil {
+		return nil, fmt.Sprintf("no usable Docker engine, and no local redis-server: %v", err)
+	}
+	all = append(all, s)
+	return s, ""
+}
+
+var (
+	dockerOnce sync.Once
+	dockerUp   bool
+)
+
+func dockerOK() bool {
+	dockerOnce.Do(func() {
+		defer func() { _ = recover() }()
+		p, err := testcontainers.ProviderDefault.GetProvider()
+		if err != nil {
+			return
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		dockerUp = p.Health(ctx) == nil
+	})
+	return dockerUp
+}
+
+func startContainer(k Kind, image string, args ...string) (*Server, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := append([]string{specs[k].server}, args...)
+	if k == TairHash && os.Getenv("TAIRHASH_MODULE") != "" {
+		cmd = append(cmd, "--loadmodule", os.Getenv("TAIRHASH_MODULE"))
+	}
+	ctr, err := testcontainers.Run(ctx, image,
+		testcontainers.WithCmd(cmd...),
+		testcontainers.WithExposedPorts("6379/tcp"),
+		testcontainers.WithLabels(map[string]string{"windowstore.test": "true"}),
+		testcontainers.WithWaitStrategy(wait.ForAll(
+			wait.ForListeningPort("6379/tcp"),
+			wait.ForLog("Ready to accept connections"),
+		).WithDeadline(time.Minute)),
+	)
+	if err != nil {
+		if ctr != nil {
+			_ = ctr.Terminate(context.Background())
+		}
+		return nil, err
+	}
+	host, err := ctr.Host(ctx)
+	if err != nil {
+		return nil, err
+	}
+	port, err := ctr.MappedPort(ctx, "6379/tcp")
+	if err != nil {
+		return nil, err
+	}
+	return &Server{Kind: k, Addr: net.JoinHostPort(host, port.Port()), How: "container " + image, ctr: ctr}, nil
+}
+
+func startProcess(args ...string) (*Server, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "windowstore-redis-")
+	if err != nil {
+		return nil, err
+	}
+	full := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args...)
+	cmd := exec.Command(bin, full...)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "Ready to accept connections") {
+				ready <- true
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("redis-server did not start")
+	}
+	return &Server{Kind: Redis70, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), How: "process " + bin, proc: cmd, dir: dir}, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Stop stops a server the harness started; a server given by address is left alone.
+func (s *Server) Stop() {
+	switch {
+	case s.ctr != nil:
+		_ = s.ctr.Terminate(context.Background())
+		s.ctr = nil
+	case s.proc != nil:
+		_ = s.proc.Process.Kill()
+		_, _ = s.proc.Process.Wait()
+		_ = os.RemoveAll(s.dir)
+		s.proc = nil
+	}
+}
+
+// Container returns the server's container, or nil when it is not one.
+func (s *Server) Container() testcontainers.Container { return s.ctr }
+
+// URL returns the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr }
+
+// Client returns a new client of the server, closed when the test ends.
+func (s *Server) Client(t testing.TB) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatalf("connect to %s (%s): %v", s.Kind, s.How, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// StopAll stops every server the harness started. Call it from TestMain.
+func StopAll() {
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range all {
+		s.Stop()
+	}
+	all = nil
+}
+
+// Prefix returns a key prefix unique to the test, so tests can share a server.
+func Prefix(t testing.TB) string {
+	return fmt.Sprintf("t:%s:%d:", strings.NewReplacer("/", ".", " ", "_").Replace(t.Name()), time.Now().UnixNano())
+}
+
+// Windowctl builds the windowctl command once per process and returns its path.
+func Windowctl(t testing.TB) string {
+	t.Helper()
+	ctlOnce.Do(func() {
+		_, file, _, _ := runtime.Caller(0)
+		root := filepath.Join(filepath.Dir(file), "..", "..")
+		dir, err := os.MkdirTemp("", "windowctl-")
+		if err != nil {
+			ctlErr = err
+			return
+		}
+		ctlPath = filepath.Join(dir, "windowctl")
+		cmd := exec.Command("go", "build", "-o", ctlPath, "./cmd/windowctl")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			ctlErr = fmt.Errorf("go build windowctl: %v\n%s", err, out)
+		}
+	})
+	if ctlErr != nil {
+		t.Fatal(ctlErr)
+	}
+	return ctlPath
+}
+
+var (
+	ctlOnce sync.Once
+	ctlPath string
+	ctlErr  error
+)

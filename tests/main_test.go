@@ -1,0 +1,66 @@
+// Package tests is windowstore's integration suite: every test here runs
+// against real servers (see package harness).
+package tests
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	harness.StopAll()
+	os.Exit(code)
+}
+
+// target is one backend on one kind of server.
+type target struct {
+	name    string
+	kind    harness.Kind
+	backend store.Backend
+	// want is the backend and mode the store must pick.
+	wantBackend  string
+	wantFieldTTL bool
+}
+
+// targets lists every backend on every server that supports it.
+var targets = []target{
+	{"redis70/auto", harness.Redis70, store.Auto, "nativehash", false},
+	{"redis80/auto", harness.Redis80, store.Auto, "nativehash", true},
+	{"redis80/plain", harness.Redis80, store.NativeHashPlain, "nativehash", false},
+	{"valkey81/auto", harness.Valkey, store.Auto, "nativehash", false},
+	{"tairhash/auto", harness.TairHash, store.Auto, "tairhash", true},
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newStore makes a store on the target's shared server, with a prefix of the test's own.
+func newStore(t testing.TB, tg target, w store.Window, opts ...store.Option) (*store.Store, *harness.Server) {
+	t.Helper()
+	srv := harness.Shared(t, tg.kind)
+	c := srv.Client(t)
+	opts = append([]store.Option{store.WithPrefix(harness.Prefix(t)), store.WithBackend(tg.backend)}, opts...)
+	s, err := store.New(ctxT(t), c, w, opts...)
+	require.NoError(t, err)
+	d := s.Detection()
+	require.Equal(t, tg.wantBackend, d.Backend, "backend on %s (%s): %s", tg.kind, srv.How, d.Reason)
+	require.Equal(t, tg.wantFieldTTL, d.FieldTTL, "field TTL on %s: %s", tg.kind, d.Reason)
+	return s, srv
+}
+
+// forEach runs fn once per target, each as a subtest.
+func forEach(t *testing.T, fn func(t *testing.T, tg target)) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) { fn(t, tg) })
+	}
+}
