@@ -1,0 +1,155 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// Benchmarks run on a real server: the kind in BENCH_KIND (default redis70),
+// found like every other test server. Each op is one call from one of
+// GOMAXPROCS*8 goroutines on one rueidis client, over 10k keys. The raw and
+// naive baselines run in the same process on the same server, so ratios between
+// them are meaningful; absolute figures depend on the machine.
+//
+//	cd tests && go test -run '^$' -bench . -benchtime 3s
+const benchKeys = 10000
+
+func benchServer(b *testing.B) (*harness.Server, rueidis.Client) {
+	kind := harness.Kind(os.Getenv("BENCH_KIND"))
+	if kind == "" {
+		kind = harness.Redis70
+	}
+	srv := harness.Shared(b, kind)
+	return srv, srv.Client(b)
+}
+
+func benchStore(b *testing.B, buckets int) *store.Store {
+	_, c := benchServer(b)
+	w := store.Window{Length: time.Duration(buckets) * time.Second, Bucket: time.Second}
+	s, err := store.New(context.Background(), c, w, store.WithPrefix(fmt.Sprintf("bench:%d:", buckets)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fill every counter's window, so each op reads a full counter.
+	ctx := context.Background()
+	now := time.Now()
+	for k := 0; k < benchKeys; k += 500 {
+		var calls []func()
+		for j := k; j < k+500 && j < benchKeys; j++ {
+			key := strconv.Itoa(j)
+			for i := 0; i < buckets; i++ {
+				at := now.Add(-time.Duration(i) * time.Second)
+				calls = append(calls, func() { _, _ = s.AddAt(ctx, at, key, 1) })
+			}
+		}
+		parallel(calls)
+	}
+	return s
+}
+
+func parallel(fns []func()) {
+	done := make(chan struct{}, 64)
+	for _, f := range fns {
+		done <- struct{}{}
+		go func() { f(); <-done }()
+	}
+	for i := 0; i < cap(done); i++ {
+		done <- struct{}{}
+	}
+}
+
+func runParallel(b *testing.B, op func(ctx context.Context, key string) error) {
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		r := rand.New(rand.NewPCG(rand.Uint64(), 1))
+		for pb.Next() {
+			if err := op(ctx, strconv.Itoa(r.IntN(benchKeys))); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkStore(b *testing.B) {
+	for _, buckets := range []int{10, 60} {
+		s := benchStore(b, buckets)
+		b.Run(fmt.Sprintf("Add/buckets=%d", buckets), func(b *testing.B) {
+			runParallel(b, func(ctx context.Context, k string) error { _, err := s.Add(ctx, k, 1); return err })
+		})
+		b.Run(fmt.Sprintf("Sum/buckets=%d", buckets), func(b *testing.B) {
+			runParallel(b, func(ctx context.Context, k string) error { _, err := s.Sum(ctx, k); return err })
+		})
+		b.Run(fmt.Sprintf("Allow/buckets=%d", buckets), func(b *testing.B) {
+			runParallel(b, func(ctx context.Context, k string) error {
+				_, err := s.Allow(ctx, k, 1<<40, 1)
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("SumMany100/buckets=%d", buckets), func(b *testing.B) {
+			keys := make([]string, 100)
+			for i := range keys {
+				keys[i] = strconv.Itoa(i * 97 % benchKeys)
+			}
+			runParallel(b, func(ctx context.Context, _ string) error { _, err := s.SumMany(ctx, keys); return err })
+		})
+	}
+}
+
+// naiveScript is the seed documents' window in one script: HINCRBY, EXPIRE,
+// HGETALL, then sum the live fields and HDEL the stale ones.
+var naiveScript = rueidis.NewLuaScript(`
+local now = tonumber(ARGV[1])
+local size = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local cur = math.floor(now / size)
+redis.call('HINCRBY', KEYS[1], cur, 1)
+redis.call('EXPIRE', KEYS[1], n * size * 2)
+local all = redis.call('HGETALL', KEYS[1])
+local sum, stale = 0, {}
+for i = 1, #all, 2 do
+  local f = tonumber(all[i])
+  if f > cur - n then sum = sum + tonumber(all[i + 1]) else stale[#stale + 1] = all[i] end
+end
+if #stale > 0 then redis.call('HDEL', KEYS[1], unpack(stale)) end
+return sum
+`)
+
+// BenchmarkBaseline measures, on the same server, the floor of server work
+// (raw HINCRBY and HGETALL, auto-pipelined) and the seed documents' naive
+// window script: the references for the ratios in the README.
+func BenchmarkBaseline(b *testing.B) {
+	for _, buckets := range []int{10, 60} {
+		benchStore(b, buckets) // same data shape as BenchmarkStore
+		_, c := benchServer(b)
+		prefix := fmt.Sprintf("bench:%d:", buckets)
+		b.Run(fmt.Sprintf("RawHINCRBY/buckets=%d", buckets), func(b *testing.B) {
+			runParallel(b, func(ctx context.Context, k string) error {
+				return c.Do(ctx, c.B().Hincrby().Key("raw:"+prefix+k).Field("1").Increment(1).Build()).Error()
+			})
+		})
+		b.Run(fmt.Sprintf("RawHGETALL/buckets=%d", buckets), func(b *testing.B) {
+			runParallel(b, func(ctx context.Context, k string) error {
+				return c.Do(ctx, c.B().Hgetall().Key(prefix+k).Build()).Error()
+			})
+		})
+		b.Run(fmt.Sprintf("NaiveLua/buckets=%d", buckets), func(b *testing.B) {
+			args := []string{"", "1", strconv.Itoa(buckets)}
+			runParallel(b, func(ctx context.Context, k string) error {
+				a := append([]string{strconv.FormatInt(time.Now().Unix(), 10)}, args[1:]...)
+				return naiveScript.Exec(ctx, c, []string{"naive:" + prefix + k}, a).Error()
+			})
+		})
+	}
+}
