@@ -1,0 +1,110 @@
+package tests
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/redis/rueidis/mock"
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/nativehash"
+	"github.com/windowstore/windowstore/store"
+	"go.uber.org/mock/gomock"
+)
+
+// These tests check the exact command tokens the store sends, without a
+// server, as rueidis's own tests do. They prove the wire format, not behaviour:
+// behaviour is proven by the suites that run on real servers.
+
+func detectReplies(fieldTTL bool) []rueidis.RedisResult {
+	hpex := mock.RedisNil()
+	if fieldTTL {
+		hpex = mock.RedisArray(mock.RedisString("hpexpireat"))
+	}
+	return []rueidis.RedisResult{
+		mock.Result(mock.RedisBlobString("# Server\r\nredis_version:8.0.2\r\n")),
+		mock.Result(mock.RedisArray(mock.RedisNil(), hpex)),
+		mock.Result(mock.RedisArray()),
+	}
+}
+
+func mockStore(t *testing.T, fieldTTL bool, opts ...store.Option) (*store.Store, *mock.Client) {
+	ctrl := gomock.NewController(t)
+	c := mock.NewClient(ctrl)
+	c.EXPECT().DoMulti(gomock.Any(),
+		mock.Match("INFO", "server"),
+		mock.Match("COMMAND", "INFO", "exhincrby", "hpexpireat"),
+		mock.Match("MODULE", "LIST"),
+	).Return(detectReplies(fieldTTL))
+	s, err := store.New(context.Background(), c, store.Window{Length: 10 * time.Second, Bucket: time.Second}, opts...)
+	require.NoError(t, err)
+	return s, c
+}
+
+func yearArgs(t time.Time) []string {
+	c, _ := fieldcodec.New(time.Second, nil)
+	var out []string
+	for _, y := range c.YearStarts(t) {
+		out = append(out, strconv.FormatInt(y, 10))
+	}
+	return out
+}
+
+func TestTokensDetect(t *testing.T) {
+	s, _ := mockStore(t, true)
+	require.Equal(t, "nativehash", s.Detection().Backend)
+	require.True(t, s.Detection().FieldTTL)
+	require.Equal(t, "8.0.2", s.Detection().Version)
+}
+
+func TestTokensAddServerClock(t *testing.T) {
+	s, c := mockStore(t, false, store.WithPrefix("p:"))
+	want := append([]string{"EVALSHA", nativehash.Plain.Add.SHA1(), "1", "p:user42", "", "1000", "10000", "10000"}, yearArgs(time.Now())...)
+	want = append(want, "-7")
+	c.EXPECT().Do(gomock.Any(), mock.Match(want...)).Return(mock.Result(mock.RedisInt64(3)))
+	n, err := s.Add(context.Background(), "user42", -7)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n)
+}
+
+func TestTokensAllowClientClock(t *testing.T) {
+	s, c := mockStore(t, true)
+	at := time.Date(2024, 12, 31, 23, 59, 59, 500e6, time.UTC)
+	want := append([]string{"EVALSHA", nativehash.FieldTTL.Allow.SHA1(), "1", "ws:k", strconv.FormatInt(at.UnixMilli(), 10), "1000", "10000", "10000"}, yearArgs(at)...)
+	want = append(want, "5", "2")
+	c.EXPECT().Do(gomock.Any(), mock.Match(want...)).Return(mock.Result(mock.RedisArray(
+		mock.RedisInt64(0), mock.RedisInt64(4), mock.RedisInt64(1500), mock.RedisInt64(9000))))
+	r, err := s.AllowAt(context.Background(), at, "k", 5, 2)
+	require.NoError(t, err)
+	require.Equal(t, store.Result{Allowed: false, Limit: 5, Sum: 4, Remaining: 1, RetryAfter: 1500 * time.Millisecond, ResetAfter: 9 * time.Second}, r)
+}
+
+func TestTokensSumManyOneBatch(t *testing.T) {
+	s, c := mockStore(t, false)
+	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	args := append([]string{strconv.FormatInt(at.UnixMilli(), 10), "1000", "10000", "10000"}, yearArgs(at)...)
+	sha := nativehash.Plain.Sum.SHA1()
+	cmd := func(k string) []string { return append([]string{"EVALSHA", sha, "1", "ws:" + k}, args...) }
+	// One batch of EVALSHA; the key the server lacks the script for is sent
+	// again as EVAL in a second batch.
+	c.EXPECT().DoMulti(gomock.Any(), mock.Match(cmd("a")...), mock.Match(cmd("b")...)).Return([]rueidis.RedisResult{
+		mock.Result(mock.RedisInt64(1)),
+		mock.Result(mock.RedisError("NOSCRIPT No matching script")),
+	})
+	c.EXPECT().DoMulti(gomock.Any(), mock.Match(append([]string{"EVAL", nativehash.Plain.Sum.Source(), "1", "ws:b"}, args...)...)).
+		Return([]rueidis.RedisResult{mock.Result(mock.RedisInt64(2))})
+	sums, err := s.SumManyAt(context.Background(), at, []string{"a", "b"})
+	require.NoError(t, err)
+	require.Equal(t, []int64{1, 2}, sums)
+}
+
+func TestTokensArgsLayout(t *testing.T) {
+	got := backend.Args(backend.ClientClock(42), 1000, 60000, 30000, [5]int64{1, 2, 3, 4, 5}, "x", "y")
+	require.Equal(t, []string{"42", "1000", "60000", "30000", "1", "2", "3", "4", "5", "x", "y"}, got)
+	got = backend.Args(backend.ServerClock, 1, 2, 2, [5]int64{}, "d")
+	require.Equal(t, []string{"", "1", "2", "2", "0", "0", "0", "0", "0", "d"}, got)
+}
