@@ -8,6 +8,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/backend"
 	"github.com/windowstore/windowstore/nativehash"
+	"github.com/windowstore/windowstore/tairhash"
 )
 
 // Backend names a backend for WithBackend.
@@ -94,14 +95,13 @@ func Detect(ctx context.Context, c rueidis.Client) (Detection, error) {
 func (d *Detection) pick(want Backend) (*backend.Backend, error) {
 	switch want {
 	case Auto, "":
-		if d.hashFieldTTL {
-			return d.set(nativehash.FieldTTL, "the server has hash-field TTL (HPEXPIREAT)"), nil
-		}
-		why := "the server has no hash-field TTL, so stale buckets are deleted by the scripts"
 		if d.tairHash {
-			why = "the server has TairHash, but this build's TairHash backend is not enabled; " + why
+			return d.set(tairhash.Backend, "the server has TairHash (EXHINCRBY): buckets expire per field"), nil
 		}
-		return d.set(nativehash.Plain, why), nil
+		if d.hashFieldTTL {
+			return d.set(nativehash.FieldTTL, "the server has hash-field TTL (HPEXPIREAT) and no TairHash"), nil
+		}
+		return d.set(nativehash.Plain, "the server has neither TairHash nor hash-field TTL, so the scripts delete stale buckets"), nil
 	case NativeHash:
 		if d.hashFieldTTL {
 			return d.set(nativehash.FieldTTL, "nativehash was asked for and the server has hash-field TTL"), nil
@@ -110,7 +110,10 @@ func (d *Detection) pick(want Backend) (*backend.Backend, error) {
 	case NativeHashPlain:
 		return d.set(nativehash.Plain, "the plain native hash was asked for"), nil
 	case TairHash:
-		return nil, fmt.Errorf("%w: %s (this build has no TairHash backend yet)", ErrUnavailable, want)
+		if d.tairHash {
+			return d.set(tairhash.Backend, "tairhash was asked for and the server has it"), nil
+		}
+		return nil, fmt.Errorf("%w: %s: the server has no EXHINCRBY (no TairHash module)", ErrUnavailable, want)
 	}
 	return nil, fmt.Errorf("%w: unknown backend %q (want auto, tairhash, nativehash or nativehash-plain)", ErrInvalid, want)
 }

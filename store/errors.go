@@ -40,7 +40,7 @@ func wrap(op, key string, err error) error {
 		msg := re.Error()
 		switch {
 		case strings.HasPrefix(msg, "WRONGTYPE"), strings.HasPrefix(msg, "WSNOTCOUNTER"),
-			strings.Contains(msg, "hash value is not an integer"):
+			strings.Contains(msg, "value is not an integer"):
 			sentinel = ErrWrongType
 		case strings.HasPrefix(msg, "WSOVERFLOW"), strings.Contains(msg, "would overflow"):
 			sentinel = ErrOverflow

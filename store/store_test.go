@@ -99,6 +99,9 @@ func TestPick(t *testing.T) {
 		{Detection{hashFieldTTL: true}, NativeHashPlain, "nativehash", false, nil},
 		{Detection{}, NativeHash, "nativehash", false, nil},
 		{Detection{}, "memcached", "", false, ErrInvalid},
+		{Detection{}, TairHash, "", false, ErrUnavailable},
+		{Detection{tairHash: true, hashFieldTTL: true}, Auto, "tairhash", true, nil},
+		{Detection{tairHash: true, hashFieldTTL: true}, NativeHash, "nativehash", true, nil},
 	}
 	for _, tt := range tests {
 		b, err := tt.d.pick(tt.want)

@@ -112,8 +112,14 @@ func TestConformanceExpiry(t *testing.T) {
 			require.NoError(t, err)
 			pttl, err := c.Do(ctx, c.B().Pttl().Key(rk).Build()).AsInt64()
 			require.NoError(t, err)
-			require.Greater(t, pttl, int64(0))
-			require.LessOrEqual(t, pttl, limit)
+			if tg.wantBackend == "tairhash" {
+				// No key TTL on TairHash: a key expiry crashed the module (see
+				// package tairhash); the key goes with its last field.
+				require.EqualValues(t, -1, pttl)
+			} else {
+				require.Greater(t, pttl, int64(0))
+				require.LessOrEqual(t, pttl, limit)
+			}
 			snap, err := s.Inspect(ctx, "exp")
 			require.NoError(t, err)
 			for _, b := range snap.Buckets {
@@ -338,7 +344,11 @@ func TestConformanceInspect(t *testing.T) {
 			total += b.Value
 		}
 		require.EqualValues(t, 6, total)
-		require.Greater(t, snap.KeyTTL, 9*time.Second)
+		if tg.wantBackend == "tairhash" {
+			require.Equal(t, time.Duration(-1), snap.KeyTTL)
+		} else {
+			require.Greater(t, snap.KeyTTL, 9*time.Second)
+		}
 	})
 }
 

@@ -192,8 +192,14 @@ func startContainer(k Kind, image string, args ...string) (*Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := append([]string{specs[k].server}, args...)
-	if k == TairHash && os.Getenv("TAIRHASH_MODULE") != "" {
-		cmd = append(cmd, "--loadmodule", os.Getenv("TAIRHASH_MODULE"))
+	if k == TairHash {
+		// The official image loads the module from its config file, which a
+		// command override skips: load it here (TAIRHASH_MODULE moves it).
+		mod := os.Getenv("TAIRHASH_MODULE")
+		if mod == "" {
+			mod = "/usr/local/lib/tairhash_module.so"
+		}
+		cmd = append(cmd, "--loadmodule", mod)
 	}
 	ctr, err := testcontainers.Run(ctx, image,
 		testcontainers.WithCmd(cmd...),
