@@ -52,3 +52,9 @@ go vet ./...
 go test -count=1 "$@" ./...
 echo "== integration tests (tests module, real servers)"
 (cd tests && go vet ./... && go test -count=1 -timeout 15m "$@" ./...)
+if $docker_ok && command -v docker-compose >/dev/null; then
+  echo "== compose file: config, up, smoke test, down"
+  bash compose/smoke.sh
+else
+  echo "test.sh: no Docker engine or no docker-compose: compose/docker-compose.yml not checked" >&2
+fi

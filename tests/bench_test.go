@@ -46,10 +46,13 @@ func benchStore(b *testing.B, buckets int) *store.Store {
 		var calls []func()
 		for j := k; j < k+500 && j < benchKeys; j++ {
 			key := strconv.Itoa(j)
-			for i := 0; i < buckets; i++ {
-				at := now.Add(-time.Duration(i) * time.Second)
-				calls = append(calls, func() { _, _ = s.AddAt(ctx, at, key, 1) })
-			}
+			calls = append(calls, func() { // oldest bucket first
+				for i := buckets - 1; i >= 0; i-- {
+					if _, err := s.AddAt(ctx, now.Add(-time.Duration(i)*time.Second), key, 1); err != nil {
+						b.Error(err)
+					}
+				}
+			})
 		}
 		parallel(calls)
 	}
@@ -134,6 +137,7 @@ func BenchmarkBaseline(b *testing.B) {
 		benchStore(b, buckets) // same data shape as BenchmarkStore
 		_, c := benchServer(b)
 		prefix := fmt.Sprintf("bench:%d:", buckets)
+		fillNaive(b, c, prefix, buckets)
 		b.Run(fmt.Sprintf("RawHINCRBY/buckets=%d", buckets), func(b *testing.B) {
 			runParallel(b, func(ctx context.Context, k string) error {
 				return c.Do(ctx, c.B().Hincrby().Key("raw:"+prefix+k).Field("1").Increment(1).Build()).Error()
@@ -151,5 +155,25 @@ func BenchmarkBaseline(b *testing.B) {
 				return naiveScript.Exec(ctx, c, []string{"naive:" + prefix + k}, a).Error()
 			})
 		})
+	}
+}
+
+// fillNaive gives every naive counter a full window of one-second fields, as
+// benchStore does for the store's counters, so both read counters of one size.
+func fillNaive(b *testing.B, c rueidis.Client, prefix string, buckets int) {
+	ctx := context.Background()
+	now := time.Now().Unix()
+	cmds := make(rueidis.Commands, 0, benchKeys)
+	for k := 0; k < benchKeys; k++ {
+		fv := c.B().Hset().Key("naive:" + prefix + strconv.Itoa(k)).FieldValue()
+		for i := 0; i < buckets; i++ {
+			fv = fv.FieldValue(strconv.FormatInt(now-int64(i), 10), "1")
+		}
+		cmds = append(cmds, fv.Build())
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		if err := r.Error(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

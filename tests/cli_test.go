@@ -207,3 +207,28 @@ func TestWindowctlBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowctlDetect: windowctl detect names the right backend on every server.
+func TestWindowctlDetect(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		if tg.backend != "auto" {
+			t.Skip("detect shows the automatic choice")
+		}
+		srv := harness.Shared(t, tg.kind)
+		out, errs, code := ctl(t, srv, "--json", "detect")
+		require.Zero(t, code, errs)
+		m := jsonLine(t, out)
+		require.Equal(t, tg.wantBackend, m["backend"], out)
+		require.Equal(t, tg.wantFieldTTL, m["field_ttl"], out)
+		require.NotEmpty(t, m["reason"])
+		if tg.kind == harness.TairHash {
+			require.Contains(t, m["modules"], "tairhash")
+		}
+		// Forcing a backend the server lacks is an error at construction.
+		if tg.kind != harness.TairHash {
+			_, errs, code = ctl(t, srv, "--backend", "tairhash", "sum", "k")
+			require.Equal(t, 1, code)
+			require.Contains(t, errs, "not available")
+		}
+	})
+}

@@ -1,11 +1,16 @@
 package tests
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
 )
 
 // TestFieldEncodingMemory measures MEMORY USAGE of a full 60-bucket counter
@@ -36,4 +41,61 @@ func TestFieldEncodingMemory(t *testing.T) {
 			require.LessOrEqual(t, n, int64(12*60), "more than 12 bytes per bucket")
 		}
 	})
+}
+
+// TestMemoryPerCounter measures each backend's memory per counter as the
+// server's used_memory grows over 1,000 full counters (MEMORY USAGE
+// under-reports TairHash), at 10 and 60 buckets, on a fresh server. It logs the
+// figures the README's backend table quotes; it asserts only the plain hash's
+// 12-bytes-per-bucket bound.
+func TestMemoryPerCounter(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		srv := harness.Fresh(t, tg.kind)
+		c := srv.Client(t)
+		ctx := ctxT(t)
+		for _, buckets := range []int{10, 60} {
+			w := store.Window{Length: time.Duration(buckets) * time.Minute, Bucket: time.Minute}
+			s, err := store.New(ctx, c, w, store.WithBackend(tg.backend), store.WithPrefix(fmt.Sprintf("m%d:", buckets)))
+			require.NoError(t, err)
+			before := usedMemory(t, c)
+			const counters = 1000
+			now := time.Now()
+			var fns []func()
+			for k := 0; k < counters; k++ {
+				key := strconv.Itoa(k)
+				// Oldest bucket first: a write at an earlier instant would take
+				// newer buckets for stale ones.
+				fns = append(fns, func() {
+					for i := buckets - 1; i >= 0; i-- {
+						at := now.Add(-time.Duration(i) * time.Minute)
+						if _, err := s.AddAt(ctx, at, key, int64(i+1)); err != nil {
+							t.Error(err)
+						}
+					}
+				})
+			}
+			parallel(fns)
+			per := float64(usedMemory(t, c)-before) / counters
+			t.Logf("%s: %d buckets: %.0f bytes per counter (%.1f per bucket), used_memory delta over %d counters",
+				tg.name, buckets, per, per/float64(buckets), counters)
+			if !tg.wantFieldTTL && buckets == 60 {
+				// The key itself costs about 50 bytes more than its hash.
+				require.Less(t, per/float64(buckets), 12.0+60.0/float64(buckets))
+			}
+		}
+	})
+}
+
+func usedMemory(t testing.TB, c rueidis.Client) int64 {
+	info, err := c.Do(ctxT(t), c.B().Info().Section("memory").Build()).ToString()
+	require.NoError(t, err)
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no used_memory in INFO")
+	return 0
 }
