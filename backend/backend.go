@@ -68,6 +68,15 @@ var ServerClock = Clock{}
 // ClientClock makes a script use the given instant, in Unix ms.
 func ClientClock(unixMs int64) Clock { return Clock{ms: unixMs, client: true} }
 
+// Arg is the clock as a script argument, as ws_clock in ClockLua reads it: the
+// Unix ms of a client clock, or "" for the server's.
+func (c Clock) Arg() string {
+	if !c.client {
+		return ""
+	}
+	return strconv.FormatInt(c.ms, 10)
+}
+
 // Args builds a script's arguments. The layout is:
 //
 //	1 clock (Unix ms, or "" for the server's TIME)
@@ -76,9 +85,7 @@ func ClientClock(unixMs int64) Clock { return Clock{ms: unixMs, client: true} }
 //	10.. extra: add: delta; allow: limit, cost; sum and inspect: none
 func Args(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64, extra ...string) []string {
 	a := make([]string, 9, 9+len(extra))
-	if clock.client {
-		a[0] = strconv.FormatInt(clock.ms, 10)
-	}
+	a[0] = clock.Arg()
 	a[1] = strconv.FormatInt(bucketMs, 10)
 	a[2] = strconv.FormatInt(windowMs, 10)
 	a[3] = strconv.FormatInt(lookbackMs, 10)

@@ -1,5 +1,30 @@
 package backend
 
+// ClockLua is the Lua every windowstore script starts with, here and in
+// package limit: errors in the windowstore style, and the server's clock.
+//
+//	ws_err(code, msg)  raises "CODE windowstore: msg" as an error reply
+//	ws_srvnow()        the server's clock (TIME) in Unix ms
+//	ws_clock(arg)      the script's instant: arg as Unix ms, or ws_srvnow() for ""
+const ClockLua = `
+local function ws_err(code, msg)
+  error(redis.error_reply(code .. ' windowstore: ' .. msg))
+end
+
+local function ws_srvnow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function ws_clock(arg)
+  if arg == '' then
+    local now = ws_srvnow()
+    return now, now
+  end
+  return tonumber(arg), nil
+end
+`
+
 // prelude is the Lua shared by every backend's scripts: the clock, the live
 // ranges of field codes, and the classification of a counter's fields. It is
 // the Lua twin of fieldcodec.Codec.Live; the integration suite checks the two
@@ -11,27 +36,13 @@ package backend
 //	2 bucket ms     3 window ms     4 lookback ms
 //	5..9 starts of the five years around the client's clock (fieldcodec.YearStarts)
 //	10.. operation arguments
-const prelude = `
+const prelude = ClockLua + `
 local WS_BIG = 9007199254740992 -- 2^53: doubles are exact below it
-
-local function ws_err(code, msg)
-  error(redis.error_reply(code .. ' windowstore: ' .. msg))
-end
-
-local function ws_srvnow()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 
 -- ws_live computes the instant and the live code ranges over the window.
 local function ws_live(a)
   local L = {}
-  if a[1] == '' then
-    L.now = ws_srvnow()
-    L.srv = L.now
-  else
-    L.now = tonumber(a[1])
-  end
+  L.now, L.srv = ws_clock(a[1])
   L.b = tonumber(a[2])
   L.w = tonumber(a[3])
   L.lb = tonumber(a[4])

@@ -1,0 +1,95 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// A KeyFunc names the counter a request is charged to, such as the client's
+// IP or its API key. An error makes the rule apply its failure policy.
+type KeyFunc func(r *http.Request) (string, error)
+
+// ErrNoKey reports a request the key function could find no key in.
+var ErrNoKey = errors.New("httplimit: no key in the request")
+
+// ClientIP keys requests by the client's IP address. The peer address
+// (RemoteAddr) is the client unless it is one of the trusted proxies; then the
+// X-Forwarded-For chain is read from the right, skipping trusted proxies, and
+// the first address that is not one is the client. Addresses further left were
+// written by the client itself and are never believed. With no trusted
+// proxies, X-Forwarded-For is ignored entirely.
+//
+// An entry that is not an IP address ends the walk: the last trusted hop's
+// address is used, since that proxy is misconfigured or the header was forged
+// before it. IPv4-mapped IPv6 addresses are unmapped.
+func ClientIP(trusted ...netip.Prefix) KeyFunc {
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	return func(r *http.Request) (string, error) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		peer, err := netip.ParseAddr(host)
+		if err != nil {
+			return "", fmt.Errorf("%w: peer address %q", ErrNoKey, r.RemoteAddr)
+		}
+		peer = peer.Unmap()
+		if len(trusted) == 0 || !isTrusted(peer) {
+			return "ip:" + peer.String(), nil
+		}
+		client := peer
+		hops := r.Header.Values("X-Forwarded-For")
+		for i := len(hops) - 1; i >= 0; i-- {
+			parts := strings.Split(hops[i], ",")
+			for j := len(parts) - 1; j >= 0; j-- {
+				a, err := netip.ParseAddr(strings.TrimSpace(parts[j]))
+				if err != nil {
+					return "ip:" + client.String(), nil
+				}
+				client = a.Unmap()
+				if !isTrusted(client) {
+					return "ip:" + client.String(), nil
+				}
+			}
+		}
+		return "ip:" + client.String(), nil
+	}
+}
+
+// Header keys requests by a header's value, such as an API key. A request
+// without the header has no key (ErrNoKey).
+func Header(name string) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		v := r.Header.Get(name)
+		if v == "" {
+			return "", fmt.Errorf("%w: no %s header", ErrNoKey, name)
+		}
+		return "h:" + v, nil
+	}
+}
+
+// PathValue keys requests by a path wildcard of the route pattern (Go 1.22
+// ServeMux patterns, such as "/users/{id}"): PathValue("id").
+func PathValue(name string) KeyFunc {
+	return func(r *http.Request) (string, error) {
+		v := r.PathValue(name)
+		if v == "" {
+			return "", fmt.Errorf("%w: no path value %q", ErrNoKey, name)
+		}
+		return "p:" + v, nil
+	}
+}
+
+// Func keys requests with any function of the request.
+func Func(f func(r *http.Request) (string, error)) KeyFunc { return f }
