@@ -17,6 +17,9 @@
 // and SlidingWindow: a retry at that time succeeds, one before it fails) and
 // ResetAfter. The trade-offs, measured, are in the README.
 //
+// Every limiter keeps key's state under its own policy name (name + ":" + key),
+// so several limiters can share a prefix, a store and a key.
+//
 // Limiters are safe for concurrent use. Their zero values are not usable;
 // create them with the New functions.
 package limit

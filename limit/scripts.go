@@ -39,7 +39,7 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 	}
 	args := []string{clock.Arg(), strconv.FormatInt(l.policy.Window.Milliseconds(), 10),
 		strconv.FormatInt(l.policy.Limit, 10), strconv.FormatInt(n, 10), nonce()}
-	v, err := l.script.Exec(ctx, l.client, l.prefix+key, args).AsIntSlice()
+	v, err := l.script.Exec(ctx, l.client, l.prefix+l.policy.Name+":"+key, args).AsIntSlice()
 	if err == nil && len(v) != 4 {
 		err = fmt.Errorf("unexpected reply %v", v)
 	}

@@ -11,7 +11,8 @@ import (
 // NewSlidingWindow returns a limiter on a store's bucketed sliding window: at
 // most limit per st.Window().Length, at bucket precision (a bucket is live while
 // it starts after now - Length, so the window never over-counts). Memory is one
-// hash field per bucket whatever the rate. Keys are the store's.
+// hash field per bucket whatever the rate. The counter of key is the store's
+// counter name + ":" + key, so limiters of different names never share one.
 func NewSlidingWindow(st *store.Store, name string, limit int64) (Limiter, error) {
 	if st == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
@@ -30,12 +31,12 @@ type slidingWindow struct {
 func (l *slidingWindow) Policy() Policy { return l.policy }
 
 func (l *slidingWindow) Allow(ctx context.Context, key string, n int64) (Decision, error) {
-	r, err := l.st.Allow(ctx, key, l.policy.Limit, n)
+	r, err := l.st.Allow(ctx, l.policy.Name+":"+key, l.policy.Limit, n)
 	return l.decision(r, err)
 }
 
 func (l *slidingWindow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
-	r, err := l.st.AllowAt(ctx, t, key, l.policy.Limit, n)
+	r, err := l.st.AllowAt(ctx, t, l.policy.Name+":"+key, l.policy.Limit, n)
 	return l.decision(r, err)
 }
 

@@ -16,24 +16,25 @@ import (
 
 // limiterKind builds one limiter of an algorithm on a server.
 type limiterKind struct {
-	name string
+	name       string
+	policyName string
 	make func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter
 }
 
 var limiterKinds = []limiterKind{
-	{"sliding-window", func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter {
+	{"sliding-window", "sw", func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter {
 		st, err := store.New(ctxT(t), c, store.Window{Length: w, Bucket: w / 10}, store.WithPrefix(prefix))
 		require.NoError(t, err)
 		l, err := limit.NewSlidingWindow(st, "sw", lim)
 		require.NoError(t, err)
 		return l
 	}},
-	{"log", func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter {
+	{"log", "log", func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter {
 		l, err := limit.NewLog(c, "log", prefix, lim, w)
 		require.NoError(t, err)
 		return l
 	}},
-	{"fixed-window", func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter {
+	{"fixed-window", "fixed", func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter {
 		l, err := limit.NewFixedWindow(c, "fixed", prefix, lim, w)
 		require.NoError(t, err)
 		return l
@@ -128,7 +129,7 @@ func TestLimiterRefusalsCostNothing(t *testing.T) {
 			require.True(t, d.Allowed)
 		}
 		mem := func() int64 {
-			n, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(prefix+"k").Args("SAMPLES", "0").Build()).AsInt64()
+			n, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(prefix+lk.policyName+":k").Args("SAMPLES", "0").Build()).AsInt64()
 			require.NoError(t, err)
 			return n
 		}
@@ -140,11 +141,11 @@ func TestLimiterRefusalsCostNothing(t *testing.T) {
 		}
 		require.Equal(t, before, mem(), "refused requests used memory")
 		if lk.name == "log" {
-			n, err := c.Do(ctx, c.B().Zcard().Key(prefix+"k").Build()).AsInt64()
+			n, err := c.Do(ctx, c.B().Zcard().Key(prefix+"log:k").Build()).AsInt64()
 			require.NoError(t, err)
 			require.EqualValues(t, 5, n)
 		}
-		pttl, err := c.Do(ctx, c.B().Pttl().Key(prefix+"k").Build()).AsInt64()
+		pttl, err := c.Do(ctx, c.B().Pttl().Key(prefix+lk.policyName+":k").Build()).AsInt64()
 		require.NoError(t, err)
 		require.Greater(t, pttl, int64(0))
 		require.LessOrEqual(t, pttl, time.Minute.Milliseconds())
@@ -167,7 +168,7 @@ func TestLimiterMemory(t *testing.T) {
 				_, err := l.AllowAt(ctx, t0.Add(time.Duration(i)*59*time.Minute/time.Duration(events)), "k", 1)
 				require.NoError(t, err)
 			}
-			n, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(prefix+"k").Args("SAMPLES", "0").Build()).AsInt64()
+			n, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(prefix+lk.policyName+":k").Args("SAMPLES", "0").Build()).AsInt64()
 			require.NoError(t, err)
 			t.Logf("%s: %d events in the window: MEMORY USAGE %d bytes (%.1f per event)", lk.name, events, n, float64(n)/float64(events))
 		}

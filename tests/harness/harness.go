@@ -320,31 +320,34 @@ func Prefix(t testing.TB) string {
 }
 
 // Windowctl builds the windowctl command once per process and returns its path.
-func Windowctl(t testing.TB) string {
+func Windowctl(t testing.TB) string { return Binary(t, "./cmd/windowctl") }
+
+// Binary builds a main package of the repository (a path like
+// "./cmd/windowctl") once per process and returns the binary's path.
+func Binary(t testing.TB, pkg string) string {
 	t.Helper()
-	ctlOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
-		dir, err := os.MkdirTemp("", "windowctl-")
-		if err != nil {
-			ctlErr = err
-			return
-		}
-		ctlPath = filepath.Join(dir, "windowctl")
-		cmd := exec.Command("go", "build", "-o", ctlPath, "./cmd/windowctl")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			ctlErr = fmt.Errorf("go build windowctl: %v\n%s", err, out)
-		}
-	})
-	if ctlErr != nil {
-		t.Fatal(ctlErr)
+	binMu.Lock()
+	defer binMu.Unlock()
+	if b, ok := bins[pkg]; ok {
+		return b
 	}
-	return ctlPath
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	dir, err := os.MkdirTemp("", "windowstore-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = root
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, msg)
+	}
+	bins[pkg] = out
+	return out
 }
 
 var (
-	ctlOnce sync.Once
-	ctlPath string
-	ctlErr  error
+	binMu sync.Mutex
+	bins  = map[string]string{}
 )

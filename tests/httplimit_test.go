@@ -1,0 +1,176 @@
+package tests
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+var (
+	// draft-ietf-httpapi-ratelimit-headers: a List of token items with q and w,
+	// and one item with r and t.
+	policyRE = regexp.MustCompile(`^[A-Za-z*][A-Za-z0-9:/!#$%&'*+\-.^_` + "`" + `|~]*;q=\d+;w=\d+(, [A-Za-z*][A-Za-z0-9:/!#$%&'*+\-.^_` + "`" + `|~]*;q=\d+;w=\d+)*$`)
+	limitRE  = regexp.MustCompile(`^([A-Za-z*][A-Za-z0-9:/!#$%&'*+\-.^_` + "`" + `|~]*);r=(\d+);t=(\d+)$`)
+)
+
+type countingRecorder struct {
+	mu  sync.Mutex
+	got map[httplimit.Outcome]int
+}
+
+func (c *countingRecorder) Observe(rule string, o httplimit.Outcome, _ time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.got == nil {
+		c.got = map[httplimit.Outcome]int{}
+	}
+	c.got[o]++
+}
+
+func (c *countingRecorder) count(o httplimit.Outcome) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.got[o]
+}
+
+func okHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+}
+
+func get(t *testing.T, url string, hdr map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	require.NoError(t, err)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// TestMiddlewareHeaders checks status codes and header fields against the draft,
+// with two limits at once, on a real server through a real HTTP client.
+func TestMiddlewareHeaders(t *testing.T) {
+	srv := harness.Shared(t, harness.Redis70)
+	c := srv.Client(t)
+	prefix := harness.Prefix(t)
+	perSec, err := limit.NewLog(c, "persec", prefix, 3, 10*time.Second)
+	require.NoError(t, err)
+	perHour, err := limit.NewFixedWindow(c, "perhour", prefix, 100, time.Hour)
+	require.NoError(t, err)
+	mw, err := httplimit.New([]httplimit.Rule{{
+		Name: "api", Key: httplimit.Header("X-API-Key"), Limiters: []limit.Limiter{perSec, perHour},
+	}}, httplimit.Options{LegacyHeaders: true, OnError: func(_ *http.Request, rule string, err error) { t.Logf("rule %s: %v", rule, err) }})
+	require.NoError(t, err)
+	ts := httptest.NewServer(mw(okHandler()))
+	defer ts.Close()
+
+	hdr := map[string]string{"X-API-Key": "k1"}
+	for i := 0; i < 3; i++ {
+		resp := get(t, ts.URL, hdr)
+		require.Equal(t, 200, resp.StatusCode)
+		require.Regexp(t, policyRE, resp.Header.Get("RateLimit-Policy"))
+		require.Equal(t, "persec;q=3;w=10, perhour;q=100;w=3600", resp.Header.Get("RateLimit-Policy"))
+		m := limitRE.FindStringSubmatch(resp.Header.Get("RateLimit"))
+		require.NotNil(t, m, resp.Header.Get("RateLimit"))
+		require.Equal(t, "persec", m[1], "RateLimit names the policy with the least remaining")
+		require.Equal(t, strconv.Itoa(2-i), m[2])
+		require.Equal(t, "10", m[3])
+		require.Equal(t, "3", resp.Header.Get("X-RateLimit-Limit"))
+		require.Equal(t, strconv.Itoa(2-i), resp.Header.Get("X-RateLimit-Remaining"))
+		require.Empty(t, resp.Header.Get("Retry-After"))
+	}
+	resp := get(t, ts.URL, hdr)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	m := limitRE.FindStringSubmatch(resp.Header.Get("RateLimit"))
+	require.NotNil(t, m)
+	require.Equal(t, "persec", m[1])
+	require.Equal(t, "0", m[2])
+	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.Greater(t, ra, 0)
+	require.LessOrEqual(t, ra, 10)
+	require.Equal(t, strconv.Itoa(ra), m[3], "t and Retry-After name the same moment")
+	// Another key is not affected; a request without the key fails closed.
+	require.Equal(t, 200, get(t, ts.URL, map[string]string{"X-API-Key": "k2"}).StatusCode)
+	require.Equal(t, http.StatusServiceUnavailable, get(t, ts.URL, nil).StatusCode)
+}
+
+// TestMiddlewareFailurePolicy stops the server and checks fail-open and
+// fail-closed rules, and that the error reaches the hook.
+func TestMiddlewareFailurePolicy(t *testing.T) {
+	srv := harness.Fresh(t, harness.Redis70)
+	c := srv.Client(t)
+	l, err := limit.NewLog(c, "persec", "fp:", 100, time.Second)
+	require.NoError(t, err)
+	var errs atomic.Int64
+	mk := func(open bool) *httptest.Server {
+		mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Key: httplimit.ClientIP(), Limiters: []limit.Limiter{l}, FailOpen: open}},
+			httplimit.Options{OnError: func(*http.Request, string, error) { errs.Add(1) }})
+		require.NoError(t, err)
+		return httptest.NewServer(mw(okHandler()))
+	}
+	open, closed := mk(true), mk(false)
+	defer open.Close()
+	defer closed.Close()
+	require.Equal(t, 200, get(t, open.URL, nil).StatusCode)
+	require.Equal(t, 200, get(t, closed.URL, nil).StatusCode)
+	require.Zero(t, errs.Load())
+
+	srv.Stop()
+	start := time.Now()
+	require.Equal(t, 200, get(t, open.URL, nil).StatusCode, "fail open")
+	require.Equal(t, http.StatusServiceUnavailable, get(t, closed.URL, nil).StatusCode, "fail closed")
+	require.EqualValues(t, 2, errs.Load())
+	t.Logf("two requests against a stopped server answered in %v", time.Since(start))
+}
+
+// TestMiddlewareLocalTier: many concurrent requests from one client through
+// the local tier are admitted exactly up to the limit; the rest are shed,
+// later ones without a server call.
+func TestMiddlewareLocalTier(t *testing.T) {
+	srv := harness.Shared(t, harness.Redis70)
+	c := srv.Client(t)
+	l, err := limit.NewLog(c, "permin", harness.Prefix(t), 10, time.Minute)
+	require.NoError(t, err)
+	rec := &countingRecorder{}
+	local := httplimit.NewLocalTier(0)
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{l}}},
+		httplimit.Options{Local: local, Metrics: rec})
+	require.NoError(t, err)
+	ts := httptest.NewServer(mw(okHandler()))
+	defer ts.Close()
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 200; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if get(t, ts.URL, map[string]string{"X-User": "mallory"}).StatusCode == 200 {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	require.EqualValues(t, 10, ok.Load(), "the local tier must never admit more than the limit")
+	for i := 0; i < 50; i++ {
+		require.Equal(t, http.StatusTooManyRequests, get(t, ts.URL, map[string]string{"X-User": "mallory"}).StatusCode)
+	}
+	require.GreaterOrEqual(t, rec.count(httplimit.LocalShed), 50, "later refusals must not reach the server")
+	require.Equal(t, 10, rec.count(httplimit.Allowed))
+	require.Equal(t, 1, local.Len())
+}
