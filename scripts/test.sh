@@ -47,9 +47,10 @@ else
   export WINDOWSTORE_REQUIRE="${WINDOWSTORE_REQUIRE:-redis70}"
 fi
 
-echo "== unit tests (library module)"
+echo "== unit tests (library module, metrics/prom module)"
 go vet ./...
 go test -count=1 "$@" ./...
+(cd metrics/prom && go vet ./... && go test -count=1 "$@" ./...)
 echo "== integration tests (tests module, real servers)"
 (cd tests && go vet ./... && go test -count=1 -timeout 15m "$@" ./...)
 if $docker_ok && command -v docker-compose >/dev/null; then
