@@ -20,7 +20,6 @@ import (
 // Ops is the Lua a backend supplies. It must define these local functions:
 //
 //	ws_read(key)               -> flat {field, value, ...} of the counter
-//	ws_get(key, field)         -> one field's value, as a string
 //	ws_incr(L, key, delta)     -> add delta (a string) to bucket L.field and make it
 //	                              expire at ws_expiry(L, L.cstart + L.w); write
 //	                              nothing if the increment fails

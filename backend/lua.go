@@ -111,20 +111,45 @@ local function ws_scan(L, all)
   return S
 end
 
--- ws_exact answers a sum that doubles cannot hold exactly: the live values
--- within the lookback as the server stores them, but the field skip, for the
--- client to add up in 64-bit integers.
-local function ws_exact(L, all, skip)
-  local out = {'BIG'}
+-- Exact int64 sums, for when doubles are not enough: a value is split into
+-- hi * 1e9 + lo with both parts exact doubles, and the parts are added apart.
+local WS_E9 = 1000000000
+
+local function ws_split(v)
+  local neg = string.sub(v, 1, 1) == '-'
+  local d = neg and string.sub(v, 2) or v
+  local hi, lo = 0, tonumber(d)
+  if #d > 9 then
+    hi = tonumber(string.sub(d, 1, #d - 9))
+    lo = tonumber(string.sub(d, #d - 8))
+  end
+  if neg then return -hi, -lo end
+  return hi, lo
+end
+
+-- ws_exactsum adds delta (a string) and the live values within the lookback,
+-- exactly, and returns the decimal string; or nil when it leaves int64.
+local function ws_exactsum(L, all, delta)
+  local hi, lo = ws_split(delta)
   local lthr = L.now - L.lb
   for i = 1, #all, 2 do
     local code = tonumber(all[i])
     local s
     if code >= L.lo and code <= L.c then s = L.cur + code * L.b
     elseif code >= L.plo and code <= L.phi then s = L.prev + code * L.b end
-    if s ~= nil and s > lthr and all[i] ~= skip then out[#out + 1] = all[i + 1] end
+    if s ~= nil and s > lthr then
+      local h, l = ws_split(all[i + 1])
+      hi, lo = hi + h, lo + l
+    end
   end
-  return out
+  local carry = lo >= 0 and math.floor(lo / WS_E9) or -math.floor(-lo / WS_E9)
+  hi, lo = hi + carry, lo - carry * WS_E9
+  if hi > 0 and lo < 0 then hi, lo = hi - 1, lo + WS_E9
+  elseif hi < 0 and lo > 0 then hi, lo = hi + 1, lo - WS_E9 end
+  if hi > 9223372036 or (hi == 9223372036 and lo > 854775807) then return nil end
+  if hi < -9223372036 or (hi == -9223372036 and lo < -854775808) then return nil end
+  if hi == 0 then return string.format('%d', lo) end
+  return string.format('%d%09d', hi, math.abs(lo))
 end
 
 -- ws_chunks calls fn with the items of list in slices small enough to unpack.
@@ -163,7 +188,6 @@ end
 // Operation bodies. Each backend supplies, in Lua:
 //
 //	ws_read(key)              -> flat {field, value, ...} of the counter's fields
-//	ws_get(key, field)        -> one field's value as the server stores it
 //	ws_incr(L, key, delta)    -> add delta (a string) to bucket L.field and set its expiry
 //	ws_drop(key, fields)      -> delete the given fields
 //	ws_ttls(key, fields, pttl)-> the remaining life in ms of each field
@@ -177,14 +201,17 @@ local L = ws_live(ARGV)
 local all = ws_read(key)
 local S = ws_scan(L, all)
 local delta = ARGV[10]
+local sum = S.sum + tonumber(delta)
+local exact = nil
+if S.big or sum >= WS_BIG or sum <= -WS_BIG or math.abs(tonumber(delta)) >= WS_BIG then
+  exact = ws_exactsum(L, all, delta)
+  if exact == nil then
+    ws_err('WSOVERFLOW', 'the window sum would leave the int64 range; nothing was written')
+  end
+end
 ws_incr(L, key, delta)
 if #S.stale > 0 then ws_drop(key, S.stale) end
-local sum = S.sum + tonumber(delta)
-if S.big or sum >= WS_BIG or sum <= -WS_BIG or math.abs(tonumber(delta)) >= WS_BIG then
-  local out = ws_exact(L, all, L.field)
-  out[#out + 1] = ws_get(key, L.field)
-  return out
-end
+if exact ~= nil then return exact end
 return sum
 `
 	bodySum = `
@@ -193,7 +220,11 @@ local L = ws_live(ARGV)
 local all = ws_read(key)
 local S = ws_scan(L, all)
 if #S.stale > 0 then ws_drop(key, S.stale) end
-if S.big then return ws_exact(L, all, nil) end
+if S.big then
+  local exact = ws_exactsum(L, all, '0')
+  if exact == nil then ws_err('WSOVERFLOW', 'the window sum leaves the int64 range') end
+  return exact
+end
 return S.sum
 `
 	bodyAllow = `

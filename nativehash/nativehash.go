@@ -37,7 +37,6 @@ const Name = "nativehash"
 
 const common = `
 local function ws_read(key) return redis.call('HGETALL', key) end
-local function ws_get(key, field) return redis.call('HGET', key, field) end
 local function ws_drop(key, fields)
   ws_chunks(fields, function(...) redis.call('HDEL', key, ...) end)
 end

@@ -16,11 +16,9 @@ var (
 	// the store's backend: another Redis type (WRONGTYPE), or a hash whose
 	// fields are not bucket codes. The key is left untouched.
 	ErrWrongType = errors.New("store: key holds a value that is not a counter")
-	// ErrOverflow reports a bucket or a sum that would leave the int64 range
-	// (or, for Allow, the 2^53 range its decision is exact in). A write that
-	// would overflow its bucket is not made, and Allow counts nothing; but when
-	// Add's bucket fits and only the window sum (of several buckets) leaves the
-	// int64 range, the add has been made and the sum cannot be returned.
+	// ErrOverflow reports a bucket or a window sum that would leave the int64
+	// range (or, for Allow, the 2^53 range its decision is exact in). Nothing
+	// is written: Add checks the new sum, exactly, before it writes.
 	ErrOverflow = errors.New("store: counter overflow")
 	// ErrUnavailable reports a backend that the server does not offer, asked
 	// for with WithBackend.

@@ -25,7 +25,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -319,7 +318,7 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) ([]in
 }
 
 // sumReply reads a sum: an integer, or, when the sum is beyond what Lua's
-// doubles hold exactly, the values as strings, added here in int64.
+// doubles hold exactly, its exact decimal string.
 func sumReply(r rueidis.RedisResult) (int64, error) {
 	msg, err := r.ToMessage()
 	if err != nil {
@@ -328,29 +327,17 @@ func sumReply(r rueidis.RedisResult) (int64, error) {
 	if n, err := msg.AsInt64(); err == nil {
 		return n, nil
 	}
-	vals, err := msg.AsStrSlice()
-	if err != nil || len(vals) == 0 || vals[0] != "BIG" {
+	s, err := msg.ToString()
+	if err != nil {
 		return 0, fmt.Errorf("store: unexpected reply %v", msg)
 	}
-	var sum int64
-	for _, v := range vals[1:] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%w: value %q: %w", ErrWrongType, v, err)
-		}
-		var ok bool
-		if sum, ok = addInt64(sum, n); !ok {
-			return 0, fmt.Errorf("%w: the window sum leaves the int64 range", ErrOverflow)
-		}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("store: unexpected reply %q: %w", s, err)
 	}
-	return sum, nil
+	return n, nil
 }
 
-func addInt64(a, b int64) (int64, bool) {
-	s, _ := bits.Add64(uint64(a), uint64(b), 0)
-	r := int64(s)
-	return r, !((a >= 0) == (b >= 0) && (r >= 0) != (a >= 0))
-}
 
 // Result is the decision of Allow.
 //

@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"math"
 	"strings"
 	"testing"
 	"time"
@@ -48,26 +47,6 @@ func TestCheckKey(t *testing.T) {
 	for _, k := range []string{"user:42", "ip:::1", strings.Repeat("k", MaxKeyLen), "\xff\x00"} {
 		if err := CheckKey(k); err != nil {
 			t.Errorf("CheckKey(%q) = %v", k, err)
-		}
-	}
-}
-
-func TestAddInt64(t *testing.T) {
-	tests := []struct {
-		a, b, sum int64
-		ok        bool
-	}{
-		{1, 2, 3, true},
-		{math.MaxInt64, 0, math.MaxInt64, true},
-		{math.MaxInt64, 1, 0, false},
-		{math.MinInt64, -1, 0, false},
-		{math.MinInt64, math.MaxInt64, -1, true},
-		{1 << 62, 1 << 62, 0, false},
-	}
-	for _, tt := range tests {
-		s, ok := addInt64(tt.a, tt.b)
-		if ok != tt.ok || (ok && s != tt.sum) {
-			t.Errorf("addInt64(%d, %d) = %d, %v", tt.a, tt.b, s, ok)
 		}
 	}
 }

@@ -43,7 +43,6 @@ const Name = "tairhash"
 // Backend is the TairHash backend.
 var Backend = backend.New(Name, true, `
 local function ws_read(key) return redis.call('EXHGETALL', key) end
-local function ws_get(key, field) return redis.call('EXHGET', key, field) end
 local function ws_incr(L, key, delta)
   redis.call('EXHINCRBY', key, L.field, delta)
   local at = ws_expiry(L, L.cstart + L.w)

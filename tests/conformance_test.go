@@ -274,11 +274,31 @@ func TestConformanceOverflow(t *testing.T) {
 		sums, err := s.SumManyAt(ctx, t0.Add(time.Second), []string{"big", "of", "none"})
 		require.NoError(t, err)
 		require.Equal(t, []int64{a + b, math.MaxInt64, 0}, sums)
-		// Two buckets of 2^62 + 2^62 = 2^63: past int64.
+		// Two buckets of 2^62 + 2^62 = 2^63: past int64. Refused, nothing written.
 		_, err = s.AddAt(ctx, t0, "past", 1<<62)
 		require.NoError(t, err)
 		_, err = s.AddAt(ctx, t0.Add(time.Second), "past", 1<<62)
 		require.ErrorIs(t, err, store.ErrOverflow)
+		n, err = s.SumAt(ctx, t0.Add(time.Second), "past")
+		require.NoError(t, err)
+		require.EqualValues(t, int64(1)<<62, n, "a refused add changed the counter")
+		snap, err := s.Inspect(ctx, "past")
+		require.NoError(t, err)
+		require.Len(t, snap.Buckets, 1)
+		// The same below: -2^62 - 2^62 - 1 < MinInt64.
+		_, err = s.AddAt(ctx, t0, "neg", -(1 << 62))
+		require.NoError(t, err)
+		n, err = s.AddAt(ctx, t0.Add(time.Second), "neg", -(1 << 62))
+		require.NoError(t, err)
+		require.Equal(t, int64(math.MinInt64), n)
+		_, err = s.AddAt(ctx, t0.Add(2*time.Second), "neg", -1)
+		require.ErrorIs(t, err, store.ErrOverflow)
+		// Exact mixed signs beyond 2^53: (2^62 + 1) + (-2^62 + 2) = 3.
+		_, err = s.AddAt(ctx, t0, "mix", 1<<62+1)
+		require.NoError(t, err)
+		n, err = s.AddAt(ctx, t0.Add(time.Second), "mix", -(1<<62)+2)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n)
 	})
 }
 
