@@ -95,6 +95,8 @@ type Store struct {
 	now    func() time.Time // nil: the server's clock
 	bucket int64            // ms
 	winMs  int64            // ms
+	entity string           // the hash tag of an Entity view
+	tagged bool
 }
 
 // New returns a Store for counters of window w, kept through the caller's
@@ -151,14 +153,10 @@ func CheckKey(key string) error {
 	return nil
 }
 
-// RedisKey returns the Redis key that holds the counter key: the prefix and the
-// key. It fails, wrapping ErrInvalid, for a key that CheckKey refuses.
-func (s *Store) RedisKey(key string) (string, error) {
-	if err := CheckKey(key); err != nil {
-		return "", err
-	}
-	return s.prefix + key, nil
-}
+// RedisKey returns the Redis key that holds the counter key: the prefix and
+// the key, escaped (see Entity and the rules in keys.go). It fails, wrapping
+// ErrInvalid, for a key that CheckKey refuses.
+func (s *Store) RedisKey(key string) (string, error) { return s.redisKey(key) }
 
 // args builds a script's arguments for the instant at (client clock) or for the
 // server clock when at is nil.
@@ -337,7 +335,6 @@ func sumReply(r rueidis.RedisResult) (int64, error) {
 	}
 	return n, nil
 }
-
 
 // Result is the decision of Allow.
 //
