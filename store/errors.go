@@ -23,6 +23,9 @@ var (
 	// ErrUnavailable reports a backend that the server does not offer, asked
 	// for with WithBackend.
 	ErrUnavailable = errors.New("store: backend not available on this server")
+	// ErrOutOfMemory reports a server at its maxmemory under the noeviction
+	// policy: it refuses writes. Nothing is written.
+	ErrOutOfMemory = errors.New("store: server out of memory (maxmemory)")
 	// ErrClock reports a server clock more than a year away from the client's.
 	ErrClock = errors.New("store: server and client clocks disagree by more than a year")
 )
@@ -44,6 +47,8 @@ func wrap(op, key string, err error) error {
 			sentinel = ErrOverflow
 		case strings.HasPrefix(msg, "WSCLOCK"):
 			sentinel = ErrClock
+		case strings.HasPrefix(msg, "OOM"):
+			sentinel = ErrOutOfMemory
 		}
 	}
 	if sentinel != nil {

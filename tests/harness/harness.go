@@ -73,6 +73,7 @@ type Server struct {
 
 	ctr  testcontainers.Container
 	proc *exec.Cmd
+	args []string // a process's full argument list
 	dir  string
 }
 
@@ -241,10 +242,19 @@ func startProcess(args ...string) (*Server, error) {
 		return nil, err
 	}
 	full := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args...)
-	cmd := exec.Command(bin, full...)
+	s := &Server{Kind: Redis70, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), How: "process " + bin, args: full, dir: dir}
+	if err := s.startProc(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startProc starts (or starts again) a process server and waits until it is ready.
+func (s *Server) startProc() error {
+	cmd := exec.Command(strings.TrimPrefix(s.How, "process "), s.args...)
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		return err
 	}
 	ready := make(chan bool, 1)
 	go func() {
@@ -259,9 +269,45 @@ func startProcess(args ...string) (*Server, error) {
 	case <-ready:
 	case <-time.After(20 * time.Second):
 		_ = cmd.Process.Kill()
-		return nil, fmt.Errorf("redis-server did not start")
+		return fmt.Errorf("redis-server did not start")
 	}
-	return &Server{Kind: Redis70, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), How: "process " + bin, proc: cmd, dir: dir}, nil
+	s.proc = cmd
+	return nil
+}
+
+// Process starts a local redis-server process for this test alone, whatever
+// Docker offers, so that the test can kill and restart it on the same port
+// (see Restart). It skips when there is no redis-server on PATH.
+func Process(t testing.TB, args ...string) *Server {
+	t.Helper()
+	s, err := startProcess(args...)
+	if err != nil {
+		skipLoud(t, Redis70, "no local redis-server process: "+err.Error())
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Restart kills a process server at once (no save, so its data and script
+// cache are gone) and starts it again on the same port.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	if s.proc == nil {
+		t.Fatal("Restart needs a process server")
+	}
+	_ = s.proc.Process.Kill()
+	_, _ = s.proc.Process.Wait()
+	if err := s.startProc(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Kill stops a process server at once, leaving it down until Restart.
+func (s *Server) Kill() {
+	if s.proc != nil {
+		_ = s.proc.Process.Kill()
+		_, _ = s.proc.Process.Wait()
+	}
 }
 
 func freePort() (int, error) {
