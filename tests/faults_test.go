@@ -100,7 +100,9 @@ func TestFaultServerStalls(t *testing.T) {
 	s, err := store.New(ctxT(t), c, faultWindow)
 	require.NoError(t, err)
 	other := srv.Client(t)
-	go func() { _ = other.Do(context.Background(), other.B().Arbitrary("DEBUG", "SLEEP").Args("1.5").Build()).Error() }()
+	go func() {
+		_ = other.Do(context.Background(), other.B().Arbitrary("DEBUG", "SLEEP").Args("1.5").Build()).Error()
+	}()
 	time.Sleep(100 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()

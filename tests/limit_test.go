@@ -18,7 +18,7 @@ import (
 type limiterKind struct {
 	name       string
 	policyName string
-	make func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter
+	make       func(t *testing.T, c rueidis.Client, prefix string, lim int64, w time.Duration) limit.Limiter
 }
 
 var limiterKinds = []limiterKind{
