@@ -26,6 +26,9 @@ var (
 	// ErrOutOfMemory reports a server at its maxmemory under the noeviction
 	// policy: it refuses writes. Nothing is written.
 	ErrOutOfMemory = errors.New("store: server out of memory (maxmemory)")
+	// ErrNoPermission reports an ACL that denies a command or a key the store
+	// needs (see the README for each backend's rules). Nothing is written.
+	ErrNoPermission = errors.New("store: the server's ACL denies this")
 	// ErrClock reports a server clock more than a year away from the client's.
 	ErrClock = errors.New("store: server and client clocks disagree by more than a year")
 )
@@ -49,6 +52,9 @@ func wrap(op, key string, err error) error {
 			sentinel = ErrClock
 		case strings.HasPrefix(msg, "OOM"):
 			sentinel = ErrOutOfMemory
+		case strings.HasPrefix(msg, "NOPERM"), strings.Contains(msg, "ACL failure"),
+			strings.Contains(msg, "user executing the script can't"):
+			sentinel = ErrNoPermission
 		}
 	}
 	if sentinel != nil {

@@ -1,0 +1,83 @@
+package tests
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// ACL rules: the least each backend needs, as the README documents them.
+const (
+	aclConnect    = "+hello +ping +command|info"
+	aclScripts    = "+evalsha +eval +evalsha_ro +eval_ro +time +pttl"
+	aclPlain      = aclConnect + " " + aclScripts + " +hgetall +hincrby +pexpireat +hdel"
+	aclFieldTTL   = aclPlain + " +hpexpireat +hpttl"
+	aclTairHash   = aclConnect + " " + aclScripts + " +exhgetall +exhincrby +exhpexpireat +exhdel +exhpttl"
+	aclSecret     = "s3cret-pass-word"
+	aclKeyPattern = "~acl:*"
+)
+
+// TestACLMinimal runs every operation as a user restricted to exactly the
+// documented rules, on every backend, and checks that a rule less fails.
+func TestACLMinimal(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		rules := map[string]string{"nativehash/false": aclPlain, "nativehash/true": aclFieldTTL, "tairhash/true": aclTairHash}
+		key := tg.wantBackend + "/" + map[bool]string{true: "true", false: "false"}[tg.wantFieldTTL]
+		rule := rules[key]
+		srv := harness.Shared(t, tg.kind)
+		admin := srv.Client(t)
+		ctx := ctxT(t)
+		user := "ws-" + strings.ReplaceAll(tg.name, "/", "-")
+		setUser := func(r string) {
+			args := append([]string{"SETUSER", user, "reset", "on", ">" + aclSecret, aclKeyPattern, "-@all"}, strings.Fields(r)...)
+			require.NoError(t, admin.Do(ctx, admin.B().Arbitrary("ACL").Args(args...).Build()).Error())
+		}
+		setUser(rule)
+		t.Cleanup(func() { _ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error() })
+		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: user, Password: aclSecret,
+			DisableCache: true, ForceSingleClient: true})
+		require.NoError(t, err)
+		defer c.Close()
+		s, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix("acl:"), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		require.Equal(t, tg.wantBackend, s.Detection().Backend, s.Detection().Reason)
+		require.Equal(t, tg.wantFieldTTL, s.Detection().FieldTTL, s.Detection().Reason)
+		k := harness.Prefix(t)
+		at := time.Now().Add(-30 * time.Second)
+		_, err = s.AddAt(ctx, at, k, 2) // a bucket that is stale 31 s later, for HDEL
+		require.NoError(t, err)
+		n, err := s.Add(ctx, k, 3)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, n)
+		n, err = s.SumAt(ctx, at.Add(61*time.Second), k)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n)
+		_, err = s.SumMany(ctx, []string{k, k + "x"})
+		require.NoError(t, err)
+		r, err := s.Allow(ctx, k, 10, 1)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		_, err = s.Inspect(ctx, k)
+		require.NoError(t, err)
+		// Outside the key pattern: refused.
+		other, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix("other:"), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		_, err = other.Add(ctx, k, 1)
+		require.ErrorIs(t, err, store.ErrNoPermission)
+		require.NotContains(t, err.Error(), aclSecret)
+		// One rule less (the first write command): refused, and the key untouched.
+		write := map[string]string{"nativehash/false": "+hincrby", "nativehash/true": "+hincrby", "tairhash/true": "+exhincrby"}[key]
+		setUser(strings.Replace(rule, write, "", 1))
+		_, err = s.Add(ctx, k, 1)
+		require.ErrorIs(t, err, store.ErrNoPermission)
+		n, err = s.Sum(ctx, k)
+		require.NoError(t, err)
+		require.EqualValues(t, 4, n, "a refused add changed the counter")
+	})
+}
