@@ -16,8 +16,13 @@ import (
 // ctl runs windowctl against srv and returns stdout, stderr and the exit status.
 func ctl(t *testing.T, srv *harness.Server, args ...string) (string, string, int) {
 	t.Helper()
-	full := append([]string{"--addr", srv.URL()}, args...)
-	cmd := exec.Command(harness.Windowctl(t), full...)
+	return ctlRaw(t, append([]string{"--addr", srv.URL()}, args...)...)
+}
+
+// ctlRaw runs windowctl with exactly these arguments.
+func ctlRaw(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(harness.Windowctl(t), args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

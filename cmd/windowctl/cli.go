@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -27,14 +29,15 @@ func (e usageError) Error() string { return e.msg }
 func usagef(format string, a ...any) error { return usageError{fmt.Sprintf(format, a...)} }
 
 type globals struct {
-	addr    string
-	addrSet bool
-	window  time.Duration
-	bucket  time.Duration
-	backend string
-	prefix  string
-	timeout time.Duration
-	json    bool
+	tlsCA, tlsCert, tlsKey string
+	addr                   string
+	addrSet                bool
+	window                 time.Duration
+	bucket                 time.Duration
+	backend                string
+	prefix                 string
+	timeout                time.Duration
+	json                   bool
 }
 
 // register adds the global flags to fs without resetting values already parsed,
@@ -61,6 +64,10 @@ func (g *globals) register(fs *flag.FlagSet) {
 		g.backend = s
 		return nil
 	})
+	str := func(dst *string) func(string) error { return func(s string) error { *dst = s; return nil } }
+	fs.Func("tls-ca", "PEM file of the CA that signed the server's certificate (rediss:// only)", str(&g.tlsCA))
+	fs.Func("tls-cert", "PEM client certificate, with --tls-key (rediss:// only)", str(&g.tlsCert))
+	fs.Func("tls-key", "PEM client key, with --tls-cert (rediss:// only)", str(&g.tlsKey))
 	fs.Func("prefix", `key prefix (default "ws:")`, func(s string) error {
 		g.prefix = s
 		return nil
@@ -97,6 +104,8 @@ flags (before or after the command):
   --prefix P      key prefix (default "ws:")
   --timeout DUR   deadline for each command (default 5s)
   --json          one JSON object per line
+  --tls-ca FILE, --tls-cert FILE, --tls-key FILE
+                  TLS for rediss:// URLs: the CA to trust, and a client certificate
 `
 
 // run is the whole program; it returns the exit status.
@@ -266,6 +275,9 @@ func connect(g *globals) (rueidis.Client, error) {
 	if err != nil {
 		return nil, usagef("--addr %s: not a redis://, rediss:// or unix:// URL", redact(addr))
 	}
+	if err := g.applyTLS(&opt); err != nil {
+		return nil, err
+	}
 	opt.DisableCache = true
 	opt.ConnWriteTimeout = g.timeout
 	c, err := rueidis.NewClient(opt)
@@ -273,6 +285,38 @@ func connect(g *globals) (rueidis.Client, error) {
 		return nil, fmt.Errorf("connect to %s: %s", redact(addr), strings.ReplaceAll(err.Error(), addr, redact(addr)))
 	}
 	return c, nil
+}
+
+// applyTLS adds the --tls-* files to a rediss:// client option.
+func (g *globals) applyTLS(opt *rueidis.ClientOption) error {
+	if g.tlsCA == "" && g.tlsCert == "" && g.tlsKey == "" {
+		return nil
+	}
+	if opt.TLSConfig == nil {
+		return usagef("--tls-ca, --tls-cert and --tls-key need a rediss:// address")
+	}
+	if (g.tlsCert == "") != (g.tlsKey == "") {
+		return usagef("--tls-cert and --tls-key go together")
+	}
+	if g.tlsCA != "" {
+		pem, err := os.ReadFile(g.tlsCA)
+		if err != nil {
+			return usagef("--tls-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return usagef("--tls-ca %s: no PEM certificate in it", g.tlsCA)
+		}
+		opt.TLSConfig.RootCAs = pool
+	}
+	if g.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(g.tlsCert, g.tlsKey)
+		if err != nil {
+			return usagef("--tls-cert/--tls-key: %v", err)
+		}
+		opt.TLSConfig.Certificates = []tls.Certificate{cert}
+	}
+	return nil
 }
 
 // redact hides the password of a URL.

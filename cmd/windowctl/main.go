@@ -15,6 +15,9 @@
 //	--prefix P       key prefix (default "ws:")
 //	--timeout DUR    deadline for each command (default 5s)
 //	--json           one JSON object per line
+//	--tls-ca FILE    for rediss://: the CA that signed the server's certificate
+//	--tls-cert FILE, --tls-key FILE
+//	                 for rediss://: a client certificate and its key
 //
 // Commands:
 //

@@ -140,6 +140,27 @@ func skipLoud(t testing.TB, k Kind, why string) {
 	t.Skip(msg)
 }
 
+// FreshWithFiles is Fresh with files copied into the container first: files
+// maps a host path to the path in the container. It skips where no container
+// can be made.
+func FreshWithFiles(t testing.TB, k Kind, files map[string]string, args ...string) *Server {
+	t.Helper()
+	if !dockerOK() {
+		skipLoud(t, k, "copying files into a server needs a Docker engine")
+	}
+	sp := specs[k]
+	image := os.Getenv(sp.imageEnv)
+	if image == "" {
+		image = sp.image
+	}
+	s, err := startContainer(k, image, files, args...)
+	if err != nil {
+		skipLoud(t, k, fmt.Sprintf("container %s: %v", image, err))
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
 // start makes a server of kind k: a container if Docker is usable, else a process.
 func start(k Kind, args ...string) (*Server, string) {
 	sp := specs[k]
@@ -151,7 +172,7 @@ func start(k Kind, args ...string) (*Server, string) {
 		return nil, "set TAIRHASH_IMAGE (for example tairmodule/tairhash:latest) or TAIRHASH_ADDR to run the TairHash tests"
 	}
 	if dockerOK() {
-		s, err := startContainer(k, image, args...)
+		s, err := startContainer(k, image, nil, args...)
 		if err != nil {
 			return nil, fmt.Sprintf("container %s: %v", image, err)
 		}
@@ -189,7 +210,7 @@ func dockerOK() bool {
 	return dockerUp
 }
 
-func startContainer(k Kind, image string, args ...string) (*Server, error) {
+func startContainer(k Kind, image string, files map[string]string, args ...string) (*Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := append([]string{specs[k].server}, args...)
@@ -202,14 +223,20 @@ func startContainer(k Kind, image string, args ...string) (*Server, error) {
 		}
 		cmd = append(cmd, "--loadmodule", mod)
 	}
+	var cfs []testcontainers.ContainerFile
+	for host, in := range files {
+		cfs = append(cfs, testcontainers.ContainerFile{HostFilePath: host, ContainerFilePath: in, FileMode: 0o644})
+	}
+	ready := wait.ForAll(wait.ForListeningPort("6379/tcp"), wait.ForLog("Ready to accept connections")).WithDeadline(time.Minute)
+	if len(files) > 0 { // a TLS port fails the plain listening check's probe; the log line suffices
+		ready = wait.ForAll(wait.ForLog("Ready to accept connections")).WithDeadline(time.Minute)
+	}
 	ctr, err := testcontainers.Run(ctx, image,
+		testcontainers.WithFiles(cfs...),
 		testcontainers.WithCmd(cmd...),
 		testcontainers.WithExposedPorts("6379/tcp"),
 		testcontainers.WithLabels(map[string]string{"windowstore.test": "true"}),
-		testcontainers.WithWaitStrategy(wait.ForAll(
-			wait.ForListeningPort("6379/tcp"),
-			wait.ForLog("Ready to accept connections"),
-		).WithDeadline(time.Minute)),
+		testcontainers.WithWaitStrategy(ready),
 	)
 	if err != nil {
 		if ctr != nil {
