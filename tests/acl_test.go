@@ -39,7 +39,9 @@ func TestACLMinimal(t *testing.T) {
 			require.NoError(t, admin.Do(ctx, admin.B().Arbitrary("ACL").Args(args...).Build()).Error())
 		}
 		setUser(rule)
-		t.Cleanup(func() { _ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error() })
+		t.Cleanup(func() {
+			_ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error()
+		})
 		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: user, Password: aclSecret,
 			DisableCache: true, ForceSingleClient: true})
 		require.NoError(t, err)

@@ -128,7 +128,9 @@ func TestCredentialsNeverPrinted(t *testing.T) {
 	ctx := context.Background()
 	const pass = "Tr0ub4dor-and-3"
 	require.NoError(t, admin.Do(ctx, admin.B().Arbitrary("ACL", "SETUSER").Args("cred-user", "reset", "on", ">"+pass, "~*", "+@all").Build()).Error())
-	t.Cleanup(func() { _ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args("cred-user").Build()).Error() })
+	t.Cleanup(func() {
+		_ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args("cred-user").Build()).Error()
+	})
 	for _, p := range []string{pass, "wrong-" + pass} {
 		url := "redis://cred-user:" + p + "@" + srv.Addr
 		for _, args := range [][]string{{"--json", "detect"}, {"add", "k"}, {"--json", "inspect", "k"}, {"demo"}} {
