@@ -25,6 +25,8 @@ import (
 //	                              nothing if the increment fails
 //	ws_drop(key, fields)       -> delete the given fields
 //	ws_ttls(key, fields, pttl) -> each field's remaining life in ms (-1: none)
+//	ws_tidy(L, key)            -> after a write that read nothing: delete stale
+//	                              fields if they could pile up (plain hash only)
 type Ops string
 
 // Backend is one way of keeping counters on a server. Its zero value is not
@@ -38,7 +40,7 @@ type Backend struct {
 	FieldTTL bool
 
 	// The scripts; see the argument layout at Args.
-	Add, Sum, Allow, Inspect *Script
+	Add, AddNoSum, Sum, Allow, Inspect *Script
 }
 
 // New builds a backend from its Lua operations.
@@ -48,6 +50,7 @@ func New(name string, fieldTTL bool, ops Ops) *Backend {
 		Name:     name,
 		FieldTTL: fieldTTL,
 		Add:      NewScript(lib+bodyAdd, false),
+		AddNoSum: NewScript(lib+bodyAddNoSum, false),
 		Sum:      NewScript(lib+bodySum, false),
 		Allow:    NewScript(lib+bodyAllow, false),
 		Inspect:  NewScript(lib+bodyInspect, true),

@@ -19,8 +19,10 @@
 //	Add        HGETALL, HINCRBY, PEXPIREAT, [HDEL]     HGETALL, HINCRBY, HPEXPIREAT, PEXPIREAT
 //	Sum        HGETALL, [HDEL]                         HGETALL
 //	Allow      HGETALL, [HINCRBY, PEXPIREAT], [HDEL]   HGETALL, [HINCRBY, HPEXPIREAT, PEXPIREAT]
+//	AddNoSum   HINCRBY, PEXPIREAT, HLEN, [HGETALL, HDEL] HINCRBY, HPEXPIREAT, PEXPIREAT
 //
-// HDEL runs only when there are stale fields. With the server clock (the
+// HDEL runs only when there are stale fields; AddNoSum reads the counter only
+// when HLEN says it holds more fields than a window can. With the server clock (the
 // default) each script also runs TIME.
 package nativehash
 
@@ -53,6 +55,13 @@ local function ws_ttls(key, fields, pttl)
   for i = 1, #fields do out[i] = pttl end
   return out
 end
+local function ws_tidy(L, key)
+  -- A window holds at most w/b + 1 buckets (one more across a year end).
+  if redis.call('HLEN', key) > L.w / L.b + 1 then
+    local S = ws_scan(L, ws_read(key))
+    if #S.stale > 0 then ws_drop(key, S.stale) end
+  end
+end
 `))
 
 // FieldTTL is the backend for servers with hash-field TTL (HPEXPIREAT).
@@ -71,6 +80,7 @@ local function ws_ttls(key, fields, pttl)
   end)
   return out
 end
+local function ws_tidy(L, key) end
 `))
 
 // SupportsFieldTTL reports whether the server has hash-field TTL, by asking

@@ -53,6 +53,18 @@ go test -count=1 "$@" ./...
 (cd metrics/prom && go vet ./... && go test -count=1 "$@" ./...)
 echo "== integration tests (tests module, real servers)"
 (cd tests && go vet ./... && go test -count=1 -timeout 15m "$@" ./...)
+echo "== benchmark regression check (printed, never asserted)"
+if command -v redis-server >/dev/null; then
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 16399)
+  bdir=$(mktemp -d)
+  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$bdir" --daemonize yes --pidfile "$bdir/pid" >/dev/null
+  sleep 0.3
+  go run ./cmd/windowctl --addr "redis://127.0.0.1:$port" bench --keys 2000 --duration 300ms --buckets 10,60 || echo "test.sh: bench failed" >&2
+  kill "$(cat "$bdir/pid")" 2>/dev/null || true
+  rm -rf "$bdir"
+else
+  echo "test.sh: no local redis-server: benchmark check skipped" >&2
+fi
 if $docker_ok && command -v docker-compose >/dev/null; then
   echo "== compose file: config, up, smoke test, down"
   bash compose/smoke.sh

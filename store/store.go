@@ -193,6 +193,30 @@ func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64)
 	return n, wrap("add", key, err)
 }
 
+// AddNoSum adds delta to the current bucket of key like Add, but neither reads
+// nor returns the sum: the cheapest write. It does not check the other fields
+// of the key (a hash that is not a counter gets a bucket field; another Redis
+// type is still refused with ErrWrongType), nor the window sum's int64 range
+// (each bucket's is checked). On the plain hash it deletes stale buckets only
+// when the key holds more fields than a window can; reads delete the rest.
+func (s *Store) AddNoSum(ctx context.Context, key string, delta int64) error {
+	return s.addNoSum(ctx, nil, key, delta)
+}
+
+// AddNoSumAt is AddNoSum at instant t on the client's clock.
+func (s *Store) AddNoSumAt(ctx context.Context, t time.Time, key string, delta int64) error {
+	return s.addNoSum(ctx, &t, key, delta)
+}
+
+func (s *Store) addNoSum(ctx context.Context, at *time.Time, key string, delta int64) error {
+	rk, err := s.RedisKey(key)
+	if err != nil {
+		return fmt.Errorf("store: add: %w", err)
+	}
+	err = s.be.AddNoSum.Exec(ctx, s.client, rk, s.args(at, s.winMs, strconv.FormatInt(delta, 10))).Error()
+	return wrap("add", key, err)
+}
+
 // Sum returns the window sum of key; 0 for a key that does not exist. It
 // changes no count; on the plain backend it deletes the stale buckets it sees.
 func (s *Store) Sum(ctx context.Context, key string) (int64, error) {

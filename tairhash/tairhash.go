@@ -17,9 +17,10 @@
 //
 // Per operation, one script and one round trip:
 //
-//	Add    TIME, EXHGETALL, EXHINCRBY, EXHPEXPIREAT, PEXPIREAT
-//	Sum    TIME, EXHGETALL
-//	Allow  TIME, EXHGETALL, and when it allows: EXHINCRBY, EXHPEXPIREAT, PEXPIREAT
+//	Add      TIME, EXHGETALL, EXHINCRBY, EXHPEXPIREAT
+//	AddNoSum TIME, EXHINCRBY, EXHPEXPIREAT, PEXPIREAT
+//	Sum      TIME, EXHGETALL
+//	Allow    TIME, EXHGETALL, and when it allows: EXHINCRBY, EXHPEXPIREAT
 //
 // A TairHash key and a native hash key cannot be mixed: each type's commands
 // fail with WRONGTYPE on the other, and the store reports store.ErrWrongType.
@@ -56,6 +57,7 @@ local function ws_ttls(key, fields, pttl)
   for i = 1, #fields do out[i] = redis.call('EXHPTTL', key, fields[i]) end
   return out
 end
+local function ws_tidy(L, key) end
 `)
 
 // FieldPTTL returns the remaining life of one field in ms, as EXHPTTL answers:

@@ -91,6 +91,9 @@ func BenchmarkStore(b *testing.B) {
 		b.Run(fmt.Sprintf("Add/buckets=%d", buckets), func(b *testing.B) {
 			runParallel(b, func(ctx context.Context, k string) error { _, err := s.Add(ctx, k, 1); return err })
 		})
+		b.Run(fmt.Sprintf("AddNoSum/buckets=%d", buckets), func(b *testing.B) {
+			runParallel(b, func(ctx context.Context, k string) error { return s.AddNoSum(ctx, k, 1) })
+		})
 		b.Run(fmt.Sprintf("Sum/buckets=%d", buckets), func(b *testing.B) {
 			runParallel(b, func(ctx context.Context, k string) error { _, err := s.Sum(ctx, k); return err })
 		})

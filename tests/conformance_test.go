@@ -404,3 +404,32 @@ func dirty(t testing.TB, c rueidis.Client) string {
 	t.Fatal("no rdb_changes_since_last_save in INFO")
 	return ""
 }
+
+// TestConformanceAddNoSum: AddNoSum counts like Add, and on the plain hash
+// keeps the key from piling up stale buckets even when nothing reads it.
+func TestConformanceAddNoSum(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: 5 * time.Second, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		t0 := time.Now().Truncate(time.Second)
+		var evs []event
+		for i := 0; i < 40; i++ {
+			at := t0.Add(time.Duration(i) * 700 * time.Millisecond)
+			require.NoError(t, s.AddNoSumAt(ctx, at, "ns", int64(i%3+1)))
+			evs = append(evs, event{at, int64(i%3 + 1)})
+			// (With field TTLs, buckets go when real time passes, and this
+			// clock runs ahead of it; only the plain hash must sweep.)
+			if !tg.wantFieldTTL {
+				snap, err := s.Inspect(ctx, "ns")
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(snap.Buckets), w.Buckets()+2, "stale buckets pile up")
+			}
+		}
+		last := evs[len(evs)-1].at
+		n, err := s.SumAt(ctx, last, "ns")
+		require.NoError(t, err)
+		require.Equal(t, modelSum(s.Codec(), evs, last, w.Length), n)
+		require.ErrorIs(t, s.AddNoSum(ctx, "", 1), store.ErrInvalid)
+	})
+}

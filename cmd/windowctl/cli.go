@@ -95,6 +95,8 @@ commands:
   allow --limit N KEY [COST]  count COST (default 1) only if the sum stays <= N
   inspect KEY                 show every bucket of the counter
   demo                        play a short risk-control scenario
+  bench [--keys N] [--buckets 10,60] [--goroutines N] [--duration D] [--ops LIST]
+                              measure every operation against baselines (flags before bench are global)
 
 flags (before or after the command):
   --addr URL      redis://, rediss:// or unix:// (default $WINDOWSTORE_ADDR, else redis://127.0.0.1:6379)
@@ -142,6 +144,9 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 		return usagef("no command given")
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
+	if cmd == "bench" { // bench has flags of its own; the global ones go before it
+		return runBench(g, rest, stdout)
+	}
 	cfs := newFlagSet(cmd, stderr)
 	g.register(cfs)
 	limit := cfs.Int64("limit", -1, "the limit, for allow")
@@ -238,6 +243,7 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 			return usagef("demo takes no arguments")
 		}
 		return demo(g, stdout)
+
 	default:
 		return usagef("unknown command %q", cmd)
 	}

@@ -29,6 +29,8 @@
 //	inspect KEY            every bucket of the counter, with its TTL
 //	demo                   a short risk-control scenario; with no --addr (and no
 //	                       $WINDOWSTORE_ADDR) it runs on an embedded in-process server
+//	bench [flags]          throughput and latency of every operation, with
+//	                       baselines measured in the same run (windowctl bench -h)
 //
 // Exit status: 0 on success, 2 for bad usage (with a message on stderr), 1 for
 // a server error (with a message on stderr).
