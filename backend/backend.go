@@ -13,6 +13,7 @@ package backend
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/redis/rueidis"
 )
@@ -94,6 +95,34 @@ func Args(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64, ext
 	for i, y := range years {
 		a[4+i] = strconv.FormatInt(y, 10)
 	}
+	return append(a, extra...)
+}
+
+// ArgsCache builds the same arguments as Args, reusing the decimal strings of
+// the parts that rarely change (bucket, window, lookback, years): formatting
+// them on every call is a measurable share of a call's client CPU. The zero
+// value is ready to use; it is safe for concurrent use.
+type ArgsCache struct {
+	last atomic.Pointer[argsEntry]
+}
+
+type argsEntry struct {
+	bucketMs, windowMs, lookbackMs int64
+	years                          [5]int64
+	fixed                          []string // ARGV 2..9
+}
+
+// Build returns Args(clock, bucketMs, windowMs, lookbackMs, years, extra...).
+func (c *ArgsCache) Build(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64, extra ...string) []string {
+	e := c.last.Load()
+	if e == nil || e.bucketMs != bucketMs || e.windowMs != windowMs || e.lookbackMs != lookbackMs || e.years != years {
+		full := Args(ServerClock, bucketMs, windowMs, lookbackMs, years)
+		e = &argsEntry{bucketMs: bucketMs, windowMs: windowMs, lookbackMs: lookbackMs, years: years, fixed: full[1:9]}
+		c.last.Store(e)
+	}
+	a := make([]string, 9, 9+len(extra))
+	a[0] = clock.Arg()
+	copy(a[1:], e.fixed)
 	return append(a, extra...)
 }
 

@@ -97,6 +97,7 @@ type Store struct {
 	winMs  int64            // ms
 	entity string           // the hash tag of an Entity view
 	tagged bool
+	argc   *backend.ArgsCache
 }
 
 // New returns a Store for counters of window w, kept through the caller's
@@ -127,7 +128,7 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 	}
 	return &Store{
 		client: client, win: w, codec: codec, be: be, det: det,
-		prefix: cfg.prefix, now: cfg.now,
+		prefix: cfg.prefix, now: cfg.now, argc: &backend.ArgsCache{},
 		bucket: w.Bucket.Milliseconds(), winMs: w.Length.Milliseconds(),
 	}, nil
 }
@@ -168,7 +169,7 @@ func (s *Store) args(at *time.Time, lookback int64, extra ...string) []string {
 		ref = s.now()
 		clock = backend.ClientClock(ref.UnixMilli())
 	}
-	return backend.Args(clock, s.bucket, s.winMs, lookback, s.codec.YearStarts(ref), extra...)
+	return s.argc.Build(clock, s.bucket, s.winMs, lookback, s.codec.YearStarts(ref), extra...)
 }
 
 // Add adds delta (any int64, negative allowed) to the current bucket of key

@@ -108,3 +108,21 @@ func TestTokensArgsLayout(t *testing.T) {
 	got = backend.Args(backend.ServerClock, 1, 2, 2, [5]int64{}, "d")
 	require.Equal(t, []string{"", "1", "2", "2", "0", "0", "0", "0", "0", "d"}, got)
 }
+
+func TestTokensArgsCache(t *testing.T) {
+	var c backend.ArgsCache
+	years := [5]int64{1, 2, 3, 4, 5}
+	for _, tc := range []struct {
+		clock    backend.Clock
+		b, w, lb int64
+		years    [5]int64
+		extra    []string
+	}{
+		{backend.ServerClock, 1000, 60000, 60000, years, []string{"5"}},
+		{backend.ClientClock(42), 1000, 60000, 60000, years, []string{"7", "1"}},
+		{backend.ClientClock(43), 1000, 60000, 30000, years, nil},
+		{backend.ServerClock, 1000, 60000, 30000, [5]int64{2, 3, 4, 5, 6}, []string{"x"}},
+	} {
+		require.Equal(t, backend.Args(tc.clock, tc.b, tc.w, tc.lb, tc.years, tc.extra...), c.Build(tc.clock, tc.b, tc.w, tc.lb, tc.years, tc.extra...))
+	}
+}
