@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	redis_rate "github.com/go-redis/redis_rate/v10"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -179,4 +182,35 @@ func fillNaive(b *testing.B, c rueidis.Client, prefix string, buckets int) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkAllowPeers compares every limiter of this project with
+// go-redis/redis_rate's GCRA (AllowN) on the same server, 10k keys, limits
+// high enough that every call is admitted (the path that writes).
+func BenchmarkAllowPeers(b *testing.B) {
+	srv, c := benchServer(b)
+	ctx := context.Background()
+	w := 10 * time.Second
+	st, err := store.New(ctx, c, store.Window{Length: w, Bucket: time.Second}, store.WithPrefix("peer:sw:"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sw, _ := limit.NewSlidingWindow(st, "sw", 1<<40)
+	lg, _ := limit.NewLog(c, "log", "peer:", 1<<40, w)
+	fx, _ := limit.NewFixedWindow(c, "fixed", "peer:", 1<<40, w)
+	for _, l := range []limit.Limiter{sw, lg, fx} {
+		b.Run(l.Policy().Algorithm, func(b *testing.B) {
+			runParallel(b, func(ctx context.Context, k string) error { _, err := l.Allow(ctx, k, 1); return err })
+		})
+	}
+	gr := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 64})
+	defer gr.Close()
+	rl := redis_rate.NewLimiter(gr)
+	lim := redis_rate.Limit{Rate: 1 << 30, Burst: 1 << 30, Period: w}
+	b.Run("redis_rate-gcra", func(b *testing.B) {
+		runParallel(b, func(ctx context.Context, k string) error {
+			_, err := rl.AllowN(ctx, "peer:gcra:"+k, lim, 1)
+			return err
+		})
+	})
 }

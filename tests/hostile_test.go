@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis/rueidiscompat"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -36,7 +37,8 @@ func TestHostileKeys(t *testing.T) {
 	for i := range keys {
 		require.EqualValues(t, i+1, sums[i], "key %q shares a counter", keys[i])
 	}
-	redisKeys, err := c.Do(ctx, c.B().Keys().Pattern(prefix+"*").Build()).AsStrSlice()
+	// rueidiscompat gives the go-redis style API on the same client.
+	redisKeys, err := rueidiscompat.NewAdapter(c).Keys(ctx, prefix+"*").Result()
 	require.NoError(t, err)
 	require.Len(t, redisKeys, len(keys))
 	for _, rk := range redisKeys {
