@@ -13,12 +13,14 @@
 //     replicates correctly. A promoted replica would otherwise count forever.
 //
 // Reads use EXHGETALL, which skips expired fields, so no sweep is needed. The
-// key also gets an expiry, at its newest bucket's, as a safety net.
+// key gets no expiry of its own: the module deletes it with its last field,
+// and a key-level expiry crashed the module (an assertion in its passive
+// expiry, once Redis had expired the key under it), even in SORT mode.
 //
 // Per operation, one script and one round trip:
 //
 //	Add      TIME, EXHGETALL, EXHINCRBY, EXHPEXPIREAT
-//	AddNoSum TIME, EXHINCRBY, EXHPEXPIREAT, PEXPIREAT
+//	AddNoSum TIME, EXHINCRBY, EXHPEXPIREAT
 //	Sum      TIME, EXHGETALL
 //	Allow    TIME, EXHGETALL, and when it allows: EXHINCRBY, EXHPEXPIREAT
 //

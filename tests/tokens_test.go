@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +125,22 @@ func TestTokensArgsCache(t *testing.T) {
 		{backend.ServerClock, 1000, 60000, 30000, [5]int64{2, 3, 4, 5, 6}, []string{"x"}},
 	} {
 		require.Equal(t, backend.Args(tc.clock, tc.b, tc.w, tc.lb, tc.years, tc.extra...), c.Build(tc.clock, tc.b, tc.w, tc.lb, tc.years, tc.extra...))
+	}
+}
+
+// TestTokensTairHash checks the TairHash command tokens and that its write is
+// the replica-safe form: EXHINCRBY with no TTL argument, then EXHPEXPIREAT with
+// an absolute time, and no key-level expiry.
+func TestTokensTairHash(t *testing.T) {
+	c := mock.NewClient(gomock.NewController(t))
+	require.Equal(t, []string{"EXHPTTL", "k", "f"}, tairhash.FieldPTTLCommand(c, "k", "f").Commands())
+	for _, sc := range []*backend.Script{tairhash.Backend.Add, tairhash.Backend.AddNoSum, tairhash.Backend.Allow} {
+		src := sc.Source()
+		incr := strings.Index(src, "redis.call('EXHINCRBY', key, L.field, delta)")
+		exp := strings.Index(src, "redis.call('EXHPEXPIREAT', key, L.field, at)")
+		require.True(t, incr > 0 && exp > incr, "EXHINCRBY then EXHPEXPIREAT")
+		for _, bad := range []string{"PXAT", "KEEPTTL", "'EXHPEXPIRE'", "'PEXPIREAT', key", "'PEXPIRE'"} {
+			require.NotContains(t, src, bad)
+		}
 	}
 }
