@@ -14,6 +14,7 @@ import (
 	"github.com/windowstore/windowstore/fieldcodec"
 	"github.com/windowstore/windowstore/nativehash"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tairhash"
 	"go.uber.org/mock/gomock"
 )
 
@@ -133,7 +134,8 @@ func TestTokensArgsCache(t *testing.T) {
 // an absolute time, and no key-level expiry.
 func TestTokensTairHash(t *testing.T) {
 	c := mock.NewClient(gomock.NewController(t))
-	require.Equal(t, []string{"EXHPTTL", "k", "f"}, tairhash.FieldPTTLCommand(c, "k", "f").Commands())
+	cmd := tairhash.FieldPTTLCommand(c, "k", "f")
+	require.Equal(t, []string{"EXHPTTL", "k", "f"}, cmd.Commands())
 	for _, sc := range []*backend.Script{tairhash.Backend.Add, tairhash.Backend.AddNoSum, tairhash.Backend.Allow} {
 		src := sc.Source()
 		incr := strings.Index(src, "redis.call('EXHINCRBY', key, L.field, delta)")
