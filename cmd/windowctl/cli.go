@@ -79,10 +79,10 @@ func (g *globals) register(fs *flag.FlagSet) {
 	})
 }
 
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+// newFlagSet makes a quiet flag set: errors are reported once, by run.
+func newFlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	_ = stderr
 	return fs
 }
 
@@ -112,7 +112,7 @@ flags (before or after the command):
 
 // run is the whole program; it returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	err := dispatch(args, stdout, stderr)
+	err := dispatch(args, stdout)
 	var ue usageError
 	switch {
 	case err == nil:
@@ -129,9 +129,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-func dispatch(args []string, stdout, stderr io.Writer) error {
+func dispatch(args []string, stdout io.Writer) error {
 	g := &globals{window: time.Minute, bucket: time.Second, backend: "auto", prefix: store.DefaultPrefix, timeout: 5 * time.Second}
-	fs := newFlagSet("windowctl", stderr)
+	fs := newFlagSet("windowctl")
 	g.register(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -147,7 +147,7 @@ func dispatch(args []string, stdout, stderr io.Writer) error {
 	if cmd == "bench" { // bench has flags of its own; the global ones go before it
 		return runBench(g, rest, stdout)
 	}
-	cfs := newFlagSet(cmd, stderr)
+	cfs := newFlagSet(cmd)
 	g.register(cfs)
 	limit := cfs.Int64("limit", -1, "the limit, for allow")
 	if err := cfs.Parse(rest); err != nil {
