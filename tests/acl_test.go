@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -82,4 +83,45 @@ func TestACLMinimal(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n, "a refused add changed the counter")
 	})
+}
+
+// TestACLLimiters runs the log and fixed-window limiters as users restricted
+// to the rules the README gives for them.
+func TestACLLimiters(t *testing.T) {
+	srv := harness.Shared(t, harness.Redis70)
+	admin := srv.Client(t)
+	ctx := ctxT(t)
+	base := aclConnect + " +evalsha +eval +time +pexpireat"
+	for _, tc := range []struct {
+		name, rule string
+		make       func(c rueidis.Client) (limit.Limiter, error)
+	}{
+		{"log", base + " +zremrangebyscore +zcard +zadd +zrange", func(c rueidis.Client) (limit.Limiter, error) {
+			return limit.NewLog(c, "log", "acl:", 2, time.Minute)
+		}},
+		{"fixed", base + " +hmget +hset +hincrby", func(c rueidis.Client) (limit.Limiter, error) {
+			return limit.NewFixedWindow(c, "fixed", "acl:", 2, time.Minute)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			user := "ws-lim-" + tc.name
+			args := append([]string{"SETUSER", user, "reset", "on", ">" + aclSecret, aclKeyPattern, "-@all"}, strings.Fields(tc.rule)...)
+			require.NoError(t, admin.Do(ctx, admin.B().Arbitrary("ACL").Args(args...).Build()).Error())
+			t.Cleanup(func() {
+				_ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error()
+			})
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: user, Password: aclSecret,
+				DisableCache: true, ForceSingleClient: true})
+			require.NoError(t, err)
+			defer c.Close()
+			l, err := tc.make(c)
+			require.NoError(t, err)
+			k := harness.Prefix(t)
+			for i, want := range []bool{true, true, false} {
+				d, err := l.Allow(ctx, k, 1)
+				require.NoError(t, err, "call %d", i)
+				require.Equal(t, want, d.Allowed, "call %d", i)
+			}
+		})
+	}
 }
