@@ -24,6 +24,26 @@ const (
 	aclKeyPattern = "~acl:*"
 )
 
+// aclClient creates (or resets) an ACL user with exactly rule, limited to the
+// acl: key pattern, and returns a client logged in as it. setRule changes the
+// user's rule later.
+func aclClient(t *testing.T, admin rueidis.Client, addr, user, rule string) (c rueidis.Client, setRule func(string)) {
+	t.Helper()
+	setRule = func(r string) {
+		args := append([]string{"SETUSER", user, "reset", "on", ">" + aclSecret, aclKeyPattern, "-@all"}, strings.Fields(r)...)
+		require.NoError(t, admin.Do(context.Background(), admin.B().Arbitrary("ACL").Args(args...).Build()).Error())
+	}
+	setRule(rule)
+	t.Cleanup(func() {
+		_ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error()
+	})
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, Username: user, Password: aclSecret,
+		DisableCache: true, ForceSingleClient: true})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c, setRule
+}
+
 // TestACLMinimal runs every operation as a user restricted to exactly the
 // documented rules, on every backend, and checks that a rule less fails.
 func TestACLMinimal(t *testing.T) {
@@ -34,19 +54,7 @@ func TestACLMinimal(t *testing.T) {
 		srv := harness.Shared(t, tg.kind)
 		admin := srv.Client(t)
 		ctx := ctxT(t)
-		user := "ws-" + strings.ReplaceAll(tg.name, "/", "-")
-		setUser := func(r string) {
-			args := append([]string{"SETUSER", user, "reset", "on", ">" + aclSecret, aclKeyPattern, "-@all"}, strings.Fields(r)...)
-			require.NoError(t, admin.Do(ctx, admin.B().Arbitrary("ACL").Args(args...).Build()).Error())
-		}
-		setUser(rule)
-		t.Cleanup(func() {
-			_ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error()
-		})
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: user, Password: aclSecret,
-			DisableCache: true, ForceSingleClient: true})
-		require.NoError(t, err)
-		defer c.Close()
+		c, setUser := aclClient(t, admin, srv.Addr, "ws-"+strings.ReplaceAll(tg.name, "/", "-"), rule)
 		s, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix("acl:"), store.WithBackend(tg.backend))
 		require.NoError(t, err)
 		require.Equal(t, tg.wantBackend, s.Detection().Backend, s.Detection().Reason)
@@ -104,16 +112,7 @@ func TestACLLimiters(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			user := "ws-lim-" + tc.name
-			args := append([]string{"SETUSER", user, "reset", "on", ">" + aclSecret, aclKeyPattern, "-@all"}, strings.Fields(tc.rule)...)
-			require.NoError(t, admin.Do(ctx, admin.B().Arbitrary("ACL").Args(args...).Build()).Error())
-			t.Cleanup(func() {
-				_ = admin.Do(context.Background(), admin.B().Arbitrary("ACL", "DELUSER").Args(user).Build()).Error()
-			})
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: user, Password: aclSecret,
-				DisableCache: true, ForceSingleClient: true})
-			require.NoError(t, err)
-			defer c.Close()
+			c, _ := aclClient(t, admin, srv.Addr, "ws-lim-"+tc.name, tc.rule)
 			l, err := tc.make(c)
 			require.NoError(t, err)
 			k := harness.Prefix(t)

@@ -12,6 +12,7 @@ import (
 	redis_rate "github.com/go-redis/redis_rate/v10"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/internal/baseline"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -116,25 +117,6 @@ func BenchmarkStore(b *testing.B) {
 	}
 }
 
-// naiveScript is the seed documents' window in one script: HINCRBY, EXPIRE,
-// HGETALL, then sum the live fields and HDEL the stale ones.
-var naiveScript = rueidis.NewLuaScript(`
-local now = tonumber(ARGV[1])
-local size = tonumber(ARGV[2])
-local n = tonumber(ARGV[3])
-local cur = math.floor(now / size)
-redis.call('HINCRBY', KEYS[1], cur, 1)
-redis.call('EXPIRE', KEYS[1], n * size * 2)
-local all = redis.call('HGETALL', KEYS[1])
-local sum, stale = 0, {}
-for i = 1, #all, 2 do
-  local f = tonumber(all[i])
-  if f > cur - n then sum = sum + tonumber(all[i + 1]) else stale[#stale + 1] = all[i] end
-end
-if #stale > 0 then redis.call('HDEL', KEYS[1], unpack(stale)) end
-return sum
-`)
-
 // BenchmarkBaseline measures, on the same server, the floor of server work
 // (raw HINCRBY and HGETALL, auto-pipelined) and the seed documents' naive
 // window script: the references for the ratios in the README.
@@ -155,10 +137,8 @@ func BenchmarkBaseline(b *testing.B) {
 			})
 		})
 		b.Run(fmt.Sprintf("NaiveLua/buckets=%d", buckets), func(b *testing.B) {
-			args := []string{"", "1", strconv.Itoa(buckets)}
 			runParallel(b, func(ctx context.Context, k string) error {
-				a := append([]string{strconv.FormatInt(time.Now().Unix(), 10)}, args[1:]...)
-				return naiveScript.Exec(ctx, c, []string{"naive:" + prefix + k}, a).Error()
+				return baseline.Naive.Exec(ctx, c, []string{"naive:" + prefix + k}, baseline.NaiveArgs(time.Now(), buckets)).Error()
 			})
 		})
 	}
@@ -167,17 +147,12 @@ func BenchmarkBaseline(b *testing.B) {
 // fillNaive gives every naive counter a full window of one-second fields, as
 // benchStore does for the store's counters, so both read counters of one size.
 func fillNaive(b *testing.B, c rueidis.Client, prefix string, buckets int) {
-	ctx := context.Background()
-	now := time.Now().Unix()
+	now := time.Now()
 	cmds := make(rueidis.Commands, 0, benchKeys)
 	for k := 0; k < benchKeys; k++ {
-		fv := c.B().Hset().Key("naive:" + prefix + strconv.Itoa(k)).FieldValue()
-		for i := 0; i < buckets; i++ {
-			fv = fv.FieldValue(strconv.FormatInt(now-int64(i), 10), "1")
-		}
-		cmds = append(cmds, fv.Build())
+		cmds = append(cmds, baseline.NaiveFill(c, "naive:"+prefix+strconv.Itoa(k), buckets, now))
 	}
-	for _, r := range c.DoMulti(ctx, cmds...) {
+	for _, r := range c.DoMulti(context.Background(), cmds...) {
 		if err := r.Error(); err != nil {
 			b.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/internal/baseline"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
@@ -118,21 +119,6 @@ type benchResult struct {
 	Errors     int64   `json:"errors"`
 }
 
-// naiveLua is the seed documents' design, as the baseline.
-var naiveLua = rueidis.NewLuaScript(`
-local now, size, n = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local cur = math.floor(now / size)
-redis.call('HINCRBY', KEYS[1], cur, 1)
-redis.call('EXPIRE', KEYS[1], n * size * 2)
-local all = redis.call('HGETALL', KEYS[1])
-local sum, stale = 0, {}
-for i = 1, #all, 2 do
-  if tonumber(all[i]) > cur - n then sum = sum + tonumber(all[i + 1]) else stale[#stale + 1] = all[i] end
-end
-if #stale > 0 then redis.call('HDEL', KEYS[1], unpack(stale)) end
-return sum
-`)
-
 func bench(ctx context.Context, client rueidis.Client, g *globals, cfg benchConfig, out io.Writer) error {
 	for _, nb := range cfg.buckets {
 		w := store.Window{Length: time.Duration(nb) * time.Second, Bucket: time.Second}
@@ -162,8 +148,7 @@ func bench(ctx context.Context, client rueidis.Client, g *globals, cfg benchConf
 			"sum100":   func(ctx context.Context, _ string) error { _, err := st.SumMany(ctx, sum100); return err },
 			"allow":    func(ctx context.Context, k string) error { _, err := st.Allow(ctx, k, 1<<40, 1); return err },
 			"naive": func(ctx context.Context, k string) error {
-				return naiveLua.Exec(ctx, client, []string{prefix + "naive:" + k},
-					[]string{strconv.FormatInt(time.Now().Unix(), 10), "1", strconv.Itoa(nb)}).Error()
+				return baseline.Naive.Exec(ctx, client, []string{prefix + "naive:" + k}, baseline.NaiveArgs(time.Now(), nb)).Error()
 			},
 			"zsetlog": func(ctx context.Context, k string) error { _, err := log.Allow(ctx, k, 1); return err },
 			"rawhincrby": func(ctx context.Context, k string) error {
@@ -229,11 +214,7 @@ func benchFill(ctx context.Context, c rueidis.Client, st *store.Store, prefix st
 					return
 				}
 			}
-			fv := c.B().Hset().Key(prefix + "naive:" + key).FieldValue()
-			for i := 0; i < nb; i++ {
-				fv = fv.FieldValue(strconv.FormatInt(now.Unix()-int64(i), 10), "1")
-			}
-			if err := c.Do(ctx, fv.Build()).Error(); err != nil {
+			if err := c.Do(ctx, baseline.NaiveFill(c, prefix+"naive:"+key, nb, now)).Error(); err != nil {
 				failed.Store(err)
 			}
 		}(k)
