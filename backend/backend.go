@@ -4,8 +4,8 @@
 // A backend is a set of Lua scripts, one per operation, that all take the same
 // keys and arguments and answer in the same shape, so that store has one code
 // path for every server. The scripts share one Lua library (the clock, live
-// ranges, classification, retry-after); a backend supplies only the five Lua
-// functions that touch its data type (see [Ops]).
+// ranges, classification, retry-after); a backend supplies only the six small
+// Lua functions that touch its data type (see [Ops]).
 //
 // Most users never import this package: store picks the backend.
 package backend

@@ -198,13 +198,7 @@ local function ws_retry(L, S, cost, limit)
 end
 `
 
-// Operation bodies. Each backend supplies, in Lua:
-//
-//	ws_read(key)              -> flat {field, value, ...} of the counter's fields
-//	ws_incr(L, key, delta)    -> add delta (a string) to bucket L.field and set its expiry
-//	ws_drop(key, fields)      -> delete the given fields
-//	ws_ttls(key, fields, pttl)-> the remaining life in ms of each field
-//
+// Operation bodies. They call the functions every backend supplies (see Ops);
 // ws_incr must write nothing when the increment fails (overflow, not an
 // integer), so that every script leaves the key untouched on error.
 const (
