@@ -18,7 +18,8 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Ops is the Lua a backend supplies. It must define these local functions:
+// Prims is the Lua a backend supplies to touch its data type. It must define
+// these local functions:
 //
 //	ws_read(key)               -> flat {field, value, ...} of the counter
 //	ws_incr(L, key, delta)     -> add delta (a string) to bucket L.field and make it
@@ -28,6 +29,17 @@ import (
 //	ws_ttls(key, fields, pttl) -> each field's remaining life in ms (-1: none)
 //	ws_tidy(L, key)            -> after a write that read nothing: delete stale
 //	                              fields if they could pile up (plain hash only)
+type Prims string
+
+// Ops is the Lua that defines a backend's four operations, after its Prims and
+// the shared scan-based operations:
+//
+//	ws_add(L, key, delta)         -> the new window sum (number or decimal string)
+//	ws_addnosum(L, key, delta)    -> 1
+//	ws_allow(L, key, limit, cost) -> {allowed, sum, retry ms, reset ms}
+//	ws_sum(L, key)                -> the sum over L.lb; must not write
+//
+// ScanOps binds them to the shared ones that read the whole counter.
 type Ops string
 
 // Backend is one way of keeping counters on a server. Its zero value is not
@@ -40,23 +52,31 @@ type Backend struct {
 	// rather than being deleted by the scripts.
 	FieldTTL bool
 
-	// The scripts; see the argument layout at Args.
-	Add, AddNoSum, Sum, Allow, Inspect *Script
+	// Write runs a batch of Add, AddNoSum and Allow operations on many keys
+	// (OpAdd...); Sum answers the sums of many keys; both answer with one
+	// entry per key. Sum and Inspect (one key) are read-only. See the
+	// argument layout at Args.
+	Write, Sum, Inspect *Script
 }
 
-// New builds a backend from its Lua operations.
-func New(name string, fieldTTL bool, ops Ops) *Backend {
-	lib := prelude + string(ops)
+// New builds a backend from its Lua primitives and operations.
+func New(name string, fieldTTL bool, prims Prims, ops Ops) *Backend {
+	lib := prelude + string(prims) + scanLib + string(ops)
 	return &Backend{
 		Name:     name,
 		FieldTTL: fieldTTL,
-		Add:      NewScript(lib+bodyAdd, false),
-		AddNoSum: NewScript(lib+bodyAddNoSum, false),
-		Sum:      NewScript(lib+bodySum, false),
-		Allow:    NewScript(lib+bodyAllow, false),
+		Write:    NewScript(lib+bodyWrite, false),
+		Sum:      NewScript(lib+bodySum, true),
 		Inspect:  NewScript(lib+bodyInspect, true),
 	}
 }
+
+// The operation codes of a Write batch.
+const (
+	OpAdd      = "a" // delta: Add
+	OpAddNoSum = "n" // delta: AddNoSum
+	OpAllow    = "w" // limit, cost: Allow
+)
 
 // Clock is the clock argument of Args. ServerClock makes the scripts read the
 // server's TIME.
@@ -85,7 +105,8 @@ func (c Clock) Arg() string {
 //	1 clock (Unix ms, or "" for the server's TIME)
 //	2 bucket ms   3 window ms   4 lookback ms
 //	5..9 the starts of the five years around now (fieldcodec.Codec.YearStarts)
-//	10.. extra: add: delta; allow: limit, cost; sum and inspect: none
+//	10.. extra: Write: per operation, its code (OpAdd...) and arguments;
+//	     Sum and Inspect: none
 func Args(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64, extra ...string) []string {
 	a := make([]string, 9, 9+len(extra))
 	a[0] = clock.Arg()
@@ -109,21 +130,35 @@ type ArgsCache struct {
 type argsEntry struct {
 	bucketMs, windowMs, lookbackMs int64
 	years                          [5]int64
-	fixed                          []string // ARGV 2..9
+	server                         []string // ARGV 1..9 with the server clock
 }
 
 // Build returns Args(clock, bucketMs, windowMs, lookbackMs, years, extra...).
 func (c *ArgsCache) Build(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64, extra ...string) []string {
+	hdr := c.Header(clock, bucketMs, windowMs, lookbackMs, years)
+	a := make([]string, 9, 9+len(extra))
+	copy(a, hdr)
+	return append(a, extra...)
+}
+
+// Header returns ARGV 1..9 of Args, without the extra arguments. With the
+// server clock it returns the same slice for the same arguments, until they
+// change, so that callers can tell by identity which calls share a header. The
+// slice must not be modified.
+func (c *ArgsCache) Header(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64) []string {
 	e := c.last.Load()
 	if e == nil || e.bucketMs != bucketMs || e.windowMs != windowMs || e.lookbackMs != lookbackMs || e.years != years {
-		full := Args(ServerClock, bucketMs, windowMs, lookbackMs, years)
-		e = &argsEntry{bucketMs: bucketMs, windowMs: windowMs, lookbackMs: lookbackMs, years: years, fixed: full[1:9]}
+		e = &argsEntry{bucketMs: bucketMs, windowMs: windowMs, lookbackMs: lookbackMs, years: years,
+			server: Args(ServerClock, bucketMs, windowMs, lookbackMs, years)}
 		c.last.Store(e)
 	}
-	a := make([]string, 9, 9+len(extra))
+	if !clock.client {
+		return e.server
+	}
+	a := make([]string, 9)
+	copy(a, e.server)
 	a[0] = clock.Arg()
-	copy(a[1:], e.fixed)
-	return append(a, extra...)
+	return a
 }
 
 // Script is a Lua script run with EVALSHA, falling back to EVAL when the server
@@ -162,7 +197,7 @@ func (s *Script) Exec(ctx context.Context, c rueidis.Client, key string, args []
 
 // Call is one run of a script in ExecMulti.
 type Call struct {
-	Key  string
+	Keys []string
 	Args []string
 }
 
@@ -198,14 +233,14 @@ func (s *Script) ExecMulti(ctx context.Context, c rueidis.Client, calls []Call) 
 
 func (s *Script) evalsha(c rueidis.Client, k Call) rueidis.Completed {
 	if s.readOnly {
-		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(1).Key(k.Key).Arg(k.Args...).Build()
+		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
 	}
-	return c.B().Evalsha().Sha1(s.sha).Numkeys(1).Key(k.Key).Arg(k.Args...).Build()
+	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
 }
 
 func (s *Script) eval(c rueidis.Client, k Call) rueidis.Completed {
 	if s.readOnly {
-		return c.B().EvalRo().Script(s.src).Numkeys(1).Key(k.Key).Arg(k.Args...).Build()
+		return c.B().EvalRo().Script(s.src).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
 	}
-	return c.B().Eval().Script(s.src).Numkeys(1).Key(k.Key).Arg(k.Args...).Build()
+	return c.B().Eval().Script(s.src).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
 }

@@ -54,7 +54,7 @@ local function ws_live(a)
   if i == 0 then
     ws_err('WSCLOCK', 'server clock ' .. L.now .. ' is more than a year from the client clock')
   end
-  L.cur, L.prev = y[i], y[i - 1]
+  L.cur, L.prev, L.nxt = y[i], y[i - 1], y[i + 1]
   L.c = math.floor((L.now - L.cur) / L.b)
   L.field = string.format('%d', L.c)
   L.cstart = L.cur + L.c * L.b
@@ -90,23 +90,26 @@ local function ws_scan(L, all, keep)
   local lthr = L.now - L.lb
   local lo, c, plo, phi, cur, prev, b = L.lo, L.c, L.plo, L.phi, L.cur, L.prev, L.b
   local sum, big, nstale = 0, false, 0
+  local nlive = 0
   for i = 1, #all, 2 do
     local f = all[i]
     local code = tonumber(f)
     local b1 = string.byte(f, 1)
-    if code == nil or code < 0 or code % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
-      ws_err('WSNOTCOUNTER', 'the key holds fields that are not bucket codes; it is not a counter')
-    end
     local s
-    if code >= lo and code <= c then
+    if code == nil and (f == 'm' or f == 't') then
+      -- the running total and its mark (see WS_SWEEP), not a bucket
+    elseif code == nil or code < 0 or code % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
+      ws_err('WSNOTCOUNTER', 'the key holds fields that are not bucket codes; it is not a counter')
+    elseif code >= lo and code <= c then
       s = cur + code * b
     elseif code >= plo and code <= phi then
       s = prev + code * b
-    end
-    if s == nil then
+    else
       nstale = nstale + 1
       S.stale[nstale] = f
-    else
+    end
+    if s ~= nil then
+      nlive = nlive + 1
       local v = tonumber(all[i + 1])
       if v == nil then
         ws_err('WSNOTCOUNTER', 'the key holds a value that is not an integer; it is not a counter')
@@ -120,7 +123,7 @@ local function ws_scan(L, all, keep)
     end
   end
   if sum >= WS_BIG or sum <= -WS_BIG then big = true end
-  S.sum, S.big = sum, big
+  S.sum, S.big, S.live = sum, big, nlive
   return S
 end
 
@@ -148,7 +151,8 @@ local function ws_exactsum(L, all, delta)
   for i = 1, #all, 2 do
     local code = tonumber(all[i])
     local s
-    if code >= L.lo and code <= L.c then s = L.cur + code * L.b
+    if code == nil then -- m or t: not a bucket
+    elseif code >= L.lo and code <= L.c then s = L.cur + code * L.b
     elseif code >= L.plo and code <= L.phi then s = L.prev + code * L.b end
     if s ~= nil and s > lthr then
       local h, l = ws_split(all[i + 1])
@@ -196,71 +200,169 @@ local function ws_retry(L, S, cost, limit)
   end
   return -1
 end
+
+-- ws_low is the start of the oldest live bucket (Unix ms, script's clock).
+local function ws_low(L)
+  if L.plo <= L.phi then return L.prev + L.plo * L.b end
+  return L.cur + L.lo * L.b
+end
+
+-- WS_SWEEP is how many buckets a write may sweep one by one (see ws_dead); a
+-- counter idle for longer is read whole instead.
+local WS_SWEEP = 32
+
+-- ws_dead lists the codes of the buckets that start in [from, to): the ones
+-- that left the window between a write whose oldest live bucket started at
+-- from and now (to = ws_low(L)). A bucket that ends a year may be short, so
+-- the walk steps to the next year's start when it gets there. It returns nil
+-- when there are more than WS_SWEEP codes, or when from is not a bucket start
+-- of this year or the last (a counter of another window, or idle for long).
+local function ws_dead(L, from, to)
+  local codes, s = {}, from
+  while s < to do
+    local y, ny
+    if s >= L.cur then y, ny = L.cur, L.nxt
+    elseif s >= L.prev then y, ny = L.prev, L.cur
+    else return nil end
+    local k = (s - y) / L.b
+    if k % 1 ~= 0 or #codes == WS_SWEEP then return nil end
+    codes[#codes + 1] = string.format('%d', k)
+    s = math.min(s + L.b, ny)
+  end
+  return codes
+end
+
+-- ws_errmsg is the message of an error that pcall caught: Redis 7.0 hands
+-- over a string ("WRONGTYPE ..."), later servers a table {err = ...}.
+local function ws_errmsg(e)
+  if type(e) == 'table' and e.err then return e.err end
+  return tostring(e)
+end
+
+-- ws_result turns what pcall returned into one entry of a batch's reply: the
+-- value, or an error reply that keeps the error's code (WRONGTYPE, OOM, WS...).
+local function ws_result(ok, r)
+  if ok then return r end
+  local msg = ws_errmsg(r)
+  if not string.find(msg, '^[A-Z][A-Z_]* ') then msg = 'ERR windowstore: ' .. msg end
+  return redis.error_reply(msg)
+end
 `
 
-// Operation bodies. They call the functions every backend supplies (see Ops);
-// ws_incr must write nothing when the increment fails (overflow, not an
-// integer), so that every script leaves the key untouched on error.
-const (
-	bodyAdd = `
-local key = KEYS[1]
-local L = ws_live(ARGV)
-local all = ws_read(key)
-local S = ws_scan(L, all)
-local delta = ARGV[10]
-local sum = S.sum + tonumber(delta)
-local exact = nil
-if S.big or sum >= WS_BIG or sum <= -WS_BIG or math.abs(tonumber(delta)) >= WS_BIG then
-  exact = ws_exactsum(L, all, delta)
-  if exact == nil then
-    ws_err('WSOVERFLOW', 'the window sum would leave the int64 range; nothing was written')
+// scanLib follows a backend's primitives (Prims): the operations over a full
+// read of the counter (ws_read). The FieldTTL and TairHash backends use them as
+// they are (ScanOps); the plain hash falls back on them when its running total
+// cannot answer.
+const scanLib = `
+-- ws_scansum is the sum over the lookback, exactly: a number when doubles hold
+-- it, else its decimal string. It writes nothing.
+local function ws_scansum(L, key)
+  local all = ws_read(key)
+  local S = ws_scan(L, all)
+  if S.big then
+    local exact = ws_exactsum(L, all, '0')
+    if exact == nil then ws_err('WSOVERFLOW', 'the window sum leaves the int64 range') end
+    return exact
   end
+  return S.sum
 end
-ws_incr(L, key, delta)
-if #S.stale > 0 then ws_drop(key, S.stale) end
-if exact ~= nil then return exact end
-return sum
-`
-	bodyAddNoSum = `
-local key = KEYS[1]
-local L = ws_live(ARGV)
-ws_incr(L, key, ARGV[10])
-ws_tidy(L, key)
-return 1
-`
-	bodySum = `
-local key = KEYS[1]
-local L = ws_live(ARGV)
-local all = ws_read(key)
-local S = ws_scan(L, all)
-if #S.stale > 0 then ws_drop(key, S.stale) end
-if S.big then
-  local exact = ws_exactsum(L, all, '0')
-  if exact == nil then ws_err('WSOVERFLOW', 'the window sum leaves the int64 range') end
-  return exact
+
+local function ws_scanadd(L, key, delta)
+  local all = ws_read(key)
+  local S = ws_scan(L, all)
+  local sum = S.sum + tonumber(delta)
+  local exact = nil
+  if S.big or sum >= WS_BIG or sum <= -WS_BIG or math.abs(tonumber(delta)) >= WS_BIG then
+    exact = ws_exactsum(L, all, delta)
+    if exact == nil then
+      ws_err('WSOVERFLOW', 'the window sum would leave the int64 range; nothing was written')
+    end
+  end
+  ws_incr(L, key, delta)
+  if #S.stale > 0 then ws_drop(key, S.stale) end
+  if exact ~= nil then return exact end
+  return sum
 end
-return S.sum
-`
-	bodyAllow = `
-local key = KEYS[1]
-local L = ws_live(ARGV)
-local all = ws_read(key)
-local S = ws_scan(L, all, true)
-if S.big then
-  ws_err('WSOVERFLOW', 'the window sum is beyond 2^53; Allow cannot decide exactly')
+
+local function ws_scanaddnosum(L, key, delta)
+  ws_incr(L, key, delta)
+  ws_tidy(L, key)
+  return 1
 end
-local limit, cost = tonumber(ARGV[10]), tonumber(ARGV[11])
-if S.sum + cost <= limit then
-  if cost ~= 0 then
-    ws_incr(L, key, ARGV[11])
-    S.starts[#S.starts + 1] = L.cstart
-    S.vals[#S.vals + 1] = cost
+
+-- ws_decide is Allow's answer from a full read: it writes the cost when it
+-- fits (and write is set), and deletes stale fields.
+local function ws_decide(L, key, limit, cost, write)
+  local all = ws_read(key)
+  local S = ws_scan(L, all, true)
+  if S.big then
+    ws_err('WSOVERFLOW', 'the window sum is beyond 2^53; Allow cannot decide exactly')
+  end
+  local c = tonumber(cost)
+  if S.sum + c <= limit then
+    if c ~= 0 and write then
+      ws_incr(L, key, cost)
+      S.starts[#S.starts + 1] = L.cstart
+      S.vals[#S.vals + 1] = c
+    end
+    if #S.stale > 0 then ws_drop(key, S.stale) end
+    return {1, S.sum + c, 0, ws_reset(L, S)}
   end
   if #S.stale > 0 then ws_drop(key, S.stale) end
-  return {1, S.sum + cost, 0, ws_reset(L, S)}
+  return {0, S.sum, ws_retry(L, S, c, limit), ws_reset(L, S)}
 end
-if #S.stale > 0 then ws_drop(key, S.stale) end
-return {0, S.sum, ws_retry(L, S, cost, limit), ws_reset(L, S)}
+
+local function ws_scanallow(L, key, limit, cost) return ws_decide(L, key, limit, cost, true) end
+`
+
+// ScanOps binds the four operations to the scan-based ones: every operation
+// reads the whole counter.
+const ScanOps Ops = `
+local ws_add, ws_addnosum, ws_allow, ws_sum = ws_scanadd, ws_scanaddnosum, ws_scanallow, ws_scansum
+`
+
+// Operation bodies. Each backend's Ops defines ws_add(L, key, delta),
+// ws_addnosum(L, key, delta), ws_allow(L, key, limit, cost) and
+// ws_sum(L, key); the scan-based ones above serve when it has nothing better.
+// An operation must either fail before it writes, or leave the counter's sum
+// as it was (a sweep), so that a failed operation changes no count.
+const (
+	// bodyWrite runs a batch of writes on one clock: ARGV 10.. holds, per
+	// operation, its code and arguments, and KEYS its key:
+	//
+	//	a delta         Add: the new sum (an integer, or an exact decimal string)
+	//	n delta         AddNoSum: 1
+	//	w limit cost    Allow: {allowed, sum, retry ms, reset ms}
+	//
+	// The reply has one entry per operation, an error reply where it failed;
+	// one operation failing does not stop the others.
+	bodyWrite = `
+local L = ws_live(ARGV)
+local out, k, i = {}, 1, 10
+while i <= #ARGV do
+  local op, key, ok, r = ARGV[i], KEYS[k]
+  if op == 'a' then
+    ok, r = pcall(ws_add, L, key, ARGV[i + 1]); i = i + 2
+  elseif op == 'n' then
+    ok, r = pcall(ws_addnosum, L, key, ARGV[i + 1]); i = i + 2
+  elseif op == 'w' then
+    ok, r = pcall(ws_allow, L, key, tonumber(ARGV[i + 1]), ARGV[i + 2]); i = i + 3
+  else
+    ws_err('WSARGS', 'unknown operation ' .. tostring(op))
+  end
+  out[k] = ws_result(ok, r)
+  k = k + 1
+end
+return out
+`
+	// bodySum answers the sums of all its keys, one entry each (an error
+	// reply where one failed). It is read-only: it deletes nothing, so a
+	// replica can run it.
+	bodySum = `
+local L = ws_live(ARGV)
+local out = {}
+for k = 1, #KEYS do out[k] = ws_result(pcall(ws_sum, L, KEYS[k])) end
+return out
 `
 	bodyInspect = `
 local key = KEYS[1]

@@ -12,11 +12,16 @@
 //	...                              ...     │ live: start > now - 10m
 //	468000               3           13:00   ┘ <- now = 13:00:40; Sum = 1 + ... + 3
 //
-// Each operation is one Lua script (EVALSHA, with EVAL on a cold server), so it
-// is atomic and costs one round trip; SumMany pipelines one script per key. By
-// default the scripts read the server's clock (TIME), so application servers
-// whose clocks disagree still share buckets. WithClientClock and the ...At
-// methods use a client clock instead.
+// Each operation runs inside a Lua script (EVALSHA, with EVAL on a cold
+// server), so it is atomic and costs one round trip. Concurrent writes are
+// coalesced: the writes that arrive while earlier ones are in flight go out
+// together, many operations in one script call, each still atomic and
+// answered on its own (see WithBatching); SumMany sends its keys the same way.
+// Sums are read-only scripts (EVALSHA_RO), so replicas can serve them and
+// rueidis retries them on connection errors. By default the scripts read the
+// server's clock (TIME), so application servers whose clocks disagree still
+// share buckets. WithClientClock and the ...At methods use a client clock
+// instead.
 //
 // The backend is picked at New from what the server offers (see Detect and
 // WithBackend); every backend gives the same sums.
@@ -48,10 +53,12 @@ const maxExact = 1 << 53
 type Option func(*config)
 
 type config struct {
-	prefix  string
-	backend Backend
-	now     func() time.Time
-	cal     fieldcodec.Calendar
+	prefix     string
+	backend    Backend
+	now        func() time.Time
+	cal        fieldcodec.Calendar
+	batchOps   int
+	batchCalls int
 }
 
 // WithPrefix sets the prefix of every counter's Redis key. The default is
@@ -73,6 +80,19 @@ func WithClientClock(now func() time.Time) Option {
 		}
 		c.now = now
 	}
+}
+
+// WithBatching sets how the store coalesces concurrent writes (Add, AddNoSum,
+// Allow and their ...At forms): at most ops operations per script call, and at
+// most calls script calls in flight before further writes queue up for the
+// next call. A write is never held back on a timer: one that finds fewer than
+// calls in flight is sent at once. The defaults are DefaultBatchOps (64) and
+// DefaultBatchCalls (4); ops = 1 sends every write as its own script call.
+// Each operation stays atomic on its own and fails on its own; batching
+// changes only how many round trips and script calls carry them. Values below
+// 1 are taken as 1.
+func WithBatching(ops, calls int) Option {
+	return func(c *config) { c.batchOps, c.batchCalls = max(ops, 1), max(calls, 1) }
 }
 
 // WithCalendar sets where years begin, and so where field codes wrap to 0. The
@@ -98,6 +118,8 @@ type Store struct {
 	entity string           // the hash tag of an Entity view
 	tagged bool
 	argc   *backend.ArgsCache
+	writes *batcher
+	reads  *batcher
 }
 
 // New returns a Store for counters of window w, kept through the caller's
@@ -110,7 +132,7 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 	if err := w.Validate(); err != nil {
 		return nil, err
 	}
-	cfg := config{prefix: DefaultPrefix, backend: Auto}
+	cfg := config{prefix: DefaultPrefix, backend: Auto, batchOps: DefaultBatchOps, batchCalls: DefaultBatchCalls}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -130,6 +152,8 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 		client: client, win: w, codec: codec, be: be, det: det,
 		prefix: cfg.prefix, now: cfg.now, argc: &backend.ArgsCache{},
 		bucket: w.Bucket.Milliseconds(), winMs: w.Length.Milliseconds(),
+		writes: newBatcher(client, be.Write, cfg.batchOps, cfg.batchCalls),
+		reads:  newBatcher(client, be.Sum, cfg.batchOps, cfg.batchCalls),
 	}, nil
 }
 
@@ -159,9 +183,9 @@ func CheckKey(key string) error {
 // ErrInvalid, for a key that CheckKey refuses.
 func (s *Store) RedisKey(key string) (string, error) { return s.redisKey(key) }
 
-// args builds a script's arguments for the instant at (client clock) or for the
-// server clock when at is nil.
-func (s *Store) args(at *time.Time, lookback int64, extra ...string) []string {
+// header builds ARGV 1..9 of a script for the instant at (client clock), or
+// for the server clock when at is nil.
+func (s *Store) header(at *time.Time, lookback int64) []string {
 	clock, ref := backend.ServerClock, time.Now()
 	if at != nil {
 		clock, ref = backend.ClientClock(at.UnixMilli()), *at
@@ -169,7 +193,17 @@ func (s *Store) args(at *time.Time, lookback int64, extra ...string) []string {
 		ref = s.now()
 		clock = backend.ClientClock(ref.UnixMilli())
 	}
-	return s.argc.Build(clock, s.bucket, s.winMs, lookback, s.codec.YearStarts(ref), extra...)
+	return s.argc.Header(clock, s.bucket, s.winMs, lookback, s.codec.YearStarts(ref))
+}
+
+// args is header with extra arguments after it.
+func (s *Store) args(at *time.Time, lookback int64, extra ...string) []string {
+	return append(append(make([]string, 0, 9+len(extra)), s.header(at, lookback)...), extra...)
+}
+
+// write runs one write operation through the batcher.
+func (s *Store) write(ctx context.Context, at *time.Time, rk string, args ...string) (rueidis.RedisMessage, error) {
+	return s.writes.do(ctx, rk, s.header(at, s.winMs), args...)
 }
 
 // Add adds delta (any int64, negative allowed) to the current bucket of key
@@ -189,17 +223,21 @@ func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64)
 	if err != nil {
 		return 0, fmt.Errorf("store: add: %w", err)
 	}
-	res := s.be.Add.Exec(ctx, s.client, rk, s.args(at, s.winMs, strconv.FormatInt(delta, 10)))
-	n, err := sumReply(res)
+	msg, err := s.write(ctx, at, rk, backend.OpAdd, strconv.FormatInt(delta, 10))
+	if err != nil {
+		return 0, wrap("add", key, err)
+	}
+	n, err := sumMessage(msg)
 	return n, wrap("add", key, err)
 }
 
-// AddNoSum adds delta to the current bucket of key like Add, but neither reads
-// nor returns the sum: the cheapest write. It does not check the other fields
-// of the key (a hash that is not a counter gets a bucket field; another Redis
-// type is still refused with ErrWrongType), nor the window sum's int64 range
-// (each bucket's is checked). On the plain hash it deletes stale buckets only
-// when the key holds more fields than a window can; reads delete the rest.
+// AddNoSum adds delta to the current bucket of key like Add, but does not
+// return the sum. On the field-TTL and TairHash backends it does not read the
+// counter either: the cheapest write there. It then does not check the other
+// fields of the key (a hash that is not a counter gets a bucket field; another
+// Redis type is still refused with ErrWrongType), nor the window sum's int64
+// range (each bucket's is checked). On the plain hash it does what Add does
+// (the running total must stay exact), and saves only the reply.
 func (s *Store) AddNoSum(ctx context.Context, key string, delta int64) error {
 	return s.addNoSum(ctx, nil, key, delta)
 }
@@ -214,12 +252,14 @@ func (s *Store) addNoSum(ctx context.Context, at *time.Time, key string, delta i
 	if err != nil {
 		return fmt.Errorf("store: add: %w", err)
 	}
-	err = s.be.AddNoSum.Exec(ctx, s.client, rk, s.args(at, s.winMs, strconv.FormatInt(delta, 10))).Error()
+	_, err = s.write(ctx, at, rk, backend.OpAddNoSum, strconv.FormatInt(delta, 10))
 	return wrap("add", key, err)
 }
 
-// Sum returns the window sum of key; 0 for a key that does not exist. It
-// changes no count; on the plain backend it deletes the stale buckets it sees.
+// Sum returns the window sum of key; 0 for a key that does not exist. It is a
+// read-only script: it writes nothing (stale buckets are left to the next
+// write), so a replica can serve it. Being read-only, rueidis retries it on
+// connection errors until ctx ends: give it a deadline.
 func (s *Store) Sum(ctx context.Context, key string) (int64, error) {
 	return s.sum(ctx, nil, key, s.winMs)
 }
@@ -262,12 +302,17 @@ func (s *Store) sum(ctx context.Context, at *time.Time, key string, lookback int
 	if err != nil {
 		return 0, fmt.Errorf("store: sum: %w", err)
 	}
-	n, err := sumReply(s.be.Sum.Exec(ctx, s.client, rk, s.args(at, lookback)))
+	msg, err := s.reads.do(ctx, rk, s.header(at, lookback))
+	if err != nil {
+		return 0, wrap("sum", key, err)
+	}
+	n, err := sumMessage(msg)
 	return n, wrap("sum", key, err)
 }
 
 // SumMany returns the window sums of many keys, in the order given, in one
-// pipelined round trip (on a cluster, one batch per node, in parallel). If some
+// round trip: one read-only script call per DefaultBatchOps keys (see
+// WithBatching), all pipelined; on a cluster, per slot, in parallel per node. If some
 // keys fail, the others' sums are still returned and the error is a
 // *ManyError that says which keys failed; errors.Is sees each key's error.
 func (s *Store) SumMany(ctx context.Context, keys []string) ([]int64, error) {
@@ -312,8 +357,7 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) ([]in
 	if len(keys) == 0 {
 		return out, nil
 	}
-	args := s.args(at, s.winMs)
-	calls := make([]backend.Call, 0, len(keys))
+	rks := make([]string, 0, len(keys))
 	idx := make([]int, 0, len(keys))
 	errs := make([]error, len(keys))
 	failed := false
@@ -323,16 +367,19 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) ([]in
 			errs[i], failed = fmt.Errorf("store: sum %q: %w", k, err), true
 			continue
 		}
-		calls = append(calls, backend.Call{Key: rk, Args: args})
+		rks = append(rks, rk)
 		idx = append(idx, i)
 	}
-	for j, r := range s.be.Sum.ExecMulti(ctx, s.client, calls) {
-		n, err := sumReply(r)
-		if err != nil {
-			errs[idx[j]], failed = wrap("sum", keys[idx[j]], err), true
-			continue
+	if len(rks) > 0 {
+		for j, o := range s.reads.many(ctx, rks, s.header(at, s.winMs)) {
+			err := o.err
+			if err == nil {
+				out[idx[j]], err = sumMessage(o.res)
+			}
+			if err != nil {
+				errs[idx[j]], failed = wrap("sum", keys[idx[j]], err), true
+			}
 		}
-		out[idx[j]] = n
 	}
 	if failed {
 		return out, &ManyError{Errs: errs}
@@ -340,13 +387,9 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) ([]in
 	return out, nil
 }
 
-// sumReply reads a sum: an integer, or, when the sum is beyond what Lua's
+// sumMessage reads a sum: an integer, or, when the sum is beyond what Lua's
 // doubles hold exactly, its exact decimal string.
-func sumReply(r rueidis.RedisResult) (int64, error) {
-	msg, err := r.ToMessage()
-	if err != nil {
-		return 0, err
-	}
+func sumMessage(msg rueidis.RedisMessage) (int64, error) {
 	if n, err := msg.AsInt64(); err == nil {
 		return n, nil
 	}
@@ -415,8 +458,11 @@ func (s *Store) allow(ctx context.Context, at *time.Time, key string, limit, cos
 	if err != nil {
 		return Result{}, fmt.Errorf("store: allow: %w", err)
 	}
-	args := s.args(at, s.winMs, strconv.FormatInt(limit, 10), strconv.FormatInt(cost, 10))
-	v, err := s.be.Allow.Exec(ctx, s.client, rk, args).AsIntSlice()
+	msg, err := s.write(ctx, at, rk, backend.OpAllow, strconv.FormatInt(limit, 10), strconv.FormatInt(cost, 10))
+	var v []int64
+	if err == nil {
+		v, err = msg.AsIntSlice()
+	}
 	if err == nil && len(v) != 4 {
 		err = fmt.Errorf("store: unexpected allow reply %v", v)
 	}
@@ -444,7 +490,13 @@ type Snapshot struct {
 	Backend  string        // the backend's name
 	Now      time.Time     // the instant the snapshot was taken (the script's clock)
 	KeyTTL   time.Duration // the key's remaining life; -1: no expiry; -2: no key
-	Buckets  []Bucket      // every field of the key, live or not, oldest first
+	Buckets  []Bucket      // every bucket field of the key, live or not, oldest first
+	// Total and Mark are the plain hash's running total (field "t") and the
+	// start of the oldest bucket it covers (field "m", Unix ms), as stored:
+	// the total is not yet swept of the buckets that left the window since
+	// Mark. Both are empty on other backends, and before a counter's first
+	// write.
+	Total, Mark string
 }
 
 // Bucket is one field of a counter.
@@ -483,6 +535,14 @@ func (s *Store) Inspect(ctx context.Context, key string) (Snapshot, error) {
 		var b Bucket
 		b.Field, _ = vals[i].ToString()
 		v, _ := vals[i+1].ToString()
+		switch b.Field {
+		case "t":
+			snap.Total = v
+			continue
+		case "m":
+			snap.Mark = v
+			continue
+		}
 		b.Value, _ = strconv.ParseInt(v, 10, 64)
 		t, _ := vals[i+2].AsInt64()
 		b.TTL = ttl(t)

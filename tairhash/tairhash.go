@@ -17,12 +17,13 @@
 // and a key-level expiry crashed the module (an assertion in its passive
 // expiry, once Redis had expired the key under it), even in SORT mode.
 //
-// Per operation, one script and one round trip:
+// The commands of one operation (package backend batches many operations into
+// one script call, which also runs TIME once):
 //
-//	Add      TIME, EXHGETALL, EXHINCRBY, EXHPEXPIREAT
-//	AddNoSum TIME, EXHINCRBY, EXHPEXPIREAT
-//	Sum      TIME, EXHGETALL
-//	Allow    TIME, EXHGETALL, and when it allows: EXHINCRBY, EXHPEXPIREAT
+//	Add      EXHGETALL, EXHINCRBY, EXHPEXPIREAT
+//	AddNoSum EXHINCRBY, EXHPEXPIREAT
+//	Sum      EXHGETALL
+//	Allow    EXHGETALL, and when it allows: EXHINCRBY, EXHPEXPIREAT
 //
 // A TairHash key and a native hash key cannot be mixed: each type's commands
 // fail with WRONGTYPE on the other, and the store reports store.ErrWrongType.
@@ -44,7 +45,7 @@ import (
 const Name = "tairhash"
 
 // Backend is the TairHash backend.
-var Backend = backend.New(Name, true, `
+var Backend = backend.New(Name, true, backend.Prims(`
 local function ws_read(key) return redis.call('EXHGETALL', key) end
 local function ws_incr(L, key, delta)
   redis.call('EXHINCRBY', key, L.field, delta)
@@ -60,7 +61,7 @@ local function ws_ttls(key, fields, pttl)
   return out
 end
 local function ws_tidy(L, key) end
-`)
+`), backend.ScanOps)
 
 // FieldPTTL returns the remaining life of one field in ms, as EXHPTTL answers:
 // -1 for a field without expiry, -2 for a missing key, -3 for a missing field.

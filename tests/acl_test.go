@@ -17,7 +17,7 @@ import (
 const (
 	aclConnect    = "+hello +ping +command|info"
 	aclScripts    = "+evalsha +eval +evalsha_ro +eval_ro +time +pttl"
-	aclPlain      = aclConnect + " " + aclScripts + " +hgetall +hincrby +pexpireat +hdel"
+	aclPlain      = aclConnect + " " + aclScripts + " +hgetall +hmget +hset +hincrby +pexpireat +hdel"
 	aclFieldTTL   = aclPlain + " +hpexpireat +hpttl"
 	aclTairHash   = aclConnect + " " + aclScripts + " +exhgetall +exhincrby +exhpexpireat +exhdel +exhpttl"
 	aclSecret     = "s3cret-pass-word"
@@ -74,6 +74,10 @@ func TestACLMinimal(t *testing.T) {
 		r, err := s.Allow(ctx, k, 10, 1)
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
+		// A write once the first bucket is stale deletes it (HDEL).
+		n, err = s.AddAt(ctx, at.Add(61*time.Second), k, 0)
+		require.NoError(t, err)
+		require.EqualValues(t, 4, n)
 		_, err = s.Inspect(ctx, k)
 		require.NoError(t, err)
 		// Outside the key pattern: refused.
@@ -83,7 +87,7 @@ func TestACLMinimal(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrNoPermission)
 		require.NotContains(t, err.Error(), aclSecret)
 		// One rule less (the first write command): refused, and the key untouched.
-		write := map[string]string{"nativehash/false": "+hincrby", "nativehash/true": "+hincrby", "tairhash/true": "+exhincrby"}[key]
+		write := map[string]string{"nativehash/false": "+hset", "nativehash/true": "+hincrby", "tairhash/true": "+exhincrby"}[key]
 		setUser(strings.Replace(rule, write, "", 1))
 		_, err = s.Add(ctx, k, 1)
 		require.ErrorIs(t, err, store.ErrNoPermission)

@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -431,5 +432,73 @@ func TestConformanceAddNoSum(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, modelSum(s.Codec(), evs, last, w.Length), n)
 		require.ErrorIs(t, s.AddNoSum(ctx, "", 1), store.ErrInvalid)
+	})
+}
+
+// TestConformanceRandomWalk plays a random stream of Add, AddNoSum, Allow and
+// Sum at random gaps on every backend and checks every answer against the
+// model. The gaps stress the plain hash's running total: none (same bucket),
+// a few buckets (swept one by one), more than it sweeps one by one (rebuilt
+// from a full read), and more than the window (all gone); the walks cross a
+// year end with a short last bucket and a leap day.
+func TestConformanceRandomWalk(t *testing.T) {
+	walks := []struct {
+		name string
+		w    store.Window
+		from string
+	}{
+		{"year end, short last bucket", store.Window{Length: 70 * time.Second, Bucket: 7 * time.Second}, "2025-12-31T23:50:00Z"},
+		{"leap day", store.Window{Length: 10 * time.Minute, Bucket: 10 * time.Second}, "2024-02-29T23:40:00Z"},
+		{"one bucket", store.Window{Length: time.Second, Bucket: time.Second}, "2026-12-31T23:59:00Z"},
+	}
+	forEach(t, func(t *testing.T, tg target) {
+		for wi, wk := range walks {
+			t.Run(wk.name, func(t *testing.T) {
+				s, _ := newStore(t, tg, wk.w)
+				ctx := ctxT(t)
+				rng := rand.New(rand.NewPCG(uint64(wi), 42))
+				var evs []event
+				at := utc(wk.from)
+				for i := 0; i < 400; i++ {
+					switch r := rng.IntN(20); {
+					case r < 8: // same bucket, or the next
+						at = at.Add(time.Duration(rng.Int64N(int64(wk.w.Bucket))))
+					case r < 16: // a few buckets
+						at = at.Add(time.Duration(rng.Int64N(int64(5 * wk.w.Bucket))))
+					case r < 19: // more than a sweep takes one by one
+						at = at.Add(wk.w.Bucket * time.Duration(33+rng.IntN(40)))
+					default: // the whole window
+						at = at.Add(wk.w.Length + time.Duration(rng.Int64N(int64(wk.w.Length))))
+					}
+					delta := rng.Int64N(20) - 5
+					model := modelSum(s.Codec(), evs, at, wk.w.Length)
+					switch rng.IntN(4) {
+					case 0:
+						got, err := s.AddAt(ctx, at, "walk", delta)
+						require.NoError(t, err)
+						evs = append(evs, event{at, delta})
+						require.Equal(t, model+delta, got, "AddAt %v (step %d)", at, i)
+					case 1:
+						require.NoError(t, s.AddNoSumAt(ctx, at, "walk", delta))
+						evs = append(evs, event{at, delta})
+					case 2:
+						cost, limit := rng.Int64N(4), rng.Int64N(60)
+						r, err := s.AllowAt(ctx, at, "walk", limit, cost)
+						require.NoError(t, err)
+						want := model+cost <= limit
+						require.Equal(t, want, r.Allowed, "AllowAt %v sum %d cost %d limit %d (step %d)", at, model, cost, limit, i)
+						if want {
+							evs = append(evs, event{at, cost})
+							model += cost
+						}
+						require.Equal(t, model, r.Sum, "AllowAt %v (step %d)", at, i)
+					default:
+						got, err := s.SumAt(ctx, at, "walk")
+						require.NoError(t, err)
+						require.Equal(t, model, got, "SumAt %v (step %d)", at, i)
+					}
+				}
+			})
+		}
 	})
 }

@@ -37,6 +37,7 @@ func detectReplies(fieldTTL bool) []rueidis.RedisResult {
 func mockStore(t *testing.T, fieldTTL bool, opts ...store.Option) (*store.Store, *mock.Client) {
 	ctrl := gomock.NewController(t)
 	c := mock.NewClient(ctrl)
+	c.EXPECT().Mode().Return(rueidis.ClientModeStandalone).AnyTimes()
 	c.EXPECT().DoMulti(gomock.Any(),
 		mock.Match("INFO", "server"),
 		mock.Match("COMMAND", "INFO", "exhincrby", "hpexpireat"),
@@ -65,9 +66,9 @@ func TestTokensDetect(t *testing.T) {
 
 func TestTokensAddServerClock(t *testing.T) {
 	s, c := mockStore(t, false, store.WithPrefix("p:"))
-	want := append([]string{"EVALSHA", nativehash.Plain.Add.SHA1(), "1", "p:user42", "", "1000", "10000", "10000"}, yearArgs(time.Now())...)
-	want = append(want, "-7")
-	c.EXPECT().Do(gomock.Any(), mock.Match(want...)).Return(mock.Result(mock.RedisInt64(3)))
+	want := append([]string{"EVALSHA", nativehash.Plain.Write.SHA1(), "1", "p:user42", "", "1000", "10000", "10000"}, yearArgs(time.Now())...)
+	want = append(want, backend.OpAdd, "-7")
+	c.EXPECT().DoMulti(gomock.Any(), mock.Match(want...)).Return([]rueidis.RedisResult{mock.Result(mock.RedisArray(mock.RedisInt64(3)))})
 	n, err := s.Add(context.Background(), "user42", -7)
 	require.NoError(t, err)
 	require.EqualValues(t, 3, n)
@@ -76,13 +77,54 @@ func TestTokensAddServerClock(t *testing.T) {
 func TestTokensAllowClientClock(t *testing.T) {
 	s, c := mockStore(t, true)
 	at := time.Date(2024, 12, 31, 23, 59, 59, 500e6, time.UTC)
-	want := append([]string{"EVALSHA", nativehash.FieldTTL.Allow.SHA1(), "1", "ws:k", strconv.FormatInt(at.UnixMilli(), 10), "1000", "10000", "10000"}, yearArgs(at)...)
-	want = append(want, "5", "2")
-	c.EXPECT().Do(gomock.Any(), mock.Match(want...)).Return(mock.Result(mock.RedisArray(
-		mock.RedisInt64(0), mock.RedisInt64(4), mock.RedisInt64(1500), mock.RedisInt64(9000))))
+	want := append([]string{"EVALSHA", nativehash.FieldTTL.Write.SHA1(), "1", "ws:k", strconv.FormatInt(at.UnixMilli(), 10), "1000", "10000", "10000"}, yearArgs(at)...)
+	want = append(want, backend.OpAllow, "5", "2")
+	c.EXPECT().DoMulti(gomock.Any(), mock.Match(want...)).Return([]rueidis.RedisResult{mock.Result(mock.RedisArray(mock.RedisArray(
+		mock.RedisInt64(0), mock.RedisInt64(4), mock.RedisInt64(1500), mock.RedisInt64(9000))))})
 	r, err := s.AllowAt(context.Background(), at, "k", 5, 2)
 	require.NoError(t, err)
 	require.Equal(t, store.Result{Allowed: false, Limit: 5, Sum: 4, Remaining: 1, RetryAfter: 1500 * time.Millisecond, ResetAfter: 9 * time.Second}, r)
+}
+
+// TestTokensBatch checks that writes queued while a script call is in flight
+// go out together, as one EVALSHA over their keys, each with its own
+// operation, and that each caller gets its own answer (an error for one does
+// not fail the other).
+func TestTokensBatch(t *testing.T) {
+	s, c := mockStore(t, false, store.WithBatching(64, 1))
+	hdr := append([]string{"", "1000", "10000", "10000"}, yearArgs(time.Now())...)
+	first := append(append([]string{"EVALSHA", nativehash.Plain.Write.SHA1(), "1", "ws:a"}, hdr...), backend.OpAdd, "1")
+	both := append([]string{"EVALSHA", nativehash.Plain.Write.SHA1(), "2", "ws:b", "ws:c"}, hdr...)
+	both = append(both, backend.OpAddNoSum, "2", backend.OpAllow, "10", "3")
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	c.EXPECT().DoMulti(gomock.Any(), mock.Match(first...)).DoAndReturn(func(context.Context, ...rueidis.Completed) []rueidis.RedisResult {
+		close(inFlight)
+		<-release
+		return []rueidis.RedisResult{mock.Result(mock.RedisArray(mock.RedisInt64(1)))}
+	})
+	c.EXPECT().DoMulti(gomock.Any(), mock.Match(both...)).Return([]rueidis.RedisResult{mock.Result(mock.RedisArray(
+		mock.RedisError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+		mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(3), mock.RedisInt64(0), mock.RedisInt64(10000))))})
+	ctx := context.Background()
+	done := make(chan error, 3)
+	go func() { _, err := s.Add(ctx, "a", 1); done <- err }()
+	<-inFlight
+	var wrong error
+	var allowed store.Result
+	queued := make(chan struct{}, 2)
+	go func() { queued <- struct{}{}; wrong = s.AddNoSum(ctx, "b", 2); done <- nil }()
+	<-queued
+	time.Sleep(50 * time.Millisecond) // b queues first, then c
+	go func() { queued <- struct{}{}; var err error; allowed, err = s.Allow(ctx, "c", 10, 3); done <- err }()
+	<-queued
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	for range 3 {
+		require.NoError(t, <-done)
+	}
+	require.ErrorIs(t, wrong, store.ErrWrongType)
+	require.True(t, allowed.Allowed)
+	require.EqualValues(t, 3, allowed.Sum)
 }
 
 func TestTokensSumManyOneBatch(t *testing.T) {
@@ -90,15 +132,12 @@ func TestTokensSumManyOneBatch(t *testing.T) {
 	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	args := append([]string{strconv.FormatInt(at.UnixMilli(), 10), "1000", "10000", "10000"}, yearArgs(at)...)
 	sha := nativehash.Plain.Sum.SHA1()
-	cmd := func(k string) []string { return append([]string{"EVALSHA", sha, "1", "ws:" + k}, args...) }
-	// One batch of EVALSHA; the key the server lacks the script for is sent
-	// again as EVAL in a second batch.
-	c.EXPECT().DoMulti(gomock.Any(), mock.Match(cmd("a")...), mock.Match(cmd("b")...)).Return([]rueidis.RedisResult{
-		mock.Result(mock.RedisInt64(1)),
-		mock.Result(mock.RedisError("NOSCRIPT No matching script")),
-	})
-	c.EXPECT().DoMulti(gomock.Any(), mock.Match(append([]string{"EVAL", nativehash.Plain.Sum.Source(), "1", "ws:b"}, args...)...)).
-		Return([]rueidis.RedisResult{mock.Result(mock.RedisInt64(2))})
+	// One read-only script call over both keys; a server that lacks the
+	// script gets it again as EVAL_RO.
+	c.EXPECT().DoMulti(gomock.Any(), mock.Match(append([]string{"EVALSHA_RO", sha, "2", "ws:a", "ws:b"}, args...)...)).
+		Return([]rueidis.RedisResult{mock.Result(mock.RedisError("NOSCRIPT No matching script"))})
+	c.EXPECT().DoMulti(gomock.Any(), mock.Match(append([]string{"EVAL_RO", nativehash.Plain.Sum.Source(), "2", "ws:a", "ws:b"}, args...)...)).
+		Return([]rueidis.RedisResult{mock.Result(mock.RedisArray(mock.RedisInt64(1), mock.RedisInt64(2)))})
 	sums, err := s.SumManyAt(context.Background(), at, []string{"a", "b"})
 	require.NoError(t, err)
 	require.Equal(t, []int64{1, 2}, sums)
@@ -136,7 +175,7 @@ func TestTokensTairHash(t *testing.T) {
 	c := mock.NewClient(gomock.NewController(t))
 	cmd := tairhash.FieldPTTLCommand(c, "k", "f")
 	require.Equal(t, []string{"EXHPTTL", "k", "f"}, cmd.Commands())
-	for _, sc := range []*backend.Script{tairhash.Backend.Add, tairhash.Backend.AddNoSum, tairhash.Backend.Allow} {
+	for _, sc := range []*backend.Script{tairhash.Backend.Write} {
 		src := sc.Source()
 		incr := strings.Index(src, "redis.call('EXHINCRBY', key, L.field, delta)")
 		exp := strings.Index(src, "redis.call('EXHPEXPIREAT', key, L.field, at)")

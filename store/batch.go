@@ -1,0 +1,230 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/backend"
+)
+
+var errShortReply = errors.New("store: the batch reply has the wrong number of entries")
+
+// Default batching: see WithBatching.
+const (
+	DefaultBatchOps   = 64
+	DefaultBatchCalls = 4
+)
+
+// batcher coalesces concurrent writes (Add, AddNoSum, Allow) into few script
+// calls: one Write script runs a batch of operations, each atomic on its own.
+//
+// It never waits on a timer. A write that finds fewer than calls script calls
+// in flight is sent at once, alone; the writes that arrive while calls are in
+// flight queue up, and the first call to finish takes the queue (up to ops
+// operations) as its next batch:
+//
+//	goroutines   W1  W2  W3 ... W9
+//	             │   │   └───┬───┘  queued while W1, W2 are in flight
+//	in flight    [W1][W2]    │
+//	             └─ done ──> [W3 ... W9]  one EVALSHA, seven operations
+//
+// So a lone caller pays nothing, and under load each script call (and each
+// round trip, and the server's per-call cost) carries many operations. On a
+// cluster a batch holds the operations of one slot; one DoMulti sends every
+// slot's batch, in parallel per node.
+type batcher struct {
+	client  rueidis.Client
+	script  *backend.Script
+	ops     int
+	calls   int
+	cluster bool
+
+	mu     sync.Mutex
+	queue  []*op
+	active int // batches being run
+}
+
+// op is one write waiting for its batch.
+type op struct {
+	ctx  context.Context
+	key  string
+	hdr  []string // ARGV 1..9: shared by every server-clock operation
+	args []string // the code and arguments (backend.OpAdd ...)
+	slot uint16
+
+	queued bool // in batcher.queue; guarded by batcher.mu
+	res    rueidis.RedisMessage
+	err    error
+	done   chan struct{}
+}
+
+func newBatcher(c rueidis.Client, script *backend.Script, ops, calls int) *batcher {
+	return &batcher{client: c, script: script, ops: ops, calls: calls, cluster: c.Mode() == rueidis.ClientModeCluster}
+}
+
+// do runs one write and returns its reply. Its result is the same as running
+// it alone: each operation of a batch is atomic, and one failing does not fail
+// the others. If ctx ends while the write is still queued, it is dropped and
+// never sent; if it was already sent, do returns ctx's error at once, and
+// the write may still be counted.
+func (b *batcher) do(ctx context.Context, key string, hdr []string, args ...string) (rueidis.RedisMessage, error) {
+	o := &op{ctx: ctx, key: key, hdr: hdr, args: args, done: make(chan struct{}, 1)}
+	if b.cluster {
+		cmd := b.client.B().Get().Key(key).Build()
+		o.slot = cmd.Slot()
+	}
+	if b.ops == 1 {
+		b.run([]*op{o})
+		return o.res, o.err
+	}
+	b.mu.Lock()
+	if b.active < b.calls && len(b.queue) == 0 {
+		b.active++
+		b.mu.Unlock()
+		b.run([]*op{o})
+		b.release()
+		return o.res, o.err
+	}
+	o.queued = true
+	b.queue = append(b.queue, o)
+	b.mu.Unlock()
+	select {
+	case <-o.done:
+		return o.res, o.err
+	case <-ctx.Done():
+		b.mu.Lock()
+		if o.queued {
+			for i, q := range b.queue {
+				if q == o {
+					b.queue = append(b.queue[:i], b.queue[i+1:]...)
+					break
+				}
+			}
+		}
+		b.mu.Unlock()
+		// A write already sent may still be counted, as with any command
+		// whose caller stops waiting.
+		return rueidis.RedisMessage{}, ctx.Err()
+	}
+}
+
+// release ends a batch: if writes queued meanwhile, a goroutine takes them on.
+func (b *batcher) release() {
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.active--
+		b.mu.Unlock()
+		return
+	}
+	b.mu.Unlock()
+	go b.drain()
+}
+
+// drain runs queued batches until the queue is empty.
+func (b *batcher) drain() {
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), b.ops)
+		if n == 0 {
+			b.active--
+			b.mu.Unlock()
+			return
+		}
+		batch := make([]*op, n)
+		copy(batch, b.queue)
+		for _, o := range batch {
+			o.queued = false
+		}
+		b.queue = append(b.queue[:0], b.queue[n:]...)
+		b.mu.Unlock()
+		b.run(batch)
+	}
+}
+
+// many runs one operation per key (with no arguments: reads) at once, without
+// queueing: one DoMulti of script calls of at most b.ops keys per clock and
+// slot. It answers in the order of keys.
+func (b *batcher) many(ctx context.Context, keys []string, hdr []string) []*op {
+	ops := make([]*op, len(keys))
+	for i, k := range keys {
+		ops[i] = &op{ctx: ctx, key: k, hdr: hdr, done: make(chan struct{}, 1)}
+		if b.cluster {
+			cmd := b.client.B().Get().Key(k).Build()
+			ops[i].slot = cmd.Slot()
+		}
+	}
+	b.run(ops)
+	return ops
+}
+
+// run sends a batch: one script call per clock and slot (of at most b.ops
+// operations), all in one DoMulti.
+func (b *batcher) run(batch []*op) {
+	type group struct {
+		ops  []*op
+		call backend.Call
+	}
+	var groups []*group
+	find := func(o *op) *group {
+		for _, g := range groups {
+			f := g.ops[0]
+			if &f.hdr[0] == &o.hdr[0] && f.slot == o.slot && len(g.ops) < b.ops {
+				return g
+			}
+		}
+		g := &group{call: backend.Call{Args: append([]string(nil), o.hdr...)}}
+		groups = append(groups, g)
+		return g
+	}
+	for _, o := range batch {
+		g := find(o)
+		g.ops = append(g.ops, o)
+		g.call.Keys = append(g.call.Keys, o.key)
+		g.call.Args = append(g.call.Args, o.args...)
+	}
+	calls := make([]backend.Call, len(groups))
+	for i, g := range groups {
+		calls[i] = g.call
+	}
+	ctx, cancel := batchContext(batch)
+	res := b.script.ExecMulti(ctx, b.client, calls)
+	cancel()
+	for i, g := range groups {
+		vals, err := res[i].ToArray()
+		if err == nil && len(vals) != len(g.ops) {
+			err = errShortReply
+		}
+		for j, o := range g.ops {
+			if err != nil {
+				o.err = err
+			} else {
+				o.res, o.err = vals[j], vals[j].Error()
+			}
+			o.done <- struct{}{}
+		}
+	}
+}
+
+// batchContext is the context of a batch's script call: a lone operation's
+// own; else one that is not cancelled with any one caller's context (that
+// would fail the others), with the latest of their deadlines, if they all
+// have one.
+func batchContext(batch []*op) (context.Context, context.CancelFunc) {
+	if len(batch) == 1 || batch[0].ctx == batch[len(batch)-1].ctx {
+		return batch[0].ctx, func() {}
+	}
+	var last time.Time
+	for _, o := range batch {
+		d, ok := o.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(batch[0].ctx), func() {}
+		}
+		if d.After(last) {
+			last = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), last)
+}
