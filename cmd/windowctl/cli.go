@@ -454,6 +454,8 @@ type inspectOut struct {
 	RedisKey string      `json:"redis_key"`
 	Backend  string      `json:"backend"`
 	Buckets  []bucketOut `json:"buckets"`
+	Total    string      `json:"running_total,omitempty"`
+	Mark     string      `json:"running_total_mark_ms,omitempty"`
 }
 
 func (c *cli) inspect(ctx context.Context, key string) error {
@@ -461,9 +463,12 @@ func (c *cli) inspect(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	o := inspectOut{Key: s.Key, RedisKey: s.RedisKey, Backend: s.Backend, Buckets: []bucketOut{}}
+	o := inspectOut{Key: s.Key, RedisKey: s.RedisKey, Backend: s.Backend, Buckets: []bucketOut{}, Total: s.Total, Mark: s.Mark}
 	var b strings.Builder
 	fmt.Fprintf(&b, "key %s (redis key %s, backend %s, key TTL %s)\n", s.Key, s.RedisKey, s.Backend, ttlText(s.KeyTTL))
+	if s.Total != "" {
+		fmt.Fprintf(&b, "running total %s of the buckets from %s (as of the last write)\n", s.Total, markText(s.Mark))
+	}
 	fmt.Fprintf(&b, "%-12s  %-24s  %12s  %10s  %s", "field", "start", "value", "ttl", "live")
 	for _, bk := range s.Buckets {
 		start := ""
@@ -481,6 +486,14 @@ func (c *cli) inspect(ctx context.Context, key string) error {
 		b.WriteString("\n(no buckets: the counter is empty)")
 	}
 	return c.emit(o, b.String())
+}
+
+func markText(ms string) string {
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return ms
+	}
+	return time.UnixMilli(n).UTC().Format(time.RFC3339Nano)
 }
 
 func ttlText(d time.Duration) string {
