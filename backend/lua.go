@@ -290,8 +290,10 @@ local function ws_scanaddnosum(L, key, delta)
   return 1
 end
 
--- ws_decide is Allow's answer from a full read: it writes the cost when it
--- fits (and write is set), and deletes stale fields.
+-- ws_decide is Allow's answer from a full read. With write, it writes the
+-- cost when it fits and deletes stale fields; without, it writes nothing (the
+-- plain hash's caller has written already, and its running total counts every
+-- field it holds).
 local function ws_decide(L, key, limit, cost, write)
   local all = ws_read(key)
   local S = ws_scan(L, all, true)
@@ -305,10 +307,10 @@ local function ws_decide(L, key, limit, cost, write)
       S.starts[#S.starts + 1] = L.cstart
       S.vals[#S.vals + 1] = c
     end
-    if #S.stale > 0 then ws_drop(key, S.stale) end
+    if write and #S.stale > 0 then ws_drop(key, S.stale) end
     return {1, S.sum + c, 0, ws_reset(L, S)}
   end
-  if #S.stale > 0 then ws_drop(key, S.stale) end
+  if write and #S.stale > 0 then ws_drop(key, S.stale) end
   return {0, S.sum, ws_retry(L, S, c, limit), ws_reset(L, S)}
 end
 

@@ -502,3 +502,28 @@ func TestConformanceRandomWalk(t *testing.T) {
 		}
 	})
 }
+
+// TestConformanceRefusalInThePast: an Allow refused at an instant before the
+// counter's newest bucket (a client clock behind another) must not break the
+// plain hash's running total: once every bucket has left the window, the sum
+// is exactly what was added since, on every backend.
+func TestConformanceRefusalInThePast(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		t0 := utc("2026-06-01T12:00:00.5Z")
+		_, err := s.AddAt(ctx, t0.Add(2*time.Second), "past", 5)
+		require.NoError(t, err)
+		r, err := s.AllowAt(ctx, t0, "past", 0, 1)
+		require.NoError(t, err)
+		require.False(t, r.Allowed)
+		later := t0.Add(2*time.Second + w.Length + w.Bucket)
+		n, err := s.AddAt(ctx, later, "past", 3)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n)
+		n, err = s.SumAt(ctx, later.Add(w.Bucket), "past")
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n)
+	})
+}
