@@ -27,8 +27,6 @@ import (
 //	                              nothing if the increment fails
 //	ws_drop(key, fields)       -> delete the given fields
 //	ws_ttls(key, fields, pttl) -> each field's remaining life in ms (-1: none)
-//	ws_tidy(L, key)            -> after a write that read nothing: delete stale
-//	                              fields if they could pile up (plain hash only)
 type Prims string
 
 // Ops is the Lua that defines a backend's four operations, after its Prims and

@@ -286,7 +286,6 @@ end
 
 local function ws_scanaddnosum(L, key, delta)
   ws_incr(L, key, delta)
-  ws_tidy(L, key)
   return 1
 end
 

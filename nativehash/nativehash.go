@@ -77,13 +77,6 @@ local function ws_ttls(key, fields, pttl)
   for i = 1, #fields do out[i] = pttl end
   return out
 end
-local function ws_tidy(L, key)
-  -- A window holds at most w/b + 1 buckets (one more across a year end).
-  if redis.call('HLEN', key) > L.w / L.b + 1 then
-    local S = ws_scan(L, ws_read(key))
-    if #S.stale > 0 then ws_drop(key, S.stale) end
-  end
-end
 `), backend.Ops(`
 -- ws_total returns the window sum as an exact decimal string; whether m and t
 -- hold it now; and the current bucket's value as stored (false: no such
@@ -249,7 +242,6 @@ local function ws_ttls(key, fields, pttl)
   end)
   return out
 end
-local function ws_tidy(L, key) end
 `), backend.ScanOps)
 
 // SupportsFieldTTL reports whether the server has hash-field TTL, by asking

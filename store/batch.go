@@ -65,17 +65,24 @@ func newBatcher(c rueidis.Client, script *backend.Script, ops, calls int) *batch
 	return &batcher{client: c, script: script, ops: ops, calls: calls, cluster: c.Mode() == rueidis.ClientModeCluster}
 }
 
+// newOp makes an operation; on a cluster it notes the key's slot, as only
+// operations of one slot can share a script call.
+func (b *batcher) newOp(ctx context.Context, key string, hdr, args []string) *op {
+	o := &op{ctx: ctx, key: key, hdr: hdr, args: args, done: make(chan struct{}, 1)}
+	if b.cluster {
+		cmd := b.client.B().Get().Key(key).Build()
+		o.slot = cmd.Slot()
+	}
+	return o
+}
+
 // do runs one write and returns its reply. Its result is the same as running
 // it alone: each operation of a batch is atomic, and one failing does not fail
 // the others. If ctx ends while the write is still queued, it is dropped and
 // never sent; if it was already sent, do returns ctx's error at once, and
 // the write may still be counted.
 func (b *batcher) do(ctx context.Context, key string, hdr []string, args ...string) (rueidis.RedisMessage, error) {
-	o := &op{ctx: ctx, key: key, hdr: hdr, args: args, done: make(chan struct{}, 1)}
-	if b.cluster {
-		cmd := b.client.B().Get().Key(key).Build()
-		o.slot = cmd.Slot()
-	}
+	o := b.newOp(ctx, key, hdr, args)
 	if b.ops == 1 {
 		b.run([]*op{o})
 		return o.res, o.err
@@ -150,11 +157,7 @@ func (b *batcher) drain() {
 func (b *batcher) many(ctx context.Context, keys []string, hdr []string) []*op {
 	ops := make([]*op, len(keys))
 	for i, k := range keys {
-		ops[i] = &op{ctx: ctx, key: k, hdr: hdr, done: make(chan struct{}, 1)}
-		if b.cluster {
-			cmd := b.client.B().Get().Key(k).Build()
-			ops[i].slot = cmd.Slot()
-		}
+		ops[i] = b.newOp(ctx, k, hdr, nil)
 	}
 	b.run(ops)
 	return ops
@@ -208,12 +211,16 @@ func (b *batcher) run(batch []*op) {
 	}
 }
 
-// batchContext is the context of a batch's script call: a lone operation's
-// own; else one that is not cancelled with any one caller's context (that
+// batchContext is the context of a batch's script call: its operations' own
+// when they share one (a lone write, SumMany); else one that is not cancelled with any one caller's context (that
 // would fail the others), with the latest of their deadlines, if they all
 // have one.
 func batchContext(batch []*op) (context.Context, context.CancelFunc) {
-	if len(batch) == 1 || batch[0].ctx == batch[len(batch)-1].ctx {
+	same := true
+	for _, o := range batch[1:] {
+		same = same && o.ctx == batch[0].ctx
+	}
+	if same {
 		return batch[0].ctx, func() {}
 	}
 	var last time.Time

@@ -196,11 +196,6 @@ func (s *Store) header(at *time.Time, lookback int64) []string {
 	return s.argc.Header(clock, s.bucket, s.winMs, lookback, s.codec.YearStarts(ref))
 }
 
-// args is header with extra arguments after it.
-func (s *Store) args(at *time.Time, lookback int64, extra ...string) []string {
-	return append(append(make([]string, 0, 9+len(extra)), s.header(at, lookback)...), extra...)
-}
-
 // write runs one write operation through the batcher.
 func (s *Store) write(ctx context.Context, at *time.Time, rk string, args ...string) (rueidis.RedisMessage, error) {
 	return s.writes.do(ctx, rk, s.header(at, s.winMs), args...)
@@ -516,7 +511,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (Snapshot, error) {
 		return Snapshot{}, fmt.Errorf("store: inspect: %w", err)
 	}
 	snap := Snapshot{Key: key, RedisKey: rk, Backend: s.be.Name}
-	vals, err := s.be.Inspect.Exec(ctx, s.client, rk, s.args(nil, s.winMs)).ToArray()
+	vals, err := s.be.Inspect.Exec(ctx, s.client, rk, s.header(nil, s.winMs)).ToArray()
 	if err != nil {
 		return snap, wrap("inspect", key, err)
 	}

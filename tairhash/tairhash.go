@@ -60,7 +60,6 @@ local function ws_ttls(key, fields, pttl)
   for i = 1, #fields do out[i] = redis.call('EXHPTTL', key, fields[i]) end
   return out
 end
-local function ws_tidy(L, key) end
 `), backend.ScanOps)
 
 // FieldPTTL returns the remaining life of one field in ms, as EXHPTTL answers:
