@@ -1,13 +1,11 @@
 module github.com/windowstore/windowstore
 
-go 1.25.0
+go 1.26.0
+
+require github.com/redis/rueidis v1.0.79
 
 require (
-	github.com/alicebob/miniredis/v2 v2.40.0
-	github.com/redis/rueidis v1.0.79
-)
-
-require (
-	github.com/yuin/gopher-lua v1.1.1 // indirect
-	golang.org/x/sys v0.47.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 )

@@ -1,244 +1,189 @@
-// Package backend is the contract between package store and the server-side
-// backends (packages nativehash and tairhash).
+// Package backend is the contract between package store and the backends
+// that keep counters on a server (packages nativehash and tairhash), and the
+// one home of the Lua they share.
 //
-// A backend is a set of Lua scripts, one per operation, that all take the same
-// keys and arguments and answer in the same shape, so that store has one code
-// path for every server. The scripts share one Lua library (the clock, live
-// ranges, classification, retry-after); a backend supplies only the six small
-// Lua functions that touch its data type (see [Ops]).
+// A backend is a set of Lua scripts, one per kind of call, that all take the
+// same keys and arguments and answer in the same shape, so that store has one
+// code path for every server. The scripts are assembled from .lua files:
+//
+//	constants   op and error codes, generated from this package's Go constants
+//	base.lua    error style, the clock, helpers             (shared)
+//	exact.lua   exact int64 arithmetic on doubles           (shared)
+//	live.lua    the header, live buckets of a window shape  (shared)
+//	Prims       the backend's access to its data type       (the backend's)
+//	scan.lua    reading a whole counter, exact sums        (shared)
+//	Ops         the backend's operations, or ScanOps        (the backend's)
+//	ops.lua     Add and Allow on top of the operations      (shared)
+//	group.lua   atomic groups: limits, ids, event times     (shared)
+//	body        write.lua, sum.lua or inspect.lua           (shared)
+//
+// Each fragment starts with a "-- @file" marker, and a Script maps a line of
+// the assembled source back to its file (see ScriptError).
+//
+// Prims must define:
+//
+//	WS_RESERVED                 table of the fields that are not buckets
+//	ws_read(key)                -> flat {field, value, ...} of the counter
+//	ws_drop(key, fields)        delete the given fields
+//	ws_ttls(key, fields, pttl)  -> each field's remaining life in ms (-1: none)
+//
+// Ops must define ws_open, ws_put, ws_prepare, ws_commit, ws_quiet,
+// ws_quietcommit, ws_detail, ws_addnosum and ws_sumover (see ops.lua); or be
+// ScanOps (scanops.lua), which answers every operation from ws_read and needs
+// two more primitives:
+//
+//	ws_incr(L, key, B, delta)   -> add delta (a decimal string) to bucket B
+//	                               ({field, start, current}), set its expiry;
+//	                               answer the bucket's new value
+//	ws_get(key, field)          -> one field's value, or false
 //
 // Most users never import this package: store picks the backend.
 package backend
 
 import (
-	"context"
-	"strconv"
-	"sync/atomic"
-
-	"github.com/redis/rueidis"
+	"embed"
+	"fmt"
+	"strings"
 )
 
-// Prims is the Lua a backend supplies to touch its data type. It must define
-// these local functions:
-//
-//	ws_read(key)               -> flat {field, value, ...} of the counter
-//	ws_incr(L, key, delta)     -> add delta (a string) to bucket L.field and make it
-//	                              expire at ws_expiry(L, L.cstart + L.w); write
-//	                              nothing if the increment fails
-//	ws_drop(key, fields)       -> delete the given fields
-//	ws_ttls(key, fields, pttl) -> each field's remaining life in ms (-1: none)
-type Prims string
+//go:embed lua/*.lua
+var luaFiles embed.FS
 
-// Ops is the Lua that defines a backend's four operations, after its Prims and
-// the shared scan-based operations:
-//
-//	ws_add(L, key, delta)         -> the new window sum (number or decimal string)
-//	ws_addnosum(L, key, delta)    -> 1
-//	ws_allow(L, key, limit, cost) -> {allowed, sum, retry ms, reset ms}
-//	ws_sum(L, key)                -> the sum over L.lb; must not write
-//
-// ScanOps binds them to the shared ones that read the whole counter.
-type Ops string
+// Fragment is a piece of Lua with the name of the file it comes from.
+type Fragment struct {
+	Name string // the file, relative to the module root, e.g. "nativehash/lua/plain.lua"
+	Src  string
+}
+
+// Embedded returns a fragment from an embedded file system: its file name is
+// dir + "/" + name.
+func Embedded(fsys embed.FS, dir, name string) Fragment {
+	b, err := fsys.ReadFile("lua/" + name)
+	if err != nil {
+		panic(fmt.Sprintf("backend: no embedded Lua %s: %v", name, err))
+	}
+	return Fragment{Name: dir + "/lua/" + name, Src: string(b)}
+}
+
+func shared(name string) Fragment { return Embedded(luaFiles, "backend", name) }
+
+// Shared Lua, for the packages that build scripts of their own (package limit).
+var (
+	// BaseLua is the error style and the clock (ws_err, ws_srvnow, ws_clock).
+	BaseLua = shared("base.lua")
+	// ScanOps makes a backend answer every operation from a full read of the
+	// counter (its Ops).
+	ScanOps = shared("scanops.lua")
+)
+
+// Spec declares a backend.
+type Spec struct {
+	// Name is the backend's name, unique among backends: "nativehash-plain".
+	Name string
+	// Family groups the modes of one data type: "nativehash". WithBackend
+	// accepts a family and picks its first mode the server has.
+	Family string
+	// Requires lists the commands (lower case) the server must have for this
+	// backend, as COMMAND INFO names them.
+	Requires []string
+	// FieldTTL reports whether buckets expire on their own, field by field.
+	FieldTTL bool
+	// Reserved lists the fields of a counter that are not buckets.
+	Reserved []string
+	// Why says in a few words why the backend suits a server that has it,
+	// for Detection.Reason.
+	Why string
+	// Prims and Ops are the backend's Lua (see the package doc).
+	Prims, Ops []Fragment
+}
 
 // Backend is one way of keeping counters on a server. Its zero value is not
 // usable; backends come from New. A Backend is immutable and safe for
 // concurrent use.
 type Backend struct {
-	// Name is the backend's name: "nativehash" or "tairhash".
-	Name string
-	// FieldTTL reports whether buckets expire on their own (per-field TTL),
-	// rather than being deleted by the scripts.
-	FieldTTL bool
-
-	// Write runs a batch of Add, AddNoSum and Allow operations on many keys
-	// (OpAdd...); Sum answers the sums of many keys; both answer with one
-	// entry per key. Sum and Inspect (one key) are read-only. See the
-	// argument layout at Args.
+	Spec
+	// Write runs a batch of write operations (see write.lua); Sum answers the
+	// sums of many counters; Inspect lists one counter's fields. Sum and
+	// Inspect are read-only.
 	Write, Sum, Inspect *Script
+	// Library is the three scripts as one Redis Functions library, which a
+	// Runner prefers to EVALSHA.
+	Library *Library
 }
 
-// New builds a backend from its Lua primitives and operations.
-func New(name string, fieldTTL bool, prims Prims, ops Ops) *Backend {
-	lib := prelude + string(prims) + scanLib + string(ops)
-	return &Backend{
-		Name:     name,
-		FieldTTL: fieldTTL,
-		Write:    NewScript(lib+bodyWrite, false),
-		Sum:      NewScript(lib+bodySum, true),
-		Inspect:  NewScript(lib+bodyInspect, true),
+// New assembles a backend's scripts from its spec.
+func New(spec Spec) *Backend {
+	lib := []Fragment{constants(), BaseLua, shared("exact.lua"), shared("live.lua")}
+	lib = append(lib, spec.Prims...)
+	lib = append(lib, shared("scan.lua"))
+	lib = append(lib, spec.Ops...)
+	lib = append(lib, shared("ops.lua"), shared("group.lua"))
+	body := func(name string) []Fragment { return append(append([]Fragment(nil), lib...), shared(name)) }
+	b := &Backend{
+		Spec:    spec,
+		Write:   NewScript(spec.Name+" write", false, body("write.lua")...),
+		Sum:     NewScript(spec.Name+" sum", true, body("sum.lua")...),
+		Inspect: NewScript(spec.Name+" inspect", true, body("inspect.lua")...),
 	}
+	b.Library = NewLibrary("ws_"+spec.Name, b.Write, b.Sum, b.Inspect)
+	return b
 }
 
-// The operation codes of a Write batch.
-const (
-	OpAdd      = "a" // delta: Add
-	OpAddNoSum = "n" // delta: AddNoSum
-	OpAllow    = "w" // limit, cost: Allow
-)
-
-// Clock is the clock argument of Args. ServerClock makes the scripts read the
-// server's TIME.
-type Clock struct {
-	ms     int64
-	client bool
-}
-
-// ServerClock makes a script use the server's clock.
-var ServerClock = Clock{}
-
-// ClientClock makes a script use the given instant, in Unix ms.
-func ClientClock(unixMs int64) Clock { return Clock{ms: unixMs, client: true} }
-
-// Arg is the clock as a script argument, as ws_clock in ClockLua reads it: the
-// Unix ms of a client clock, or "" for the server's.
-func (c Clock) Arg() string {
-	if !c.client {
-		return ""
-	}
-	return strconv.FormatInt(c.ms, 10)
-}
-
-// Args builds a script's arguments. The layout is:
-//
-//	1 clock (Unix ms, or "" for the server's TIME)
-//	2 bucket ms   3 window ms   4 lookback ms
-//	5..9 the starts of the five years around now (fieldcodec.Codec.YearStarts)
-//	10.. extra: Write: per operation, its code (OpAdd...) and arguments;
-//	     Sum and Inspect: none
-func Args(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64, extra ...string) []string {
-	a := make([]string, 9, 9+len(extra))
-	a[0] = clock.Arg()
-	a[1] = strconv.FormatInt(bucketMs, 10)
-	a[2] = strconv.FormatInt(windowMs, 10)
-	a[3] = strconv.FormatInt(lookbackMs, 10)
-	for i, y := range years {
-		a[4+i] = strconv.FormatInt(y, 10)
-	}
-	return append(a, extra...)
-}
-
-// ArgsCache builds the same arguments as Args, reusing the decimal strings of
-// the parts that rarely change (bucket, window, lookback, years): formatting
-// them on every call is a measurable share of a call's client CPU. The zero
-// value is ready to use; it is safe for concurrent use.
-type ArgsCache struct {
-	last atomic.Pointer[argsEntry]
-}
-
-type argsEntry struct {
-	bucketMs, windowMs, lookbackMs int64
-	years                          [5]int64
-	server                         []string // ARGV 1..9 with the server clock
-}
-
-// Build returns Args(clock, bucketMs, windowMs, lookbackMs, years, extra...).
-func (c *ArgsCache) Build(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64, extra ...string) []string {
-	hdr := c.Header(clock, bucketMs, windowMs, lookbackMs, years)
-	a := make([]string, 9, 9+len(extra))
-	copy(a, hdr)
-	return append(a, extra...)
-}
-
-// Header returns ARGV 1..9 of Args, without the extra arguments. With the
-// server clock it returns the same slice for the same arguments, until they
-// change, so that callers can tell by identity which calls share a header. The
-// slice must not be modified.
-func (c *ArgsCache) Header(clock Clock, bucketMs, windowMs, lookbackMs int64, years [5]int64) []string {
-	e := c.last.Load()
-	if e == nil || e.bucketMs != bucketMs || e.windowMs != windowMs || e.lookbackMs != lookbackMs || e.years != years {
-		e = &argsEntry{bucketMs: bucketMs, windowMs: windowMs, lookbackMs: lookbackMs, years: years,
-			server: Args(ServerClock, bucketMs, windowMs, lookbackMs, years)}
-		c.last.Store(e)
-	}
-	if !clock.client {
-		return e.server
-	}
-	a := make([]string, 9)
-	copy(a, e.server)
-	a[0] = clock.Arg()
-	return a
-}
-
-// Script is a Lua script run with EVALSHA, falling back to EVAL when the server
-// does not have it cached (NOSCRIPT), through rueidis.Lua. It is safe for
-// concurrent use.
-type Script struct {
-	lua      *rueidis.Lua
-	src, sha string
-	readOnly bool
-}
-
-// NewScript wraps src. A read-only script runs with EVALSHA_RO / EVAL_RO, so a
-// replica can serve it.
-func NewScript(src string, readOnly bool) *Script {
-	s := &Script{src: src, readOnly: readOnly}
-	if readOnly {
-		s.lua = rueidis.NewLuaScriptReadOnly(src)
-	} else {
-		s.lua = rueidis.NewLuaScript(src)
-	}
-	s.sha = sha1Hex(src)
-	return s
-}
-
-// Source returns the script's Lua source.
-func (s *Script) Source() string { return s.src }
-
-// SHA1 returns the script's SHA-1, as SCRIPT LOAD would answer it.
-func (s *Script) SHA1() string { return s.sha }
-
-// Exec runs the script on one key: one round trip, or two the first time a
-// server sees the script.
-func (s *Script) Exec(ctx context.Context, c rueidis.Client, key string, args []string) rueidis.RedisResult {
-	return s.lua.Exec(ctx, c, []string{key}, args)
-}
-
-// Call is one run of a script in ExecMulti.
-type Call struct {
-	Keys []string
-	Args []string
-}
-
-// ExecMulti runs the script once per call in one pipelined batch (on a cluster
-// client, one batch per node, sent in parallel). Calls that meet a server that
-// lacks the script are sent again, as EVAL, in a second batch; so a warm server
-// costs one round trip. Unlike rueidis.Lua.ExecMulti it does not SCRIPT LOAD on
-// every node first.
-func (s *Script) ExecMulti(ctx context.Context, c rueidis.Client, calls []Call) []rueidis.RedisResult {
-	cmds := make(rueidis.Commands, len(calls))
-	for i, k := range calls {
-		cmds[i] = s.evalsha(c, k)
-	}
-	res := c.DoMulti(ctx, cmds...)
-	var again []int
-	for i, r := range res {
-		if e, ok := rueidis.IsRedisErr(r.Error()); ok && e.IsNoScript() {
-			again = append(again, i)
+// IsReserved reports whether field is one of the backend's reserved fields.
+func (b *Backend) IsReserved(field string) bool {
+	for _, r := range b.Reserved {
+		if r == field {
+			return true
 		}
 	}
-	if len(again) == 0 {
-		return res
-	}
-	cmds = cmds[:0]
-	for _, i := range again {
-		cmds = append(cmds, s.eval(c, calls[i]))
-	}
-	for j, r := range c.DoMulti(ctx, cmds...) {
-		res[again[j]] = r
-	}
-	return res
+	return false
 }
 
-func (s *Script) evalsha(c rueidis.Client, k Call) rueidis.Completed {
-	if s.readOnly {
-		return c.B().EvalshaRo().Sha1(s.sha).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
-	}
-	return c.B().Evalsha().Sha1(s.sha).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
-}
+// The operation codes of a Write batch (see write.lua).
+const (
+	OpAdd      = "a" // shape delta: Add
+	OpAddNoSum = "n" // shape delta: AddNoSum
+	OpAllow    = "w" // shape limit cost: Allow
+	OpGroup    = "g" // a group of items of one slot (see group.lua)
+	OpDCount   = "d" // shape lookback: a distinct count
+)
 
-func (s *Script) eval(c rueidis.Client, k Call) rueidis.Completed {
-	if s.readOnly {
-		return c.B().EvalRo().Script(s.src).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
+// The kinds of a group's items (see group.lua).
+const (
+	ItemCount    = "c" // shape delta: add, answer the sum
+	ItemQuiet    = "q" // shape delta: add, answer 0
+	ItemLimit    = "l" // shape limit cost: a limit of the group
+	ItemIfOK     = "k" // shape delta: add only when the limits admit
+	ItemDistinct = "h" // shape n members...: add to the HyperLogLog, answer the count
+	ItemRead     = "r" // shape: answer the window sum, write nothing
+)
+
+// The codes of the errors the scripts raise, as the first word of the error
+// reply ("WSOVERFLOW windowstore: ...").
+const (
+	CodeNotCounter = "WSNOTCOUNTER" // the key holds a hash that is not a counter
+	CodeOverflow   = "WSOVERFLOW"   // a bucket or a sum would leave int64
+	CodeClock      = "WSCLOCK"      // server and client clocks a year apart
+	CodeArgs       = "WSARGS"       // a malformed call: a bug, not bad input
+	CodeTooOld     = "WSTOOOLD"     // an event whose bucket has left the window
+	CodeFuture     = "WSFUTURE"     // an event beyond the future tolerance
+)
+
+// constants is the Lua that defines the codes above, so that they are
+// written once, here.
+func constants() Fragment {
+	var b strings.Builder
+	b.WriteString("-- Generated from package backend's Go constants: op and error codes.\n")
+	for _, c := range [][2]string{
+		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
+		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount},
+		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
+		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead},
+		{"WS_E_NOTCOUNTER", CodeNotCounter}, {"WS_E_OVERFLOW", CodeOverflow}, {"WS_E_CLOCK", CodeClock},
+		{"WS_E_ARGS", CodeArgs}, {"WS_E_TOOOLD", CodeTooOld}, {"WS_E_FUTURE", CodeFuture},
+	} {
+		fmt.Fprintf(&b, "local %s = '%s'\n", c[0], c[1])
 	}
-	return c.B().Eval().Script(s.src).Numkeys(int64(len(k.Keys))).Key(k.Keys...).Arg(k.Args...).Build()
+	fmt.Fprintf(&b, "local WS_HEADER = %d\n", HeaderLen)
+	return Fragment{Name: "backend/constants (generated)", Src: b.String()}
 }

@@ -3,17 +3,54 @@
 # detect and add on each service, down. CI runs it with the local images.
 # Uses a project name and ports of its own so it never touches a developer's
 # running stack.
+#
+# It runs with `docker compose` (the v2 plugin) or `docker-compose` (v1),
+# whichever exists (COMPOSE="docker-compose" picks one), and says which.
+# The ports are free ones picked at run time unless REDIS70_PORT etc. are set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export COMPOSE_PROJECT_NAME=windowstore-smoke
-export REDIS70_PORT=${REDIS70_PORT:-16370} REDIS80_PORT=${REDIS80_PORT:-16380} VALKEY_PORT=${VALKEY_PORT:-16381} TAIRHASH_PORT=${TAIRHASH_PORT:-16382}
-dc() { docker-compose -f compose/docker-compose.yml "$@"; }
+
+if [ -n "${COMPOSE:-}" ]; then
+  read -r -a compose <<<"$COMPOSE"
+elif docker compose version >/dev/null 2>&1; then
+  compose=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+  compose=(docker-compose)
+else
+  echo "compose smoke: neither 'docker compose' (the v2 plugin) nor docker-compose is installed: install one (apt-get install docker-compose)" >&2
+  exit 1
+fi
+echo "compose smoke: using ${compose[*]} ($("${compose[@]}" version --short 2>/dev/null || "${compose[@]}" version | head -n1))"
+dc() { "${compose[@]}" -f compose/docker-compose.yml "$@"; }
+
+# pickport sets the variable $1 to a loopback port nothing listens on (and
+# that no other service of this run was given).
+taken=" "
+pickport() {
+  local p
+  for _ in $(seq 50); do
+    p=$((20000 + RANDOM % 20000))
+    case "$taken" in *" $p "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      taken="$taken$p "
+      export "$1=$p"
+      return
+    fi
+  done
+  echo "compose smoke: no free port" >&2
+  exit 1
+}
+for v in REDIS70_PORT REDIS80_PORT VALKEY_PORT TAIRHASH_PORT; do
+  if [ -z "${!v:-}" ]; then pickport "$v"; fi
+done
 profiles=()
 if [ -n "${TAIRHASH_IMAGE:-}" ]; then profiles=(--profile tairhash); fi
 
 dc "${profiles[@]}" config -q
 trap 'dc "${profiles[@]}" down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
-dc "${profiles[@]}" up -d >/dev/null 2>&1
+log=$(mktemp)
+dc "${profiles[@]}" up -d >"$log" 2>&1 || { cat "$log" >&2; echo "compose smoke: up failed" >&2; exit 1; }
 
 bin=$(mktemp -d)/windowctl
 go build -o "$bin" ./cmd/windowctl
@@ -29,8 +66,8 @@ check() { # port want-backend want-field-ttl
   out=$("$bin" --addr "redis://127.0.0.1:$1" --json --prefix smoke: add k 3)
   [ "$out" = '{"key":"k","sum":3}' ] || { echo "compose smoke: add gave $out" >&2; exit 1; }
 }
-check "$REDIS70_PORT" nativehash false
-check "$REDIS80_PORT" nativehash true
-check "$VALKEY_PORT" nativehash false
+check "$REDIS70_PORT" nativehash-plain false
+check "$REDIS80_PORT" nativehash-fieldttl true
+check "$VALKEY_PORT" nativehash-plain false
 if [ ${#profiles[@]} -gt 0 ]; then check "$TAIRHASH_PORT" tairhash true; fi
 echo "compose smoke: ok"

@@ -32,9 +32,10 @@
 // A code is written as its decimal digits, with no sign and no leading zero
 // ([Encode]). Redis stores a small hash (listpack) field that is a decimal
 // integer as an integer, which made it the most compact encoding measured. The
-// figures are MEMORY USAGE (SAMPLES 0) on Redis 7.0.15 of one hash of 60 fields
-// with values 1..60, for codes near 4,852,800 (6 s buckets in late November)
-// and near 8,000 (1 h buckets in late November):
+// figures were measured once, when the encoding was chosen: MEMORY USAGE
+// (SAMPLES 0) on Redis 7.0.15 of one hash of 60 fields with values 1..60, for
+// codes near 4,852,800 (6 s buckets in late November) and near 8,000 (1 h
+// buckets in late November):
 //
 //	encoding                    codes ~4.85M    codes ~8,000
 //	decimal digits ("4852800")  496 B (8.3/f)   432 B (7.2/f)
@@ -43,12 +44,10 @@
 //	8 raw big-endian bytes      816 B           816 B
 //
 // (An empty hash with one field costs 64 B; the rest is about 7 to 8 bytes a
-// bucket.) A 60-bucket counter written by the store itself, one AddAt per
-// bucket, measures 568 B on Redis 7.0.15 and 464 B on Valkey 8.1.1; on Redis
-// 8.0.2 with per-field TTLs it measures 1,432 B, since each field then carries
-// its expiry (TestFieldEncodingMemory logs these). Decimal also costs the scripts nothing: it is what Lua's tostring
-// writes, and it reads plainly in redis-cli. The integration test
-// TestFieldEncodingMemory re-measures the decimal figure on every server.
+// bucket.) Decimal also costs the scripts nothing: it is what Lua's tostring
+// writes, and it reads plainly in redis-cli. What a counter written by the
+// store costs on each backend, measured by the integration tests on every
+// run, is in the README's memory table.
 //
 // The zero value of [Codec] is not usable; create one with [New]. A Codec is
 // immutable and safe for concurrent use.
@@ -70,9 +69,11 @@ const (
 	// be mistaken for a newer bucket with the same code: that needs a field
 	// older than a year, and no field outlives twice the window.
 	MaxWindow = 180 * 24 * time.Hour
-	// MaxBuckets is the most buckets one window may have. Every operation reads
-	// the whole counter, so cost grows with the bucket count; past 128 fields
-	// Redis also leaves the compact listpack encoding (hash-max-listpack-entries).
+	// MaxBuckets is the most buckets one window may have. The backends whose
+	// buckets expire on their own read the whole counter on every operation
+	// (and the plain hash when it rebuilds its running total), so their cost
+	// grows with the bucket count; past 128 fields Redis also leaves the
+	// compact listpack encoding (hash-max-listpack-entries).
 	MaxBuckets = 10000
 	// MaxCode is the largest code there is: the last millisecond of a leap year.
 	MaxCode = 366*24*3600*1000 - 1
@@ -81,24 +82,38 @@ const (
 // ErrInvalid reports a bucket, window, lookback or field that the codec refuses.
 var ErrInvalid = errors.New("fieldcodec: invalid argument")
 
+// InvalidError is the error the codec returns for bad input: errors.Is sees
+// ErrInvalid in it, and Reason says what is wrong without the package name,
+// for callers that wrap it in messages of their own.
+type InvalidError struct {
+	Reason string // e.g. "bucket 3s does not divide window 10s"
+}
+
+func (e *InvalidError) Error() string { return "fieldcodec: invalid argument: " + e.Reason }
+
+// Is reports whether target is ErrInvalid.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalidf(format string, a ...any) error { return &InvalidError{Reason: fmt.Sprintf(format, a...)} }
+
 // CheckWindow reports whether a window of the given length, cut into buckets of
 // the given length, is supported: 1 ms <= bucket <= length <= MaxWindow, both whole
 // milliseconds, the bucket divides the length, and there are at most MaxBuckets.
 func CheckWindow(length, bucket time.Duration) error {
 	switch {
 	case bucket < MinBucket:
-		return fmt.Errorf("%w: bucket %v is shorter than %v", ErrInvalid, bucket, MinBucket)
+		return invalidf("bucket %v is shorter than %v", bucket, MinBucket)
 	case bucket%time.Millisecond != 0:
-		return fmt.Errorf("%w: bucket %v is not a whole number of milliseconds", ErrInvalid, bucket)
+		return invalidf("bucket %v is not a whole number of milliseconds", bucket)
 	case length <= 0:
-		return fmt.Errorf("%w: window length %v is not positive", ErrInvalid, length)
+		return invalidf("window length %v is not positive", length)
 	case length > MaxWindow:
-		return fmt.Errorf("%w: window %v is longer than the maximum %v", ErrInvalid, length, MaxWindow)
+		return invalidf("window %v is longer than the maximum %v", length, MaxWindow)
 	case length%bucket != 0:
-		return fmt.Errorf("%w: bucket %v does not divide window %v", ErrInvalid, bucket, length)
+		return invalidf("bucket %v does not divide window %v", bucket, length)
 	case length/bucket > MaxBuckets:
-		return fmt.Errorf("%w: window %v has %d buckets of %v; the maximum is %d",
-			ErrInvalid, length, length/bucket, bucket, MaxBuckets)
+		return invalidf("window %v has %d buckets of %v; the maximum is %d",
+			length, length/bucket, bucket, MaxBuckets)
 	}
 	return nil
 }
@@ -110,18 +125,18 @@ func Encode(code int64) string { return strconv.FormatInt(code, 10) }
 // cannot produce: signs, leading zeros, spaces, and codes above MaxCode.
 func Decode(field string) (int64, error) {
 	if len(field) == 0 || len(field) > 11 || (len(field) > 1 && field[0] == '0') {
-		return 0, fmt.Errorf("%w: field %q is not a bucket code", ErrInvalid, field)
+		return 0, invalidf("field %q is not a bucket code", field)
 	}
 	var n int64
 	for i := 0; i < len(field); i++ {
 		c := field[i]
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("%w: field %q is not a bucket code", ErrInvalid, field)
+			return 0, invalidf("field %q is not a bucket code", field)
 		}
 		n = n*10 + int64(c-'0')
 	}
 	if n > MaxCode {
-		return 0, fmt.Errorf("%w: field %q is above the largest code", ErrInvalid, field)
+		return 0, invalidf("field %q is above the largest code", field)
 	}
 	return n, nil
 }
@@ -153,9 +168,6 @@ func New(bucket time.Duration, cal Calendar) (*Codec, error) {
 
 // Bucket returns the bucket length.
 func (c *Codec) Bucket() time.Duration { return time.Duration(c.bucket) * time.Millisecond }
-
-// Calendar returns the calendar the codec counts in.
-func (c *Codec) Calendar() Calendar { return c.cal }
 
 func (c *Codec) year(now int64) (start, next int64) {
 	s, n := c.cal.Year(time.UnixMilli(now))
@@ -196,7 +208,7 @@ func (c *Codec) Start(code int64, ref time.Time) (time.Time, error) {
 	if code >= 0 && py+code*c.bucket < ys {
 		return time.UnixMilli(py + code*c.bucket), nil
 	}
-	return time.Time{}, fmt.Errorf("%w: code %d is no bucket of the year before %v", ErrInvalid, code, ref.UTC())
+	return time.Time{}, invalidf("code %d is no bucket of the year before %v", code, ref.UTC())
 }
 
 // Range is an inclusive range of codes. It is empty when Lo > Hi.
@@ -227,7 +239,7 @@ type Live struct {
 // the bucket: a bucket is live when it starts after t - lookback.
 func (c *Codec) Live(t time.Time, lookback time.Duration) (Live, error) {
 	if lookback < c.Bucket() || lookback > MaxWindow {
-		return Live{}, fmt.Errorf("%w: lookback %v is not within [%v, %v]", ErrInvalid, lookback, c.Bucket(), MaxWindow)
+		return Live{}, invalidf("lookback %v is not within [%v, %v]", lookback, c.Bucket(), MaxWindow)
 	}
 	now := t.UnixMilli()
 	ys, ny := c.year(now)

@@ -11,8 +11,13 @@
 //	http.ListenAndServe(":8080", mw(mux))
 //
 // For each request the first rule whose Match accepts it applies (a nil Match
-// accepts all). Its limiters are asked in order; the first refusal answers 429
-// Too Many Requests with Retry-After. Every limited response carries the IETF
+// accepts all). When a rule's limiters are all sliding windows on one client
+// (limit.NewSlidingWindow), they are asked together, atomically, in one round
+// trip (limit.Combine): a request refused by one is counted by none. Other
+// limiters are asked in order, and a request admitted by earlier ones and
+// refused by a later one has been counted by the earlier ones: order them
+// from the one most likely to refuse. A refusal answers 429 Too Many Requests
+// with Retry-After. Every limited response carries the IETF
 // RateLimit-Policy and RateLimit header fields
 // (draft-ietf-httpapi-ratelimit-headers):
 //
@@ -23,11 +28,17 @@
 // one that refused, with t equal to Retry-After), and optionally the legacy
 // X-RateLimit-Limit, -Remaining and -Reset fields.
 //
-// A request admitted by earlier limiters and refused by a later one has been
-// counted by the earlier ones: order a rule's limiters from the one most
-// likely to refuse.
+// A shadow rule (Rule.Shadow) or a shadow limiter (limit.Shadow) decides and
+// counts as usual but never refuses: its would-be refusals go to the
+// WithOnShadowRefusal hook and to the recorder as outcome ShadowRefused, so a
+// limit can be watched in production before it is enforced.
 //
-// A Middleware is safe for concurrent use.
+// A degraded limiter (limit.Degrade) decides in process while its server
+// fails, on this instance's share of the limit; its decisions are recorded as
+// outcomes DegradedAllowed and DegradedRefused, and its circuit breaker's
+// state is its own (limit.Degraded.State, Health).
+//
+// The middleware New returns is safe for concurrent use.
 package httplimit
 
 import (
@@ -49,7 +60,9 @@ type Rule struct {
 	Name string
 	// Match selects the requests the rule applies to; nil selects all.
 	Match func(r *http.Request) bool
-	// Key names the counter a request is charged to. Required.
+	// Key names the counter a request is charged to. Required. When it fails
+	// (a request without the header it reads, say), the request is answered
+	// 400 Bad Request: a key that cannot be named is the client's fault.
 	Key KeyFunc
 	// Limiters are the limits that apply together, such as per second and
 	// per hour. Each is asked with the key "Name:" + Key(r).
@@ -58,28 +71,65 @@ type Rule struct {
 	Cost func(r *http.Request) int64
 	// FailOpen admits requests when a limiter fails (the server is down, a
 	// timeout). The default, fail closed, answers 503 Service Unavailable.
-	// Either way the error goes to Options.OnError.
+	// Either way the error goes to the WithOnError hook. A degraded limiter
+	// (limit.Degrade) fails only for errors it does not stand in for.
 	FailOpen bool
+	// Shadow makes the rule watch without enforcing: its limiters decide and
+	// count as usual (a refused request is counted by none, and the
+	// limiters after the refusing one are not asked), but the request goes
+	// on. A would-be refusal is told to the WithOnShadowRefusal hook and
+	// recorded as outcome ShadowRefused. A shadow rule never answers: not
+	// 429, not 400 for a key it cannot name (recorded as BadKey), not 503
+	// (it fails open); it sets no header field, uses no local tier, and is
+	// not the request's rule: the first matching rule that is not a shadow
+	// still applies. A shadow rule placed before it sees the requests it
+	// sees; one placed after it, the requests it admits.
+	Shadow bool
 }
 
-// Options tune the middleware. The zero value is usable.
-type Options struct {
-	// OnError is told of every limiter or key error, with the rule's name.
-	OnError func(r *http.Request, rule string, err error)
-	// LegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
-	// X-RateLimit-Reset to every limited response.
-	LegacyHeaders bool
-	// Local, when set, remembers refused keys until their retry-after and
-	// refuses them again without asking the server (see LocalTier).
-	Local *LocalTier
-	// Metrics, when set, is told of every decision.
-	Metrics Recorder
-	// Now is the clock of the local tier; nil means time.Now.
-	Now func() time.Time
+// An Option tunes the middleware.
+type Option func(*options)
+
+type options struct {
+	onError  func(r *http.Request, rule string, err error)
+	onShadow func(r *http.Request, rule string, d limit.Decision)
+	legacy   bool
+	local    *LocalTier
+	metrics  Recorder
+	now      func() time.Time
 }
+
+// WithOnError has every limiter or key error told to fn, with the rule's name.
+func WithOnError(fn func(r *http.Request, rule string, err error)) Option {
+	return func(o *options) { o.onError = fn }
+}
+
+// WithOnShadowRefusal has every would-be refusal told to fn, with the rule's
+// name and the decision (WouldRefuse true): those of a shadow rule
+// (Rule.Shadow), and those of a shadow limiter (limit.Shadow) in any rule.
+// fn runs on the request's goroutine, before the request goes on.
+func WithOnShadowRefusal(fn func(r *http.Request, rule string, d limit.Decision)) Option {
+	return func(o *options) { o.onShadow = fn }
+}
+
+// WithLegacyHeaders adds X-RateLimit-Limit, X-RateLimit-Remaining and
+// X-RateLimit-Reset to every limited response.
+func WithLegacyHeaders() Option { return func(o *options) { o.legacy = true } }
+
+// WithLocalTier remembers refused keys in t until their retry-after and
+// refuses them again without asking the server (see LocalTier).
+func WithLocalTier(t *LocalTier) Option { return func(o *options) { o.local = t } }
+
+// WithRecorder has every decision told to r (package metrics/prom has a
+// Prometheus recorder, package metrics/otel an OpenTelemetry one).
+func WithRecorder(r Recorder) Option { return func(o *options) { o.metrics = r } }
+
+// WithClock sets the clock of the local tier; the default is time.Now.
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // Recorder receives one call per decision: the rule, the outcome, and how
-// long the limiters took. Package metrics/prom has a Prometheus recorder.
+// long the limiters took. Package metrics/prom has a Prometheus recorder,
+// package metrics/otel an OpenTelemetry one.
 type Recorder interface {
 	Observe(rule string, outcome Outcome, latency time.Duration)
 }
@@ -94,6 +144,17 @@ const (
 	LocalShed  Outcome = "local_shed"  // 429 from the local tier, no server call
 	FailedOpen Outcome = "failed_open" // a limiter failed; admitted
 	FailedShut Outcome = "failed_closed"
+	BadKey     Outcome = "bad_request" // 400: the key function refused the request
+	// ShadowRefused: admitted, but a shadow rule or a shadow limiter
+	// (limit.Shadow) would have refused it.
+	ShadowRefused Outcome = "shadow_refused"
+	// DegradedAllowed: admitted while a degraded limiter (limit.Degrade)
+	// decided in process, its server failing (Decision.Degraded). It takes
+	// precedence over ShadowRefused: the hook is still told of a would-be
+	// refusal.
+	DegradedAllowed Outcome = "degraded_allowed"
+	// DegradedRefused: 429 from a degraded limiter deciding in process.
+	DegradedRefused Outcome = "degraded_refused"
 )
 
 // ErrInvalid reports a rule the middleware refuses.
@@ -101,13 +162,10 @@ var ErrInvalid = errors.New("httplimit: invalid rule")
 
 // New returns the middleware for rules, or an error for a rule without a
 // valid name, key function or limiter.
-func New(rules []Rule, opts ...Options) (func(http.Handler) http.Handler, error) {
-	var o Options
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	if o.Now == nil {
-		o.Now = time.Now
+func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) {
+	o := options{now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
 	}
 	for i, r := range rules {
 		switch {
@@ -124,11 +182,18 @@ func New(rules []Rule, opts ...Options) (func(http.Handler) http.Handler, error)
 			}
 		}
 	}
-	rs := append([]Rule(nil), rules...)
+	rs := make([]compiled, len(rules))
+	for i, r := range rules {
+		rs[i] = compile(r)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			for i := range rs {
 				if rs[i].Match == nil || rs[i].Match(r) {
+					if rs[i].Shadow {
+						watch(&o, &rs[i], r)
+						continue
+					}
 					if !serve(&o, &rs[i], w, r) {
 						return
 					}
@@ -140,17 +205,50 @@ func New(rules []Rule, opts ...Options) (func(http.Handler) http.Handler, error)
 	}, nil
 }
 
+// compiled is a rule ready to serve: its limiters combined into one atomic
+// Multi where they can be (sliding windows on one client), and its policies
+// by name.
+type compiled struct {
+	Rule
+	run      []limit.Limiter
+	policies map[string]limit.Policy
+	header   string
+}
+
+func compile(r Rule) compiled {
+	c := compiled{Rule: r, run: r.Limiters, policies: map[string]limit.Policy{}, header: policyField(r.Limiters)}
+	for _, l := range r.Limiters {
+		for _, p := range policiesOf(l) {
+			c.policies[p.Name] = p
+		}
+	}
+	if len(r.Limiters) > 1 {
+		if m, err := limit.Combine(r.Limiters...); err == nil {
+			c.run = []limit.Limiter{m}
+		}
+	}
+	return c
+}
+
+// policy is the policy a decision names (a Multi's deciding one).
+func (c *compiled) policy(l limit.Limiter, d limit.Decision) limit.Policy {
+	if p, ok := c.policies[d.Policy]; ok {
+		return p
+	}
+	return l.Policy()
+}
+
 // serve applies one rule; it reports whether the request may go on.
-func serve(o *Options, rule *Rule, w http.ResponseWriter, r *http.Request) bool {
+func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request) bool {
 	start := time.Now()
 	observe := func(out Outcome) {
-		if o.Metrics != nil {
-			o.Metrics.Observe(rule.Name, out, time.Since(start))
+		if o.metrics != nil {
+			o.metrics.Observe(rule.Name, out, time.Since(start))
 		}
 	}
 	fail := func(err error) bool {
-		if o.OnError != nil {
-			o.OnError(r, rule.Name, err)
+		if o.onError != nil {
+			o.onError(r, rule.Name, err)
 		}
 		if rule.FailOpen {
 			observe(FailedOpen)
@@ -162,7 +260,12 @@ func serve(o *Options, rule *Rule, w http.ResponseWriter, r *http.Request) bool 
 	}
 	key, err := rule.Key(r)
 	if err != nil {
-		return fail(err)
+		if o.onError != nil {
+			o.onError(r, rule.Name, err)
+		}
+		observe(BadKey)
+		http.Error(w, "bad request: "+reasonOf(err), http.StatusBadRequest)
+		return false
 	}
 	key = rule.Name + ":" + key
 	cost := int64(1)
@@ -170,13 +273,12 @@ func serve(o *Options, rule *Rule, w http.ResponseWriter, r *http.Request) bool 
 		cost = rule.Cost(r)
 	}
 	h := w.Header()
-	h.Set("RateLimit-Policy", policyField(rule.Limiters))
+	h.Set("RateLimit-Policy", rule.header)
 
-	if o.Local != nil {
-		if i, until, ok := o.Local.refused(key, cost, o.Now()); ok {
-			l := rule.Limiters[i]
-			retry := until.Sub(o.Now())
-			setFields(o, h, l.Policy(), 0, retry)
+	if o.local != nil {
+		if name, until, ok := o.local.refused(key, cost, o.now()); ok {
+			retry := until.Sub(o.now())
+			setFields(o, h, rule.policies[name], 0, retry)
 			refuse(w, retry)
 			observe(LocalShed)
 			return false
@@ -184,29 +286,107 @@ func serve(o *Options, rule *Rule, w http.ResponseWriter, r *http.Request) bool 
 	}
 
 	var best limit.Decision
-	bestAt := -1
-	for i, l := range rule.Limiters {
+	var bestPolicy limit.Policy
+	chosen, shadowed, degraded := false, false, false
+	for _, l := range rule.run {
 		d, err := l.Allow(r.Context(), key, cost)
 		if err != nil {
 			return fail(err)
 		}
-		if !d.Allowed {
-			if o.Local != nil && d.RetryAfter > 0 {
-				now := o.Now()
-				o.Local.remember(key, i, cost, now, now.Add(d.RetryAfter))
+		p := rule.policy(l, d)
+		degraded = degraded || d.Degraded
+		if d.WouldRefuse { // a shadow limiter: it lets the request through
+			shadowed = true
+			if o.onShadow != nil {
+				o.onShadow(r, rule.Name, d)
 			}
-			setFields(o, h, l.Policy(), 0, d.RetryAfter)
+			continue
+		}
+		if !d.Allowed {
+			// A degraded refusal was made in process: the local tier would
+			// save no server call, and the server, once back, may admit sooner.
+			if o.local != nil && d.RetryAfter > 0 && !d.Degraded {
+				now := o.now()
+				o.local.remember(key, p.Name, cost, now, now.Add(d.RetryAfter))
+			}
+			setFields(o, h, p, 0, d.RetryAfter)
 			refuse(w, d.RetryAfter)
-			observe(Refused)
+			if d.Degraded {
+				observe(DegradedRefused)
+			} else {
+				observe(Refused)
+			}
 			return false
 		}
-		if bestAt < 0 || d.Remaining < best.Remaining {
-			best, bestAt = d, i
+		if !chosen || d.Remaining < best.Remaining {
+			best, bestPolicy, chosen = d, p, true
 		}
 	}
-	setFields(o, h, rule.Limiters[bestAt].Policy(), best.Remaining, best.ResetAfter)
-	observe(Allowed)
+	if chosen {
+		setFields(o, h, bestPolicy, best.Remaining, best.ResetAfter)
+	}
+	switch {
+	case degraded:
+		observe(DegradedAllowed)
+	case shadowed:
+		observe(ShadowRefused)
+	default:
+		observe(Allowed)
+	}
 	return true
+}
+
+// watch applies a shadow rule: it asks the limiters as serve does, and tells
+// the hooks and the recorder, but never answers the request nor sets a
+// header field.
+func watch(o *options, rule *compiled, r *http.Request) {
+	start := time.Now()
+	observe := func(out Outcome) {
+		if o.metrics != nil {
+			o.metrics.Observe(rule.Name, out, time.Since(start))
+		}
+	}
+	key, err := rule.Key(r)
+	if err != nil {
+		if o.onError != nil {
+			o.onError(r, rule.Name, err)
+		}
+		observe(BadKey)
+		return
+	}
+	key = rule.Name + ":" + key
+	cost := int64(1)
+	if rule.Cost != nil {
+		cost = rule.Cost(r)
+	}
+	out, degraded := Allowed, false
+	for _, l := range rule.run {
+		d, err := l.Allow(r.Context(), key, cost)
+		if err != nil {
+			if o.onError != nil {
+				o.onError(r, rule.Name, err)
+			}
+			observe(FailedOpen)
+			return
+		}
+		degraded = degraded || d.Degraded
+		if d.Allowed && !d.WouldRefuse {
+			continue
+		}
+		out = ShadowRefused
+		refused := !d.Allowed
+		d.Allowed, d.WouldRefuse = true, true
+		if o.onShadow != nil {
+			o.onShadow(r, rule.Name, d)
+		}
+		if refused { // enforced, the refusal would stop here: so does its shadow
+			break
+		}
+	}
+	if degraded {
+		out = DegradedAllowed
+	}
+	observe(out)
 }
 
 func refuse(w http.ResponseWriter, retry time.Duration) {
@@ -225,18 +405,28 @@ func seconds(d time.Duration) int64 {
 }
 
 func policyField(ls []limit.Limiter) string {
-	parts := make([]string, len(ls))
-	for i, l := range ls {
-		p := l.Policy()
-		parts[i] = fmt.Sprintf("%s;q=%d;w=%d", p.Name, p.Limit, seconds(p.Window))
+	var parts []string
+	for _, l := range ls {
+		for _, p := range policiesOf(l) {
+			parts = append(parts, fmt.Sprintf("%s;q=%d;w=%d", p.Name, p.Limit, seconds(p.Window)))
+		}
 	}
 	return strings.Join(parts, ", ")
 }
 
-func setFields(o *Options, h http.Header, p limit.Policy, remaining int64, reset time.Duration) {
+// policiesOf returns every policy of a limiter that has several (a
+// limit.Multi, or a limit.Degraded of one), or its one.
+func policiesOf(l limit.Limiter) []limit.Policy {
+	if m, ok := l.(interface{ Policies() []limit.Policy }); ok {
+		return m.Policies()
+	}
+	return []limit.Policy{l.Policy()}
+}
+
+func setFields(o *options, h http.Header, p limit.Policy, remaining int64, reset time.Duration) {
 	t := seconds(reset)
 	h.Set("RateLimit", fmt.Sprintf("%s;r=%d;t=%d", p.Name, remaining, t))
-	if o.LegacyHeaders {
+	if o.legacy {
 		h.Set("X-RateLimit-Limit", strconv.FormatInt(p.Limit, 10))
 		h.Set("X-RateLimit-Remaining", strconv.FormatInt(remaining, 10))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(t, 10))

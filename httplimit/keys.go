@@ -10,11 +10,36 @@ import (
 )
 
 // A KeyFunc names the counter a request is charged to, such as the client's
-// IP or its API key. An error makes the rule apply its failure policy.
+// IP or its API key. An error refuses the request with 400 Bad Request, since a
+// key that cannot be named is the client's fault (503 is for a server that
+// fails). The response body says why only for errors made by BadRequest (the
+// key functions of this package make such errors); any other error answers
+// "bad request" alone, so that nothing internal leaks. The WithOnError hook
+// sees the error either way.
 type KeyFunc func(r *http.Request) (string, error)
 
-// ErrNoKey reports a request the key function could find no key in.
+// ErrNoKey reports a request the key function could find no key in. Every
+// error of BadRequest wraps it.
 var ErrNoKey = errors.New("httplimit: no key in the request")
+
+// BadRequest returns an error for a KeyFunc to refuse a request with: the
+// middleware answers 400 Bad Request, with "bad request: " + reason as the
+// body. Keep the reason short and free of secrets: the client sees it.
+func BadRequest(reason string) error { return &keyError{reason} }
+
+type keyError struct{ reason string }
+
+func (e *keyError) Error() string { return "httplimit: no key in the request: " + e.reason }
+func (e *keyError) Unwrap() error { return ErrNoKey }
+
+// reasonOf is the part of a key error the client may see.
+func reasonOf(err error) string {
+	var ke *keyError
+	if errors.As(err, &ke) {
+		return ke.reason
+	}
+	return "no key in the request"
+}
 
 // ClientIP keys requests by the client's IP address. The peer address
 // (RemoteAddr) is the client unless it is one of the trusted proxies; then the
@@ -42,7 +67,7 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 		}
 		peer, err := netip.ParseAddr(host)
 		if err != nil {
-			return "", fmt.Errorf("%w: peer address %q", ErrNoKey, r.RemoteAddr)
+			return "", BadRequest(fmt.Sprintf("peer address %q is not an IP", r.RemoteAddr))
 		}
 		peer = peer.Unmap()
 		if len(trusted) == 0 || !isTrusted(peer) {
@@ -73,7 +98,7 @@ func Header(name string) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
-			return "", fmt.Errorf("%w: no %s header", ErrNoKey, name)
+			return "", BadRequest("no " + name + " header")
 		}
 		return "h:" + v, nil
 	}
@@ -85,7 +110,7 @@ func PathValue(name string) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		v := r.PathValue(name)
 		if v == "" {
-			return "", fmt.Errorf("%w: no path value %q", ErrNoKey, name)
+			return "", BadRequest(fmt.Sprintf("no path value %q", name))
 		}
 		return "p:" + v, nil
 	}

@@ -22,9 +22,9 @@ type LocalTier struct {
 }
 
 type localEntry struct {
-	until   time.Time
-	limiter int
-	cost    int64
+	until  time.Time
+	policy string
+	cost   int64
 }
 
 // NewLocalTier returns a local tier that holds at most size keys (0 means 100,000).
@@ -36,26 +36,26 @@ func NewLocalTier(size int) *LocalTier {
 }
 
 // refused reports whether key is known to be refused for this cost at now, and by
-// which limiter until when.
-func (t *LocalTier) refused(key string, cost int64, now time.Time) (int, time.Time, bool) {
+// which policy until when.
+func (t *LocalTier) refused(key string, cost int64, now time.Time) (string, time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.m[key]
 	if !ok {
-		return 0, time.Time{}, false
+		return "", time.Time{}, false
 	}
 	if !now.Before(e.until) {
 		delete(t.m, key)
-		return 0, time.Time{}, false
+		return "", time.Time{}, false
 	}
 	// A refusal for cost c says nothing about a smaller cost.
 	if cost < e.cost {
-		return 0, time.Time{}, false
+		return "", time.Time{}, false
 	}
-	return e.limiter, e.until, true
+	return e.policy, e.until, true
 }
 
-func (t *LocalTier) remember(key string, limiter int, cost int64, now, until time.Time) {
+func (t *LocalTier) remember(key string, policy string, cost int64, now, until time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.m[key]; !ok && len(t.m) >= t.size {
@@ -68,7 +68,7 @@ func (t *LocalTier) remember(key string, limiter int, cost int64, now, until tim
 			return
 		}
 	}
-	t.m[key] = localEntry{until: until, limiter: limiter, cost: cost}
+	t.m[key] = localEntry{until: until, policy: policy, cost: cost}
 }
 
 // Len returns how many keys the tier remembers now.

@@ -1,5 +1,5 @@
 // Package limit is rate limiting on top of windowstore: one Limiter
-// interface, three algorithms behind it, each atomic in one round trip on the
+// interface, four algorithms behind it, each atomic in one round trip on the
 // server's clock.
 //
 //   - SlidingWindow: the bucketed window of package store. Memory is one hash
@@ -12,13 +12,26 @@
 //   - FixedWindow: a counter per aligned window, incremented and given its
 //     expiry in one script. Cheapest, but up to twice the limit can pass
 //     around a window edge.
+//   - GCRA: the generic cell rate algorithm, a token bucket kept as one
+//     timestamp per key: a smooth rate with bursts up to a burst size,
+//     exact to the ms, in constant memory.
 //
-// Every Decision reports Allowed, Limit, Remaining, RetryAfter (exact for Log
-// and SlidingWindow: a retry at that time succeeds, one before it fails) and
+// Two wrappers change how a limiter enforces: Shadow watches without
+// refusing, and Degrade decides in process, on an instance's share of the
+// limit, while the server fails, behind a circuit breaker.
+//
+// Every Decision reports Allowed, Limit, Remaining, RetryAfter (exact for Log,
+// SlidingWindow and GCRA: a retry at that time succeeds, one before it fails) and
 // ResetAfter. The trade-offs, measured, are in the README.
 //
-// Every limiter keeps key's state under its own policy name (name + ":" + key),
-// so several limiters can share a prefix, a store and a key.
+// Keys come from user input and go through package keyspace, as the store's
+// do: escaped, with no hash tag of the caller's choosing, and with the key's
+// own hash tag, so that every limiter's state for one key lives in one
+// Redis Cluster slot. A limiter keeps key's state under its policy name, so
+// several limiters can share a prefix and a key:
+//
+//	Log, FixedWindow, GCRA  prefix + "{" + escape(key) + "}:" + name
+//	SlidingWindow           the store's prefix + "{" + escape(key) + "}:" + name + ":" + shape
 //
 // Limiters are safe for concurrent use. Their zero values are not usable;
 // create them with the New functions.
@@ -27,12 +40,19 @@ package limit
 import (
 	"context"
 	"errors"
-	"fmt"
+	"strconv"
 	"time"
+
+	"github.com/windowstore/windowstore/internal/errmsg"
+	"github.com/windowstore/windowstore/store"
 )
 
-// ErrInvalid reports a limit, window, cost or name that a limiter refuses.
+// ErrInvalid reports a limit, window, cost, name or key that a limiter refuses.
 var ErrInvalid = errors.New("limit: invalid argument")
+
+// DefaultPrefix is the key prefix of Log, FixedWindow and GCRA limiters unless
+// WithPrefix says otherwise.
+const DefaultPrefix = "rl:"
 
 // Decision is the outcome of one Allow call.
 //
@@ -47,10 +67,10 @@ type Decision struct {
 	// Allowed reports whether the request was admitted and counted. Refused
 	// requests are not counted. In the example: false.
 	Allowed bool
-	// Limit is the policy's limit: 3.
+	// Limit is the policy's limit: 3. For a GCRA, its burst.
 	Limit int64
-	// Remaining is how much cost the key may still spend now: 0. After an
-	// admitted request it already accounts for that request.
+	// Remaining is how much cost the key may still spend now, within
+	// [0, Limit]: 0. After an admitted request it already accounts for it.
 	Remaining int64
 	// RetryAfter is 0 when allowed; when refused, how long until the same
 	// request would be admitted if nothing else were counted: 30s. It is -1 when
@@ -59,6 +79,29 @@ type Decision struct {
 	// ResetAfter is how long until the key's whole limit is free again if
 	// nothing else is counted: 50s. 0 when nothing is counted.
 	ResetAfter time.Duration
+	// Policy names the policy the decision is about: the limiter's own, or,
+	// for a Multi, the one that decided (the refusing one, or else the one
+	// with the least remaining).
+	Policy string
+	// Policies has, for a Multi, every policy's own decision, in order; nil
+	// for other limiters.
+	Policies []Decision
+	// WouldRefuse reports a refusal that was not enforced: the decision of a
+	// shadow limiter (Shadow) or of an httplimit shadow rule, whose limiter
+	// refused the request and counted nothing, but which lets it through.
+	// Allowed is then true, and Remaining, RetryAfter and ResetAfter are the
+	// refusal's: in the example, Remaining 0 and RetryAfter 30s. It is false
+	// for every decision that is enforced.
+	WouldRefuse bool
+	// Degraded reports a decision made in process, without the server: that
+	// of a Degraded limiter whose server failed or whose circuit breaker is
+	// open. It is enforced as any other (unless the limiter is a shadow), on
+	// this instance's share of the limit: Limit is the policy's limit divided
+	// by the expected number of instances (WithInstances), and Remaining,
+	// RetryAfter and ResetAfter are the in-process window's. What a degraded
+	// decision admits is not counted on the server. False for decisions of
+	// the server.
+	Degraded bool
 }
 
 // Policy describes a limiter, for the RateLimit-Policy header and for logs.
@@ -69,8 +112,11 @@ type Policy struct {
 	Limit int64
 	// Window is the length of the window.
 	Window time.Duration
-	// Algorithm is "sliding-window", "log" or "fixed-window".
+	// Algorithm is "sliding-window", "log", "fixed-window" or "gcra".
 	Algorithm string
+	// Burst is, for a GCRA, the most cost admitted at once (a GCRA's Limit
+	// and Window are its rate and period); 0 for the other algorithms.
+	Burst int64
 }
 
 // A Limiter admits or refuses requests per key.
@@ -84,25 +130,86 @@ type Limiter interface {
 	AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error)
 }
 
+// Option configures a limiter.
+type Option func(*options)
+
+type options struct {
+	prefix   string
+	observer store.Observer
+}
+
+// WithPrefix sets the key prefix of a Log, FixedWindow or GCRA limiter (the default
+// is DefaultPrefix, "rl:"). A SlidingWindow keeps its counters under its
+// store's prefix and refuses this option.
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// WithObserver has a Log, FixedWindow or GCRA limiter tell o of every decision
+// (operation "allow") and script call (script "log", "fixed-window" or "gcra"), as a
+// store tells its observer (store.WithObserver). A SlidingWindow's store
+// tells its own.
+func WithObserver(o store.Observer) Option { return func(opts *options) { opts.observer = o } }
+
+// Error is the error of a limiter call. Its message names the package once,
+// the policy and the key, and what went wrong:
+//
+//	limit: perminute "": invalid argument: empty key
+//
+// errors.Is sees the kind (ErrInvalid) and the cause.
+type Error struct {
+	Policy string // the policy's name
+	Key    string // the key, as given
+	Kind   error  // ErrInvalid, or nil
+	Detail string // what went wrong
+	Err    error  // the cause, or nil
+
+	call bool // a call's error (it has a key), not a constructor's
+}
+
+func (e *Error) Error() string {
+	return errmsg.Format("limit", e.Policy, e.Key, e.call, e.Kind, e.Detail)
+}
+
+// Unwrap returns the kind and the cause.
+func (e *Error) Unwrap() []error { return errmsg.Unwrap(e.Kind, e.Err) }
+
 // maxExact (2^53) bounds limits and costs: the scripts compare in doubles.
 const maxExact = 1 << 53
 
 func check(name string, limit int64, window time.Duration) error {
-	if !ValidName(name) {
-		return fmt.Errorf("%w: policy name %q is not a token (a letter or *, then letters, digits or :/!#$%%&'*+-.^_`|~)", ErrInvalid, name)
+	if err := checkName(name); err != nil {
+		return err
 	}
 	if limit < 0 || limit > maxExact {
-		return fmt.Errorf("%w: limit %d is not within [0, 2^53]", ErrInvalid, limit)
+		return newError(name, ErrInvalid, "limit "+strconv.FormatInt(limit, 10)+" is not within [0, 2^53]")
 	}
 	if window < time.Millisecond || window%time.Millisecond != 0 {
-		return fmt.Errorf("%w: window %v is not a positive whole number of milliseconds", ErrInvalid, window)
+		return newError(name, ErrInvalid, "window "+window.String()+" is not a positive whole number of milliseconds")
 	}
 	return nil
 }
 
-func checkCost(n, max int64) error {
+func checkName(name string) error {
+	if !ValidName(name) {
+		return newError(name, ErrInvalid, "policy name "+strconv.Quote(name)+
+			" is not a token (a letter or *, then letters, digits or :/!#$%&'*+-.^_`|~)")
+	}
+	return nil
+}
+
+// newError is an error of a constructor: it has a policy but no key.
+func newError(policy string, kind error, detail string) error {
+	return &Error{Policy: policy, Kind: kind, Detail: detail}
+}
+
+// callError is an error of a call for key.
+func callError(policy, key string, kind error, detail string, cause error) error {
+	return &Error{Policy: policy, Key: key, Kind: kind, Detail: detail, Err: cause, call: true}
+}
+
+func checkCost(policy, key string, n, max int64) error {
 	if n < 0 || n > max {
-		return fmt.Errorf("%w: cost %d is not within [0, %d]", ErrInvalid, n, max)
+		return callError(policy, key, ErrInvalid, "cost "+strconv.FormatInt(n, 10)+
+			" is not within [0, "+strconv.FormatInt(max, 10)+"]", nil)
 	}
 	return nil
 }

@@ -1,42 +1,161 @@
 package limit
 
 import (
+	"context"
 	"crypto/rand"
+	"embed"
 	"encoding/base64"
-	"fmt"
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/keyspace"
+	"github.com/windowstore/windowstore/store"
+)
+
+//go:embed lua/*.lua
+var lua embed.FS
+
+func script(name string) *backend.Script {
+	return backend.NewScript("limit "+name, false, backend.BaseLua, backend.Embedded(lua, "limit", name+".lua"))
+}
+
+var (
+	logScript   = script("log")
+	fixedScript = script("fixed")
+	gcraScript  = script("gcra")
 )
 
 // MaxLogCost is the largest cost of one Log call: the log adds one member per unit.
 const MaxLogCost = 1000
 
 // NewLog returns the exact sliding log: a sorted set per key, one member per
-// admitted unit of cost, scored by the server's clock in ms. Keys are
-// prefix + key. It admits at most limit units in any window-long span of time,
-// exactly; its memory grows with the admitted rate (see the README's table).
-func NewLog(client rueidis.Client, name, prefix string, limit int64, window time.Duration) (Limiter, error) {
-	return newRedisLimiter(client, logScript, MaxLogCost, Policy{Name: name, Limit: limit, Window: window, Algorithm: "log"}, prefix)
+// admitted unit of cost, scored by the server's clock in ms. It admits at most
+// limit units in any window-long span of time, exactly; its memory grows with
+// the admitted rate (see the README's table).
+func NewLog(client rueidis.Client, name string, limit int64, window time.Duration, opts ...Option) (Limiter, error) {
+	l, err := newRedisLimiter(client, logScript, MaxLogCost, Policy{Name: name, Limit: limit, Window: window, Algorithm: "log"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	l.nonce = true
+	return l, nil
 }
 
 // NewFixedWindow returns a fixed-window counter: windows aligned on multiples
 // of window since the Unix epoch, one small hash per key that expires when its
 // window ends. Up to 2 x limit can pass in a window-long span that straddles an
 // edge; RetryAfter and ResetAfter are the time to the next edge.
-func NewFixedWindow(client rueidis.Client, name, prefix string, limit int64, window time.Duration) (Limiter, error) {
-	return newRedisLimiter(client, fixedScript, maxExact, Policy{Name: name, Limit: limit, Window: window, Algorithm: "fixed-window"}, prefix)
+func NewFixedWindow(client rueidis.Client, name string, limit int64, window time.Duration, opts ...Option) (Limiter, error) {
+	l, err := newRedisLimiter(client, fixedScript, maxExact, Policy{Name: name, Limit: limit, Window: window, Algorithm: "fixed-window"}, opts)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
-func newRedisLimiter(client rueidis.Client, script *backend.Script, maxCost int64, p Policy, prefix string) (Limiter, error) {
+func newRedisLimiter(client rueidis.Client, sc *backend.Script, maxCost int64, p Policy, opts []Option) (*redisLimiter, error) {
 	if err := check(p.Name, p.Limit, p.Window); err != nil {
 		return nil, err
 	}
+	return newScriptLimiter(client, sc, maxCost, p, p.Limit,
+		[]string{strconv.FormatInt(p.Window.Milliseconds(), 10), strconv.FormatInt(p.Limit, 10)}, opts)
+}
+
+// newScriptLimiter is a limiter of a checked policy p on script sc, which
+// takes args between the clock and the cost. Its decisions report limit.
+func newScriptLimiter(client rueidis.Client, sc *backend.Script, maxCost int64, p Policy, limit int64, args []string, opts []Option) (*redisLimiter, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: nil client", ErrInvalid)
+		return nil, newError(p.Name, ErrInvalid, "nil client")
 	}
-	return &redisLimiter{client: client, prefix: prefix, script: script, max: maxCost, policy: p}, nil
+	o := options{prefix: DefaultPrefix}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	space, err := keyspace.New(o.prefix)
+	if err != nil {
+		return nil, newError(p.Name, ErrInvalid, reason(err))
+	}
+	return &redisLimiter{client: client, space: space, script: sc, max: maxCost, policy: p, obs: o.observer,
+		suffix: ":" + p.Name, args: args, limit: limit}, nil
+}
+
+// redisLimiter is what Log, FixedWindow and GCRA share: a key space, a
+// policy and one script whose arguments are the clock, args, the cost and,
+// for the log, a nonce, and whose reply is {allowed, count, retry_ms,
+// reset_ms}.
+type redisLimiter struct {
+	client rueidis.Client
+	space  keyspace.Space
+	suffix string
+	policy Policy
+	script *backend.Script
+	max    int64    // the largest cost of one call
+	args   []string // the script's arguments after the clock
+	nonce  bool     // the script takes a nonce after the cost
+	limit  int64    // the decisions' Limit: the policy's, or a GCRA's burst
+	obs    store.Observer
+}
+
+func (l *redisLimiter) Policy() Policy { return l.policy }
+
+func (l *redisLimiter) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+	return l.run(ctx, backend.ServerClock, key, n)
+}
+
+func (l *redisLimiter) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
+	return l.run(ctx, backend.ClientClock(t.UnixMilli()), key, n)
+}
+
+func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string, n int64) (_ Decision, err error) {
+	if l.obs != nil {
+		var end func(error)
+		ctx, end = l.obs.Start(ctx, "allow")
+		defer func() { end(err) }()
+	}
+	if err := checkCost(l.policy.Name, key, n, l.max); err != nil {
+		return Decision{}, err
+	}
+	rk, err := l.space.Name(key, l.suffix)
+	if err != nil {
+		return Decision{}, callError(l.policy.Name, key, ErrInvalid, reason(err), err)
+	}
+	args := make([]string, 0, len(l.args)+3)
+	args = append(append(append(args, clock.Arg()), l.args...), strconv.FormatInt(n, 10))
+	if l.nonce {
+		args = append(args, nonce())
+	}
+	start := time.Now()
+	v, err := l.script.Exec(ctx, l.client, []string{rk}, args).AsIntSlice()
+	if l.obs != nil {
+		l.obs.Call(l.policy.Algorithm, 1, time.Since(start), err)
+	}
+	if err == nil && len(v) != 4 {
+		err = errors.New("unexpected reply")
+	}
+	if err != nil {
+		err = l.script.AsScriptError(err)
+		return Decision{}, callError(l.policy.Name, key, nil, err.Error(), err)
+	}
+	return Decision{
+		Policy:     l.policy.Name,
+		Allowed:    v[0] == 1,
+		Limit:      l.limit,
+		Remaining:  max(0, l.limit-v[1]),
+		RetryAfter: ms(v[2]),
+		ResetAfter: ms(v[3]),
+	}, nil
+}
+
+// reason is a keyspace error's text without its package's words.
+func reason(err error) string {
+	var ie *keyspace.InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
+	}
+	return err.Error()
 }
 
 // nonce makes log members unique: 64 random bits, 11 characters.
@@ -45,3 +164,7 @@ func nonce() string {
 	_, _ = rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:]) + ":"
 }
+
+// Scripts returns the limiters' scripts, for tools and tests that check Lua
+// without a server.
+func Scripts() []*backend.Script { return []*backend.Script{logScript, fixedScript, gcraScript} }

@@ -2,7 +2,6 @@ package limit
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/windowstore/windowstore/store"
@@ -12,15 +11,19 @@ import (
 // most limit per st.Window().Length, at bucket precision (a bucket is live while
 // it starts after now - Length, so the window never over-counts). Memory is one
 // hash field per bucket whatever the rate. The counter of key is the store's
-// counter name + ":" + key, so limiters of different names never share one.
-func NewSlidingWindow(st *store.Store, name string, limit int64) (Limiter, error) {
+// counter of key in the view st.Sub(name), so limiters of different names
+// never share one. It takes no options: the store has them.
+func NewSlidingWindow(st *store.Store, name string, limit int64, opts ...Option) (Limiter, error) {
 	if st == nil {
-		return nil, fmt.Errorf("%w: nil store", ErrInvalid)
+		return nil, newError(name, ErrInvalid, "nil store")
 	}
 	if err := check(name, limit, st.Window().Length); err != nil {
 		return nil, err
 	}
-	return &slidingWindow{st: st, policy: Policy{Name: name, Limit: limit, Window: st.Window().Length, Algorithm: "sliding-window"}}, nil
+	if len(opts) > 0 {
+		return nil, newError(name, ErrInvalid, "a sliding window takes its options from its store")
+	}
+	return &slidingWindow{st: st.Sub(name), policy: Policy{Name: name, Limit: limit, Window: st.Window().Length, Algorithm: "sliding-window"}}, nil
 }
 
 type slidingWindow struct {
@@ -31,18 +34,19 @@ type slidingWindow struct {
 func (l *slidingWindow) Policy() Policy { return l.policy }
 
 func (l *slidingWindow) Allow(ctx context.Context, key string, n int64) (Decision, error) {
-	r, err := l.st.Allow(ctx, l.policy.Name+":"+key, l.policy.Limit, n)
-	return l.decision(r, err)
+	r, err := l.st.Allow(ctx, key, l.policy.Limit, n)
+	return l.decision(key, r, err)
 }
 
 func (l *slidingWindow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
-	r, err := l.st.AllowAt(ctx, t, l.policy.Name+":"+key, l.policy.Limit, n)
-	return l.decision(r, err)
+	r, err := l.st.AllowAt(ctx, t, key, l.policy.Limit, n)
+	return l.decision(key, r, err)
 }
 
-func (l *slidingWindow) decision(r store.Result, err error) (Decision, error) {
+func (l *slidingWindow) decision(key string, r store.Result, err error) (Decision, error) {
 	if err != nil {
-		return Decision{}, fmt.Errorf("limit: %s: %w", l.policy.Name, err)
+		return Decision{}, err
 	}
-	return Decision{Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}, nil
+	return Decision{Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter,
+		Policy: l.policy.Name}, nil
 }

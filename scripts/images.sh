@@ -6,6 +6,10 @@
 # so a second run costs a few milliseconds. Bump RECIPE when this file changes.
 #
 # Prints the environment the test suite reads (REDIS70_IMAGE=... lines) on stdout.
+# With --check it builds nothing: it exits 0 when every image is present, 1 if not.
+#
+# Building needs root (debootstrap, chroot) and debootstrap; when debootstrap is
+# missing it says so, then installs it (apt-get update && apt-get install debootstrap).
 set -euo pipefail
 
 RECIPE=v1
@@ -51,8 +55,10 @@ SH
 rootfs() {
   local suite=$1 pkgs=$2 dir=$3
   command -v debootstrap >/dev/null || {
-    log "installing debootstrap"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    log "installing debootstrap (apt-get update && apt-get install debootstrap)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq debootstrap >/dev/null
   }
   log "debootstrap $suite ($pkgs), about a minute"
   debootstrap --variant=minbase --include="$pkgs" "$suite" "$dir" "$(mirror)" >"$dir.log" 2>&1 || {
@@ -74,6 +80,11 @@ import() {
 }
 
 have() { docker image inspect "$1" >/dev/null 2>&1; }
+
+if [ "${1:-}" = --check ]; then
+  have "$REDIS70_TAG" && have "$REDIS80_TAG" && have "$VALKEY_TAG"
+  exit
+fi
 
 work=$(mktemp -d /tmp/windowstore-images.XXXXXX)
 trap 'rm -rf "$work"' EXIT

@@ -3,20 +3,16 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/keyspace"
 )
 
-var errShortReply = errors.New("store: the batch reply has the wrong number of entries")
-
-// Default batching: see WithBatching.
-const (
-	DefaultBatchOps   = 64
-	DefaultBatchCalls = 4
-)
+var errShortReply = errors.New("the batch reply has the wrong number of entries")
 
 // batcher coalesces concurrent writes (Add, AddNoSum, Allow) into few script
 // calls: one Write script runs a batch of operations, each atomic on its own.
@@ -29,7 +25,7 @@ const (
 //	goroutines   W1  W2  W3 ... W9
 //	             │   │   └───┬───┘  queued while W1, W2 are in flight
 //	in flight    [W1][W2]    │
-//	             └─ done ──> [W3 ... W9]  one EVALSHA, seven operations
+//	             └─ done ──> [W3 ... W9]  one FCALL, seven operations
 //
 // So a lone caller pays nothing, and under load each script call (and each
 // round trip, and the server's per-call cost) carries many operations. On a
@@ -37,7 +33,10 @@ const (
 // slot's batch, in parallel per node.
 type batcher struct {
 	client  rueidis.Client
+	runner  *backend.Runner
 	script  *backend.Script
+	name    string   // the script's name for the observer: "write", "sum"
+	obs     Observer // nil: none
 	ops     int
 	calls   int
 	cluster bool
@@ -50,9 +49,9 @@ type batcher struct {
 // op is one write waiting for its batch.
 type op struct {
 	ctx  context.Context
-	key  string
-	hdr  []string // ARGV 1..9: shared by every server-clock operation
-	args []string // the code and arguments (backend.OpAdd ...)
+	keys []string
+	hdr  []string // the ARGV header: shared by every server-clock operation
+	args []string // the operation's arguments (backend.OpAdd ...)
 	slot uint16
 
 	queued bool // in batcher.queue; guarded by batcher.mu
@@ -61,17 +60,16 @@ type op struct {
 	done   chan struct{}
 }
 
-func newBatcher(c rueidis.Client, script *backend.Script, ops, calls int) *batcher {
-	return &batcher{client: c, script: script, ops: ops, calls: calls, cluster: c.Mode() == rueidis.ClientModeCluster}
+func newBatcher(c rueidis.Client, run *backend.Runner, script *backend.Script, name string, obs Observer, ops, calls int) *batcher {
+	return &batcher{client: c, runner: run, script: script, name: name, obs: obs, ops: ops, calls: calls, cluster: c.Mode() == rueidis.ClientModeCluster}
 }
 
 // newOp makes an operation; on a cluster it notes the key's slot, as only
 // operations of one slot can share a script call.
-func (b *batcher) newOp(ctx context.Context, key string, hdr, args []string) *op {
-	o := &op{ctx: ctx, key: key, hdr: hdr, args: args, done: make(chan struct{}, 1)}
+func (b *batcher) newOp(ctx context.Context, keys []string, hdr, args []string) *op {
+	o := &op{ctx: ctx, keys: keys, hdr: hdr, args: args, done: make(chan struct{}, 1)}
 	if b.cluster {
-		cmd := b.client.B().Get().Key(key).Build()
-		o.slot = cmd.Slot()
+		o.slot = keyspace.Slot(keys[0])
 	}
 	return o
 }
@@ -81,8 +79,8 @@ func (b *batcher) newOp(ctx context.Context, key string, hdr, args []string) *op
 // the others. If ctx ends while the write is still queued, it is dropped and
 // never sent; if it was already sent, do returns ctx's error at once, and
 // the write may still be counted.
-func (b *batcher) do(ctx context.Context, key string, hdr []string, args ...string) (rueidis.RedisMessage, error) {
-	o := b.newOp(ctx, key, hdr, args)
+func (b *batcher) do(ctx context.Context, keys []string, hdr []string, args ...string) (rueidis.RedisMessage, error) {
+	o := b.newOp(ctx, keys, hdr, args)
 	if b.ops == 1 {
 		b.run([]*op{o})
 		return o.res, o.err
@@ -151,20 +149,21 @@ func (b *batcher) drain() {
 	}
 }
 
-// many runs one operation per key (with no arguments: reads) at once, without
-// queueing: one DoMulti of script calls of at most b.ops keys per clock and
-// slot. It answers in the order of keys.
-func (b *batcher) many(ctx context.Context, keys []string, hdr []string) []*op {
+// many runs one operation per key, each with the same arguments (reads), at
+// once, without queueing: one DoMulti of script calls of at most b.ops keys
+// per clock and slot. It answers in the order of keys.
+func (b *batcher) many(ctx context.Context, keys []string, hdr []string, args ...string) []*op {
 	ops := make([]*op, len(keys))
 	for i, k := range keys {
-		ops[i] = b.newOp(ctx, k, hdr, nil)
+		ops[i] = b.newOp(ctx, []string{k}, hdr, args)
 	}
 	b.run(ops)
 	return ops
 }
 
-// run sends a batch: one script call per clock and slot (of at most b.ops
-// operations), all in one DoMulti.
+// run sends a batch: one script call per header (clock) and slot, of at most
+// b.ops operations, all in one DoMulti. Server-clock operations share one
+// header slice; client-clock ones share a call when their instants are equal.
 func (b *batcher) run(batch []*op) {
 	type group struct {
 		ops  []*op
@@ -174,7 +173,7 @@ func (b *batcher) run(batch []*op) {
 	find := func(o *op) *group {
 		for _, g := range groups {
 			f := g.ops[0]
-			if &f.hdr[0] == &o.hdr[0] && f.slot == o.slot && len(g.ops) < b.ops {
+			if f.slot == o.slot && len(g.ops) < b.ops && (&f.hdr[0] == &o.hdr[0] || slices.Equal(f.hdr, o.hdr)) {
 				return g
 			}
 		}
@@ -185,7 +184,7 @@ func (b *batcher) run(batch []*op) {
 	for _, o := range batch {
 		g := find(o)
 		g.ops = append(g.ops, o)
-		g.call.Keys = append(g.call.Keys, o.key)
+		g.call.Keys = append(g.call.Keys, o.keys...)
 		g.call.Args = append(g.call.Args, o.args...)
 	}
 	calls := make([]backend.Call, len(groups))
@@ -193,12 +192,17 @@ func (b *batcher) run(batch []*op) {
 		calls[i] = g.call
 	}
 	ctx, cancel := batchContext(batch)
-	res := b.script.ExecMulti(ctx, b.client, calls)
+	start := time.Now()
+	res := b.runner.ExecMulti(ctx, b.script, calls)
+	took := time.Since(start)
 	cancel()
 	for i, g := range groups {
 		vals, err := res[i].ToArray()
 		if err == nil && len(vals) != len(g.ops) {
 			err = errShortReply
+		}
+		if b.obs != nil {
+			b.obs.Call(b.name, len(g.ops), took, err)
 		}
 		for j, o := range g.ops {
 			if err != nil {

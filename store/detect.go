@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/redis/rueidis"
@@ -11,7 +12,18 @@ import (
 	"github.com/windowstore/windowstore/tairhash"
 )
 
-// Backend names a backend for WithBackend.
+// registry lists every backend, best first: Auto picks the first one whose
+// commands the server has. The last one must work on any server: it is the
+// choice when the server will not say what it has. Adding a backend is one
+// package of its own and one line here.
+var registry = []*backend.Backend{
+	tairhash.Backend,
+	nativehash.FieldTTL,
+	nativehash.Plain,
+}
+
+// Backend names a backend, or a family of backends, for WithBackend. Any name
+// that Backends lists is valid; the constants are the common ones.
 type Backend string
 
 const (
@@ -20,25 +32,55 @@ const (
 	Auto Backend = "auto"
 	// TairHash keeps counters in TairHash (exHash) keys with per-field expiry.
 	TairHash Backend = "tairhash"
-	// NativeHash keeps counters in native hashes: with hash-field TTL where the
-	// server has it (Redis >= 7.4, Valkey >= 9), else plain with HDEL clean-up.
+	// NativeHash is the family of native hashes: with hash-field TTL where the
+	// server has it (Redis >= 7.4, Valkey >= 9), else plain.
 	NativeHash Backend = "nativehash"
-	// NativeHashPlain forces the plain native hash, even where the server has
-	// hash-field TTL. Counters of the two native modes are compatible.
+	// NativeHashFieldTTL is the native hash whose fields expire on their own.
+	NativeHashFieldTTL Backend = "nativehash-fieldttl"
+	// NativeHashPlain is the plain native hash, even where the server has
+	// hash-field TTL. Its counters and those of NativeHashFieldTTL can be
+	// read by each other.
 	NativeHashPlain Backend = "nativehash-plain"
 )
 
+// Backends returns every name WithBackend accepts: "auto", then each family
+// and each backend, best first.
+func Backends() []Backend {
+	out := []Backend{Auto}
+	for _, b := range registry {
+		if !slices.Contains(out, Backend(b.Family)) {
+			out = append(out, Backend(b.Family))
+		}
+		if !slices.Contains(out, Backend(b.Name)) {
+			out = append(out, Backend(b.Name))
+		}
+	}
+	return out
+}
+
+// backendList is Backends as text: "auto, tairhash, nativehash, ...".
+func backendList() string {
+	var names []string
+	for _, b := range Backends() {
+		names = append(names, string(b))
+	}
+	return strings.Join(names, ", ")
+}
+
 // Detection is what Detect learned about a server, and the backend it picked.
 type Detection struct {
-	Backend  string   // "nativehash" or "tairhash"
-	FieldTTL bool     // buckets expire on their own (hash-field TTL or TairHash)
-	Server   string   // "redis", "valkey", or what INFO calls itself
-	Version  string   // the server's version string, for display only
-	Modules  []string // loaded modules, from MODULE LIST; nil where it is refused
-	Reason   string   // why this backend, in one sentence
+	Backend   string   // the backend's name, such as "nativehash-plain"
+	Family    string   // its family, such as "nativehash"
+	FieldTTL  bool     // buckets expire on their own (hash-field TTL or TairHash)
+	Server    string   // "redis", "valkey", or what INFO calls itself
+	Version   string   // the server's version string, for display only
+	Modules   []string // loaded modules, from MODULE LIST; nil where it is refused
+	Available []string // the backends the server has, best first
+	Reason    string   // why this backend, in one sentence
 
-	tairHash, hashFieldTTL bool
-	notes                  string
+	have  map[string]bool // commands the server has
+	blind bool            // the server would not say (COMMAND INFO refused)
+	notes string
 }
 
 func isServerErr(err error) bool {
@@ -46,35 +88,50 @@ func isServerErr(err error) bool {
 	return ok
 }
 
+// requirements lists every command some backend requires, once.
+func requirements() []string {
+	var cmds []string
+	for _, b := range registry {
+		for _, c := range b.Requires {
+			if !slices.Contains(cmds, c) {
+				cmds = append(cmds, c)
+			}
+		}
+	}
+	return cmds
+}
+
 // Detect asks the server what it offers, in one round trip: INFO server, MODULE
-// LIST, and COMMAND INFO for EXHINCRBY (TairHash) and HPEXPIREAT (hash-field
-// TTL). It decides by capability, never by version string, and picks as Auto
-// does.
+// LIST, and COMMAND INFO for the commands the backends require. It decides by
+// capability, never by version string, and picks as Auto does.
 func Detect(ctx context.Context, c rueidis.Client) (Detection, error) {
+	cmds := requirements()
 	res := c.DoMulti(ctx,
 		c.B().Info().Section("server").Build(),
-		c.B().CommandInfo().CommandName("exhincrby", "hpexpireat").Build(),
+		c.B().CommandInfo().CommandName(cmds...).Build(),
 		c.B().ModuleList().Build(),
 	)
-	var d Detection
+	d := Detection{have: map[string]bool{}}
 	// A server that answers with an error (an ACL that denies INFO or COMMAND,
-	// a proxy that lacks them) still gets a backend: the plain hash works
-	// everywhere. A network error is returned.
+	// a proxy that lacks them) still gets a backend: the last of the registry
+	// works everywhere. A network error is returned.
 	var notes []string
 	info, err := res[0].ToString()
 	if err != nil && !isServerErr(err) {
-		return d, fmt.Errorf("store: detect: INFO: %w", err)
+		return d, &Error{Op: "detect", Detail: "INFO: " + err.Error(), Err: err}
 	}
 	d.Server, d.Version = parseInfo(info)
 	caps, err := res[1].ToArray()
 	if err != nil {
 		if !isServerErr(err) {
-			return d, fmt.Errorf("store: detect: COMMAND INFO: %w", err)
+			return d, &Error{Op: "detect", Detail: "COMMAND INFO: " + err.Error(), Err: err}
 		}
+		d.blind = true
 		notes = append(notes, "COMMAND INFO was refused ("+err.Error()+"), so no capability could be seen")
 	}
-	d.tairHash = len(caps) > 0 && !caps[0].IsNil()
-	d.hashFieldTTL = len(caps) > 1 && !caps[1].IsNil()
+	for i, cmd := range cmds {
+		d.have[cmd] = i < len(caps) && !caps[i].IsNil()
+	}
 	if mods, err := res[2].ToArray(); err == nil {
 		d.Modules = []string{}
 		for _, m := range mods {
@@ -83,47 +140,81 @@ func Detect(ctx context.Context, c rueidis.Client) (Detection, error) {
 			}
 		}
 	} else if !isServerErr(err) {
-		return d, fmt.Errorf("store: detect: MODULE LIST: %w", err)
+		return d, &Error{Op: "detect", Detail: "MODULE LIST: " + err.Error(), Err: err}
 	}
 	d.notes = strings.Join(notes, "; ")
-	d.pick(Auto)
+	for _, b := range registry {
+		if d.has(b) {
+			d.Available = append(d.Available, b.Name)
+		}
+	}
+	if _, err := d.pick(Auto); err != nil {
+		return d, err
+	}
 	return d, nil
 }
 
-// pick sets Backend, FieldTTL and Reason for a choice, or reports that the
-// server lacks it.
-func (d *Detection) pick(want Backend) (*backend.Backend, error) {
-	switch want {
-	case Auto, "":
-		if d.tairHash {
-			return d.set(tairhash.Backend, "the server has TairHash (EXHINCRBY): buckets expire per field"), nil
-		}
-		if d.hashFieldTTL {
-			return d.set(nativehash.FieldTTL, "the server has hash-field TTL (HPEXPIREAT) and no TairHash"), nil
-		}
-		return d.set(nativehash.Plain, "the server has neither TairHash nor hash-field TTL, so the scripts delete stale buckets"), nil
-	case NativeHash:
-		if d.hashFieldTTL {
-			return d.set(nativehash.FieldTTL, "nativehash was asked for and the server has hash-field TTL"), nil
-		}
-		return d.set(nativehash.Plain, "nativehash was asked for; the server has no hash-field TTL"), nil
-	case NativeHashPlain:
-		return d.set(nativehash.Plain, "the plain native hash was asked for"), nil
-	case TairHash:
-		if d.tairHash {
-			return d.set(tairhash.Backend, "tairhash was asked for and the server has it"), nil
-		}
-		return nil, fmt.Errorf("%w: %s: the server has no EXHINCRBY (no TairHash module)", ErrUnavailable, want)
+// has reports whether the server has every command b requires.
+func (d *Detection) has(b *backend.Backend) bool {
+	if d.blind {
+		return b == registry[len(registry)-1]
 	}
-	return nil, fmt.Errorf("%w: unknown backend %q (want auto, tairhash, nativehash or nativehash-plain)", ErrInvalid, want)
+	for _, c := range b.Requires {
+		if !d.have[c] {
+			return false
+		}
+	}
+	return true
 }
 
-func (d *Detection) set(b *backend.Backend, why string) *backend.Backend {
-	if d.notes != "" {
-		why += " (" + d.notes + ")"
+// pick sets Backend, Family, FieldTTL and Reason for a choice, or reports
+// that the server lacks it.
+func (d *Detection) pick(want Backend) (*backend.Backend, error) {
+	if want == "" {
+		want = Auto
 	}
-	d.Backend, d.FieldTTL, d.Reason = b.Name, b.FieldTTL, why
-	return b
+	known := false
+	for _, b := range registry {
+		if want != Auto && string(want) != b.Family && string(want) != b.Name {
+			continue
+		}
+		known = true
+		if !d.has(b) {
+			continue
+		}
+		why := b.Why
+		if want != Auto {
+			why = string(want) + " was asked for; " + why
+		}
+		if d.notes != "" {
+			why += " (" + d.notes + ")"
+		}
+		d.Backend, d.Family, d.FieldTTL, d.Reason = b.Name, b.Family, b.FieldTTL, why
+		return b, nil
+	}
+	if !known {
+		return nil, &Error{Op: "new", Kind: ErrInvalid, Detail: fmt.Sprintf("unknown backend %q (want %s)", want, backendList())}
+	}
+	return nil, &Error{Op: "new", Kind: ErrUnavailable, Detail: fmt.Sprintf("%s: the server lacks %s", want, d.missing(want))}
+}
+
+// missing names the commands the server lacks for a backend or family.
+func (d *Detection) missing(want Backend) string {
+	var lack []string
+	for _, b := range registry {
+		if string(want) != b.Family && string(want) != b.Name {
+			continue
+		}
+		for _, c := range b.Requires {
+			if !d.have[c] && !slices.Contains(lack, strings.ToUpper(c)) {
+				lack = append(lack, strings.ToUpper(c))
+			}
+		}
+	}
+	if d.blind || len(lack) == 0 {
+		return "what it needs (COMMAND INFO was refused)"
+	}
+	return strings.Join(lack, ", ")
 }
 
 // parseInfo reads the server's name and version from INFO server.

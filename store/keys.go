@@ -1,116 +1,84 @@
 package store
 
 import (
-	"fmt"
-	"strings"
+	"errors"
+
+	"github.com/windowstore/windowstore/keyspace"
 )
 
-// Keys come from user input: IPs, user IDs, header values. The rules:
-//
-//   - A key is 1 to MaxKeyLen bytes of anything, UTF-8 or not.
-//   - Its Redis key is the prefix, then the key with every byte that is not
-//     printable ASCII, and '%', '{' and '}', written as %XX (upper-case hex).
-//     The escaping is injective, so two different keys never share a counter,
-//     whatever separators they contain; and no key can carry braces to Redis,
-//     so no caller can choose a Redis Cluster slot (or another counter's
-//     slot) with a hash tag of its own.
-//   - Hash tags are the store's to make: Entity(e) gives a view whose keys are
-//     prefix + "{" + escape(e) + "}:" + escape(key), so all counters of one
-//     entity live in one slot.
-//
-// Prefixes are the program's, not the user's, and are used as given. Two
-// stores whose prefixes are prefixes of one another ("ws:" and "ws:a") can
-// collide; end prefixes with a separator that keys cannot contain unescaped,
-// or give each store its own.
+// MaxKeyLen is the longest key (before the prefix) that the store accepts.
+const MaxKeyLen = keyspace.MaxKeyLen
 
-// escapeKey writes key as described above.
-func escapeKey(b *strings.Builder, key string) {
-	const hex = "0123456789ABCDEF"
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c <= ' ' || c >= 0x7f || c == '%' || c == '{' || c == '}' {
-			b.WriteByte('%')
-			b.WriteByte(hex[c>>4])
-			b.WriteByte(hex[c&15])
-			continue
-		}
-		b.WriteByte(c)
+// CheckKey reports whether the store accepts key: it must not be empty nor
+// longer than MaxKeyLen bytes. Its errors wrap ErrInvalid.
+func CheckKey(key string) error {
+	if err := keyspace.Check(key); err != nil {
+		return invalid("key", "", reason(err))
 	}
+	return nil
 }
 
-// UnescapeKey reverses the escaping of a Redis key's key part, for tools that
-// list counters. It fails on text that escaping cannot produce.
+// UnescapeKey reverses the escaping of a counter key in its Redis key (see
+// package keyspace), for tools that list counters. It fails on text that
+// escaping cannot produce.
 func UnescapeKey(s string) (string, error) {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c != '%' {
-			if c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
-				return "", fmt.Errorf("%w: %q is not an escaped key", ErrInvalid, s)
-			}
-			b.WriteByte(c)
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", fmt.Errorf("%w: %q ends inside an escape", ErrInvalid, s)
-		}
-		v, ok := unhex(s[i+1], s[i+2])
-		if !ok || !(v <= ' ' || v >= 0x7f || v == '%' || v == '{' || v == '}') {
-			return "", fmt.Errorf("%w: %q has a bad escape at byte %d", ErrInvalid, s, i)
-		}
-		b.WriteByte(v)
-		i += 2
+	k, err := keyspace.Unescape(s)
+	if err != nil {
+		return "", invalid("unescape", "", reason(err))
 	}
-	return b.String(), nil
+	return k, nil
 }
 
-func unhex(a, b byte) (byte, bool) {
-	h := func(c byte) (byte, bool) {
-		switch {
-		case c >= '0' && c <= '9':
-			return c - '0', true
-		case c >= 'A' && c <= 'F':
-			return c - 'A' + 10, true
-		}
-		return 0, false
+// reason is a keyspace error's text without its package's words.
+func reason(err error) string {
+	var ie *keyspace.InvalidError
+	if errors.As(err, &ie) {
+		return ie.Reason
 	}
-	x, ok1 := h(a)
-	y, ok2 := h(b)
-	return x<<4 | y, ok1 && ok2
+	return err.Error()
 }
 
 // Entity returns a view of the store whose counters for one entity (a user,
 // a card, an IP) share a Redis Cluster slot, through a hash tag: its Redis
-// keys are prefix + "{" + escape(entity) + "}:" + escape(key). Then SumMany
-// over one entity's counters is one node's batch, and a future multi-key
-// script could read them together. Use it when you read an entity's features
-// together; do not use it for huge entities, since one slot lives on one node.
+// keys are prefix + "{" + escape(entity) + "}:" + escape(key) + ":" + shape.
+// Then SumMany over one entity's counters is one node's batch, and a
+// multi-key script can update them together. Use it when you read or limit an
+// entity's counters together; do not use it for huge entities, since one slot
+// lives on one node.
 //
 // The view shares the store's client, window and backend; it is safe for
 // concurrent use. An empty or over-long entity makes every call fail with
 // ErrInvalid.
 func (s *Store) Entity(entity string) *Store {
 	v := *s
-	v.entity, v.tagged = entity, true
+	v.space = s.space.Entity(entity)
 	return &v
 }
 
-// redisKey builds the Redis key of key.
-func (s *Store) redisKey(key string) (string, error) {
-	if err := CheckKey(key); err != nil {
-		return "", err
+// Sub returns a view of the store whose counters carry name after the key:
+// prefix + "{" + escape(key) + "}:" + name + ":" + shape. Views of different
+// names keep different counters for one key, in the key's slot; package limit
+// uses it to keep each policy's counter apart. The name is the program's, not
+// the user's: it must not contain braces (calls fail with ErrInvalid).
+func (s *Store) Sub(name string) *Store {
+	v := *s
+	v.sub = ":" + name
+	return &v
+}
+
+// RedisKey returns the Redis key that holds the counter key (see package
+// keyspace for the rules). It fails, wrapping ErrInvalid, for a key that
+// CheckKey refuses.
+func (s *Store) RedisKey(key string) (string, error) { return s.redisKey(key, s.tag) }
+
+// redisKey builds the Redis key of key's counter of shape tag.
+func (s *Store) redisKey(key, tag string) (string, error) {
+	if err := keyspace.CheckAffix(s.sub); err != nil {
+		return "", invalid("key", key, reason(err))
 	}
-	var b strings.Builder
-	b.Grow(len(s.prefix) + len(key) + 8)
-	b.WriteString(s.prefix)
-	if s.tagged {
-		if err := CheckKey(s.entity); err != nil {
-			return "", fmt.Errorf("entity: %w", err)
-		}
-		b.WriteByte('{')
-		escapeKey(&b, s.entity)
-		b.WriteString("}:")
+	rk, err := s.space.Name(key, s.sub+":"+tag)
+	if err != nil {
+		return "", invalid("key", key, reason(err))
 	}
-	escapeKey(&b, key)
-	return b.String(), nil
+	return rk, nil
 }

@@ -11,40 +11,64 @@ import (
 
 func TestWindowValidate(t *testing.T) {
 	tests := []struct {
-		w  Window
-		ok bool
+		w   Window
+		msg string // "" when valid
 	}{
-		{Window{10 * time.Minute, time.Minute}, true},
-		{Window{time.Second, time.Millisecond}, true},
-		{Window{}, false},
-		{Window{time.Minute, 0}, false},
-		{Window{0, time.Second}, false},
-		{Window{-time.Minute, time.Second}, false},
-		{Window{time.Minute, 7 * time.Second}, false},
-		{Window{time.Minute, time.Hour}, false},
-		{Window{fieldcodec.MaxWindow + time.Hour, time.Hour}, false},
+		{Window{10 * time.Minute, time.Minute}, ""},
+		{Window{time.Second, time.Millisecond}, ""},
+		{Window{}, "store: window: invalid argument: bucket 0s is shorter than 1ms"},
+		{Window{time.Minute, 0}, "store: window: invalid argument: bucket 0s is shorter than 1ms"},
+		{Window{0, time.Second}, "store: window: invalid argument: window length 0s is not positive"},
+		{Window{-time.Minute, time.Second}, "store: window: invalid argument: window length -1m0s is not positive"},
+		{Window{time.Minute, 7 * time.Second}, "store: window: invalid argument: bucket 7s does not divide window 1m0s"},
+		{Window{time.Minute, time.Hour}, "store: window: invalid argument: bucket 1h0m0s does not divide window 1m0s"},
+		{Window{fieldcodec.MaxWindow + time.Hour, time.Hour}, "store: window: invalid argument: window 4321h0m0s is longer than the maximum 4320h0m0s"},
 	}
 	for _, tt := range tests {
 		err := tt.w.Validate()
-		if (err == nil) != tt.ok {
-			t.Errorf("%v.Validate() = %v, want ok=%v", tt.w, err, tt.ok)
+		if tt.msg == "" {
+			if err != nil {
+				t.Errorf("%v: %v", tt.w, err)
+			}
+			continue
 		}
-		if err != nil && (!errors.Is(err, ErrInvalid) || !errors.Is(err, fieldcodec.ErrInvalid)) {
+		if err == nil || err.Error() != tt.msg {
+			t.Errorf("%v.Validate() = %v, want %q", tt.w, err, tt.msg)
+		}
+		if !errors.Is(err, ErrInvalid) || !errors.Is(err, fieldcodec.ErrInvalid) {
 			t.Errorf("%v: %v does not wrap both sentinels", tt.w, err)
 		}
-		if err != nil && !strings.HasPrefix(err.Error(), "store: ") {
-			t.Errorf("error %q does not start with the package name", err)
+	}
+}
+
+func TestWindowTag(t *testing.T) {
+	for _, tt := range []struct {
+		w    Window
+		want string
+	}{
+		{Window{10 * time.Minute, time.Minute}, "10m/1m"},
+		{Window{24 * time.Hour, time.Hour}, "1d/1h"},
+		{Window{90 * time.Second, 500 * time.Millisecond}, "90s/500ms"},
+		{Window{36 * time.Hour, 90 * time.Minute}, "36h/90m"},
+		{Window{1500 * time.Millisecond, 1500 * time.Millisecond}, "1500ms/1500ms"},
+	} {
+		if got := tt.w.Tag(); got != tt.want {
+			t.Errorf("%v.Tag() = %q, want %q", tt.w, got, tt.want)
 		}
 	}
 }
 
 func TestCheckKey(t *testing.T) {
-	for _, k := range []string{"", strings.Repeat("k", MaxKeyLen+1)} {
-		if err := CheckKey(k); !errors.Is(err, ErrInvalid) {
-			t.Errorf("CheckKey(%d bytes) = %v", len(k), err)
+	for k, msg := range map[string]string{
+		"":                               "store: key: invalid argument: empty key",
+		strings.Repeat("k", MaxKeyLen+1): "store: key: invalid argument: key of 1025 bytes is longer than 1024",
+	} {
+		err := CheckKey(k)
+		if !errors.Is(err, ErrInvalid) || err.Error() != msg {
+			t.Errorf("CheckKey(%d bytes) = %v, want %q", len(k), err, msg)
 		}
 	}
-	for _, k := range []string{"user:42", "ip:::1", strings.Repeat("k", MaxKeyLen), "\xff\x00"} {
+	for _, k := range []string{"user:42", "ip:::1", strings.Repeat("k", MaxKeyLen), "\xff\x00", "{x}"} {
 		if err := CheckKey(k); err != nil {
 			t.Errorf("CheckKey(%q) = %v", k, err)
 		}
@@ -66,32 +90,62 @@ func TestParseInfo(t *testing.T) {
 }
 
 func TestPick(t *testing.T) {
+	plain := Detection{have: map[string]bool{"hincrby": true}}
+	ttl := Detection{have: map[string]bool{"hincrby": true, "hpexpireat": true}}
+	tair := Detection{have: map[string]bool{"hincrby": true, "hpexpireat": true, "exhincrby": true, "exhpexpireat": true}}
+	blind := Detection{blind: true, have: map[string]bool{}}
 	tests := []struct {
 		d       Detection
 		want    Backend
 		backend string
-		ttl     bool
-		err     error
+		msg     string // the error, when one is wanted
 	}{
-		{Detection{}, Auto, "nativehash", false, nil},
-		{Detection{hashFieldTTL: true}, Auto, "nativehash", true, nil},
-		{Detection{hashFieldTTL: true}, NativeHashPlain, "nativehash", false, nil},
-		{Detection{}, NativeHash, "nativehash", false, nil},
-		{Detection{}, "memcached", "", false, ErrInvalid},
-		{Detection{}, TairHash, "", false, ErrUnavailable},
-		{Detection{tairHash: true, hashFieldTTL: true}, Auto, "tairhash", true, nil},
-		{Detection{tairHash: true, hashFieldTTL: true}, NativeHash, "nativehash", true, nil},
+		{plain, Auto, "nativehash-plain", ""},
+		{ttl, Auto, "nativehash-fieldttl", ""},
+		{ttl, NativeHashPlain, "nativehash-plain", ""},
+		{ttl, NativeHash, "nativehash-fieldttl", ""},
+		{plain, NativeHash, "nativehash-plain", ""},
+		{tair, Auto, "tairhash", ""},
+		{tair, NativeHash, "nativehash-fieldttl", ""},
+		{blind, Auto, "nativehash-plain", ""},
+		{plain, "memcached", "", `store: new: invalid argument: unknown backend "memcached" (want auto, tairhash, nativehash, nativehash-fieldttl, nativehash-plain)`},
+		{plain, TairHash, "", "store: new: backend not available on this server: tairhash: the server lacks EXHINCRBY, EXHPEXPIREAT"},
+		{plain, NativeHashFieldTTL, "", "store: new: backend not available on this server: nativehash-fieldttl: the server lacks HPEXPIREAT"},
+		{blind, NativeHashFieldTTL, "", "store: new: backend not available on this server: nativehash-fieldttl: the server lacks what it needs (COMMAND INFO was refused)"},
 	}
 	for _, tt := range tests {
-		b, err := tt.d.pick(tt.want)
-		if tt.err != nil {
-			if !errors.Is(err, tt.err) {
-				t.Errorf("pick(%s) = %v, want %v", tt.want, err, tt.err)
+		d := tt.d
+		b, err := d.pick(tt.want)
+		if tt.msg != "" {
+			if err == nil || err.Error() != tt.msg {
+				t.Errorf("pick(%s) = %v, want %q", tt.want, err, tt.msg)
 			}
 			continue
 		}
-		if err != nil || b.Name != tt.backend || b.FieldTTL != tt.ttl || tt.d.Reason == "" {
-			t.Errorf("pick(%s) = %+v, %v", tt.want, b, err)
+		if err != nil || b.Name != tt.backend || d.Backend != tt.backend || d.Reason == "" {
+			t.Errorf("pick(%s) = %v, %v; detection %+v", tt.want, b, err, d)
 		}
+	}
+}
+
+func TestRemaining(t *testing.T) {
+	for _, tt := range []struct{ limit, sum, want int64 }{
+		{10, 3, 7}, {10, 10, 0}, {10, 12, 0}, {10, -5, 10}, {10, -1 << 63, 10}, {0, 0, 0}, {1 << 53, 1<<63 - 1, 0},
+	} {
+		if got := remaining(tt.limit, tt.sum); got != tt.want {
+			t.Errorf("remaining(%d, %d) = %d, want %d", tt.limit, tt.sum, got, tt.want)
+		}
+	}
+}
+
+func TestRetryBackoff(t *testing.T) {
+	want := []time.Duration{10, 20, 40, 80, 160, 320, 500, 500, 500}
+	for i, w := range want {
+		if got := retryBackoff(i); got != w*time.Millisecond {
+			t.Errorf("retryBackoff(%d) = %v, want %v", i, got, w*time.Millisecond)
+		}
+	}
+	if got := retryBackoff(1000); got != maxBackoff {
+		t.Errorf("retryBackoff(1000) = %v", got)
 	}
 }

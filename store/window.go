@@ -1,7 +1,8 @@
 package store
 
 import (
-	"fmt"
+	"errors"
+	"strconv"
 	"time"
 
 	"github.com/windowstore/windowstore/fieldcodec"
@@ -28,17 +29,24 @@ import (
 // milliseconds, Bucket must divide Length, and Length is at most
 // fieldcodec.MaxWindow (180 days) with at most fieldcodec.MaxBuckets buckets.
 //
-// A counter key must always be used with the same Window: its fields are
-// bucket numbers of that bucket length.
+// The window's shape is part of every counter's Redis key ("ws:{user:42}:10m/1m"),
+// so stores of different shapes never share a counter, even under one prefix
+// and key: a counter always has the shape it was written with.
 type Window struct {
 	Length time.Duration // how far back the window reaches, e.g. 10 * time.Minute
 	Bucket time.Duration // the granularity, e.g. time.Minute; must divide Length
 }
 
-// Validate reports whether w is a supported window. Its errors wrap ErrInvalid.
+// Validate reports whether w is a supported window. Its errors wrap ErrInvalid
+// (and fieldcodec.ErrInvalid).
 func (w Window) Validate() error {
 	if err := fieldcodec.CheckWindow(w.Length, w.Bucket); err != nil {
-		return fmt.Errorf("store: window: %w: %w", ErrInvalid, err)
+		e := &Error{Op: "window", Key: "", Kind: ErrInvalid, Detail: err.Error(), Err: err}
+		var ie *fieldcodec.InvalidError
+		if errors.As(err, &ie) {
+			e.Detail = ie.Reason
+		}
+		return e
 	}
 	return nil
 }
@@ -53,3 +61,22 @@ func (w Window) Buckets() int {
 
 // String returns "10m0s/1m0s" (length/bucket).
 func (w Window) String() string { return w.Length.String() + "/" + w.Bucket.String() }
+
+// Tag returns the window's shape as its counters' Redis keys carry it: the
+// length and the bucket in their largest whole unit, "10m/1m", "1d/1h",
+// "1500ms/500ms".
+func (w Window) Tag() string { return compact(w.Length) + "/" + compact(w.Bucket) }
+
+// compact writes d in its largest whole unit among d, h, m, s and ms.
+func compact(d time.Duration) string {
+	ms := d.Milliseconds()
+	for _, u := range []struct {
+		ms   int64
+		name string
+	}{{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}} {
+		if ms != 0 && ms%u.ms == 0 {
+			return strconv.FormatInt(ms/u.ms, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(ms, 10) + "ms"
+}

@@ -13,15 +13,18 @@
 //     replicates correctly. A promoted replica would otherwise count forever.
 //
 // Reads use EXHGETALL, which skips expired fields, so no sweep is needed. The
-// key gets no expiry of its own: the module deletes it with its last field,
-// and a key-level expiry crashed the module (an assertion in its passive
-// expiry, once Redis had expired the key under it), even in SORT mode.
+// key gets no expiry of its own: the module deletes it with its last field
+// (in its active expiry, every second by default over a bounded number of
+// keys, after the field expires), and a key-level expiry crashed the module
+// (an assertion in its passive expiry, once Redis had expired the key under
+// it), even in SORT mode.
 //
 // The commands of one operation (package backend batches many operations into
 // one script call, which also runs TIME once):
 //
 //	Add      EXHGETALL, EXHINCRBY, EXHPEXPIREAT
-//	AddNoSum EXHINCRBY, EXHPEXPIREAT
+//	AddNoSum EXHGET, EXHINCRBY, EXHPEXPIREAT (and EXHGETALL once per
+//	         bucket, to refuse a key that is not a counter)
 //	Sum      EXHGETALL
 //	Allow    EXHGETALL, and when it allows: EXHINCRBY, EXHPEXPIREAT
 //
@@ -34,46 +37,21 @@
 package tairhash
 
 import (
-	"context"
-	"fmt"
+	"embed"
 
-	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/backend"
 )
 
-// Name is the backend's name.
-const Name = "tairhash"
+//go:embed lua/*.lua
+var lua embed.FS
 
 // Backend is the TairHash backend.
-var Backend = backend.New(Name, true, backend.Prims(`
-local function ws_read(key) return redis.call('EXHGETALL', key) end
-local function ws_incr(L, key, delta)
-  redis.call('EXHINCRBY', key, L.field, delta)
-  local at = ws_expiry(L, L.cstart + L.w)
-  redis.call('EXHPEXPIREAT', key, L.field, at)
-end
-local function ws_drop(key, fields)
-  ws_chunks(fields, function(...) redis.call('EXHDEL', key, ...) end)
-end
-local function ws_ttls(key, fields, pttl)
-  local out = {}
-  for i = 1, #fields do out[i] = redis.call('EXHPTTL', key, fields[i]) end
-  return out
-end
-`), backend.ScanOps)
-
-// FieldPTTL returns the remaining life of one field in ms, as EXHPTTL answers:
-// -1 for a field without expiry, -2 for a missing key, -3 for a missing field.
-// It is for operators and tests; the store's scripts never need it.
-func FieldPTTL(ctx context.Context, c rueidis.Client, key, field string) (int64, error) {
-	n, err := c.Do(ctx, FieldPTTLCommand(c, key, field)).AsInt64()
-	if err != nil {
-		return 0, fmt.Errorf("tairhash: EXHPTTL: %w", err)
-	}
-	return n, nil
-}
-
-// FieldPTTLCommand builds EXHPTTL key field.
-func FieldPTTLCommand(c rueidis.Client, key, field string) rueidis.Completed {
-	return c.B().Arbitrary("EXHPTTL").Keys(key).Args(field).Build()
-}
+var Backend = backend.New(backend.Spec{
+	Name:     "tairhash",
+	Family:   "tairhash",
+	Requires: []string{"exhincrby", "exhpexpireat"},
+	FieldTTL: true,
+	Why:      "the server has TairHash (EXHINCRBY): buckets expire per field",
+	Prims:    []backend.Fragment{backend.Embedded(lua, "tairhash", "tairhash.lua")},
+	Ops:      []backend.Fragment{backend.ScanOps},
+})

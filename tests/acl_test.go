@@ -8,18 +8,25 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/acldoc"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
-// ACL rules: the least each backend needs, as the README documents them.
+// ACL rules: the least each backend needs, read from the README, which
+// documents them (package acldoc).
+var aclRules = func() map[string][]string {
+	r, err := acldoc.Rules("../README.md")
+	if err != nil {
+		panic(err)
+	}
+	return r
+}()
+
+func aclRule(label string) string { return acldoc.Rule(aclRules, label) }
+
 const (
-	aclConnect    = "+hello +ping +command|info"
-	aclScripts    = "+evalsha +eval +evalsha_ro +eval_ro +time +pttl"
-	aclPlain      = aclConnect + " " + aclScripts + " +hgetall +hmget +hset +hincrby +pexpireat +hdel"
-	aclFieldTTL   = aclPlain + " +hpexpireat +hpttl"
-	aclTairHash   = aclConnect + " " + aclScripts + " +exhgetall +exhincrby +exhpexpireat +exhdel +exhpttl"
 	aclSecret     = "s3cret-pass-word"
 	aclKeyPattern = "~acl:*"
 )
@@ -47,10 +54,12 @@ func aclClient(t *testing.T, admin rueidis.Client, addr, user, rule string) (c r
 // TestACLMinimal runs every operation as a user restricted to exactly the
 // documented rules, on every backend, and checks that a rule less fails.
 func TestACLMinimal(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, tg target) {
-		rules := map[string]string{"nativehash/false": aclPlain, "nativehash/true": aclFieldTTL, "tairhash/true": aclTairHash}
-		key := tg.wantBackend + "/" + map[bool]string{true: "true", false: "false"}[tg.wantFieldTTL]
-		rule := rules[key]
+		labels := map[string]string{"nativehash-plain": "plain hash", "nativehash-fieldttl": "field TTL", "tairhash": "TairHash"}
+		key := tg.wantBackend
+		rule := aclRule(labels[key])
+		require.NotEmpty(t, rule, "no ACL rule for %s in the README", key)
 		srv := harness.Shared(t, tg.kind)
 		admin := srv.Client(t)
 		ctx := ctxT(t)
@@ -80,6 +89,56 @@ func TestACLMinimal(t *testing.T) {
 		require.EqualValues(t, 4, n)
 		_, err = s.Inspect(ctx, k)
 		require.NoError(t, err)
+		// The rule has no +fcall: the store fell back to EVALSHA by itself.
+		require.False(t, s.Functions(), "functions in use without +fcall")
+		// With the functions rule, a store runs FCALL and FCALL_RO.
+		setUser(rule + " " + aclRule("functions"))
+		fs, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix("acl:"), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		fcalls := func() int64 {
+			info := srv.Cmd(t, "INFO", "commandstats")
+			return statField(t, info, "cmdstat_fcall", "calls") + statField(t, info, "cmdstat_fcall_ro", "calls")
+		}
+		before := fcalls()
+		n, err = fs.Add(ctx, k, 1)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, n)
+		n, err = fs.Sum(ctx, k)
+		require.NoError(t, err)
+		require.EqualValues(t, 5, n)
+		require.True(t, fs.Functions(), "the functions rule did not suffice")
+		require.GreaterOrEqual(t, fcalls()-before, int64(2), "no FCALL or FCALL_RO reached the server")
+		n, err = fs.Add(ctx, k, -1)
+		require.NoError(t, err)
+		require.EqualValues(t, 4, n)
+		// Event ids, several windows at once (a group, with a write that
+		// answers no sum) and distinct counts: with the rules the README adds
+		// for them.
+		setUser(rule + " " + aclRule("event ids") + " " + aclRule("distinct counts"))
+		tiers, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix("acl:"),
+			store.WithBackend(tg.backend), store.WithTiers(store.Window{Length: time.Hour, Bucket: time.Minute}))
+		require.NoError(t, err)
+		for i := 0; i < 2; i++ {
+			a, err := tiers.AddEvent(ctx, store.Event{ID: "e1", Key: k + "t", Delta: 2})
+			require.NoError(t, err)
+			require.Equal(t, i == 1, a.Duplicate)
+			require.EqualValues(t, 2+i, a.Sum, "a duplicate answers the state now")
+			_, err = tiers.AddNoSumEvent(ctx, store.Event{ID: "e2", Key: k + "t", Delta: 1})
+			require.NoError(t, err)
+		}
+		ar, err := tiers.AllowEvent(ctx, store.Event{ID: "e3", Key: k + "t", Delta: 1}, 10)
+		require.NoError(t, err)
+		require.True(t, ar.Allowed)
+		require.EqualValues(t, 4, ar.Sum)
+		for i := 0; i < 2; i++ {
+			d, err := s.AddDistinct(ctx, k+"d", "card-1", "card-2")
+			require.NoError(t, err)
+			require.EqualValues(t, 2, d)
+		}
+		d, err := s.CountDistinct(ctx, k+"d")
+		require.NoError(t, err)
+		require.EqualValues(t, 2, d)
+		setUser(rule)
 		// Outside the key pattern: refused.
 		other, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix("other:"), store.WithBackend(tg.backend))
 		require.NoError(t, err)
@@ -87,7 +146,7 @@ func TestACLMinimal(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrNoPermission)
 		require.NotContains(t, err.Error(), aclSecret)
 		// One rule less (the first write command): refused, and the key untouched.
-		write := map[string]string{"nativehash/false": "+hset", "nativehash/true": "+hincrby", "tairhash/true": "+exhincrby"}[key]
+		write := map[string]string{"nativehash-plain": "+hset", "nativehash-fieldttl": "+hincrby", "tairhash": "+exhincrby"}[key]
 		setUser(strings.Replace(rule, write, "", 1))
 		_, err = s.Add(ctx, k, 1)
 		require.ErrorIs(t, err, store.ErrNoPermission)
@@ -97,22 +156,25 @@ func TestACLMinimal(t *testing.T) {
 	})
 }
 
-// TestACLLimiters runs the log and fixed-window limiters as users restricted
+// TestACLLimiters runs the log, fixed-window and GCRA limiters as users restricted
 // to the rules the README gives for them.
 func TestACLLimiters(t *testing.T) {
+	t.Parallel()
 	srv := harness.Shared(t, harness.Redis70)
 	admin := srv.Client(t)
 	ctx := ctxT(t)
-	base := aclConnect + " +evalsha +eval +time +pexpireat"
 	for _, tc := range []struct {
 		name, rule string
 		make       func(c rueidis.Client) (limit.Limiter, error)
 	}{
-		{"log", base + " +zremrangebyscore +zcard +zadd +zrange", func(c rueidis.Client) (limit.Limiter, error) {
-			return limit.NewLog(c, "log", "acl:", 2, time.Minute)
+		{"log", aclRule("log"), func(c rueidis.Client) (limit.Limiter, error) {
+			return limit.NewLog(c, "log", 2, time.Minute, limit.WithPrefix("acl:"))
 		}},
-		{"fixed", base + " +hmget +hset +hincrby", func(c rueidis.Client) (limit.Limiter, error) {
-			return limit.NewFixedWindow(c, "fixed", "acl:", 2, time.Minute)
+		{"fixed", aclRule("fixed window"), func(c rueidis.Client) (limit.Limiter, error) {
+			return limit.NewFixedWindow(c, "fixed", 2, time.Minute, limit.WithPrefix("acl:"))
+		}},
+		{"gcra", aclRule("gcra"), func(c rueidis.Client) (limit.Limiter, error) {
+			return limit.NewGCRA(c, "gcra", 2, time.Minute, 2, limit.WithPrefix("acl:"))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -120,8 +182,11 @@ func TestACLLimiters(t *testing.T) {
 			l, err := tc.make(c)
 			require.NoError(t, err)
 			k := harness.Prefix(t)
+			// One instant of the client's clock for every call: on the
+			// server's clock a minute's edge could reset the fixed window.
+			at := windowStart(time.Minute)
 			for i, want := range []bool{true, true, false} {
-				d, err := l.Allow(ctx, k, 1)
+				d, err := l.AllowAt(ctx, at, k, 1)
 				require.NoError(t, err, "call %d", i)
 				require.Equal(t, want, d.Allowed, "call %d", i)
 			}

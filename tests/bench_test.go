@@ -171,9 +171,10 @@ func BenchmarkAllowPeers(b *testing.B) {
 		b.Fatal(err)
 	}
 	sw, _ := limit.NewSlidingWindow(st, "sw", 1<<40)
-	lg, _ := limit.NewLog(c, "log", "peer:", 1<<40, w)
-	fx, _ := limit.NewFixedWindow(c, "fixed", "peer:", 1<<40, w)
-	for _, l := range []limit.Limiter{sw, lg, fx} {
+	lg, _ := limit.NewLog(c, "log", 1<<40, w, limit.WithPrefix("peer:"))
+	fx, _ := limit.NewFixedWindow(c, "fixed", 1<<40, w, limit.WithPrefix("peer:"))
+	gc, _ := limit.NewGCRA(c, "gcra", 1<<30, w, 1<<30, limit.WithPrefix("peer:"))
+	for _, l := range []limit.Limiter{sw, lg, fx, gc} {
 		b.Run(l.Policy().Algorithm, func(b *testing.B) {
 			runParallel(b, func(ctx context.Context, k string) error { _, err := l.Allow(ctx, k, 1); return err })
 		})

@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
@@ -22,7 +24,17 @@ func ctl(t *testing.T, srv *harness.Server, args ...string) (string, string, int
 // ctlRaw runs windowctl with exactly these arguments.
 func ctlRaw(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	return ctlEnv(t, nil, args...)
+}
+
+// ctlEnv runs windowctl with these arguments and, added to this process's
+// environment, env ("NAME=value").
+func ctlEnv(t *testing.T, env []string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(harness.Windowctl(t), args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -45,16 +57,21 @@ func jsonLine(t *testing.T, s string) map[string]any {
 // TestWindowctlRedis70 walks the Foundation acceptance list with the real
 // windowctl binary against a real Redis 7.0.
 func TestWindowctlRedis70(t *testing.T) {
+	t.Parallel()
 	srv := harness.Shared(t, harness.Redis70)
 	c := srv.Client(t)
 	ctx := ctxT(t)
 	prefix := "--prefix=" + harness.Prefix(t)
+	// "sum without writing" reads the server's dirty counter: a server of
+	// the test's own, where nothing else writes.
+	own := harness.Fresh(t, harness.Redis70)
+	oc := own.Client(t)
 
 	t.Run("detect", func(t *testing.T) {
 		out, errs, code := ctl(t, srv, "--json", "detect")
 		require.Zero(t, code, errs)
 		m := jsonLine(t, out)
-		require.Equal(t, "nativehash", m["backend"])
+		require.Equal(t, "nativehash-plain", m["backend"])
 		require.Equal(t, false, m["field_ttl"])
 		require.Equal(t, "redis", m["server"])
 		require.True(t, strings.HasPrefix(m["version"].(string), "7.0."), m["version"])
@@ -64,37 +81,50 @@ func TestWindowctlRedis70(t *testing.T) {
 
 	t.Run("five adds, then sum without writing", func(t *testing.T) {
 		for i := 1; i <= 5; i++ {
-			out, errs, code := ctl(t, srv, "--json", prefix, "add", "user42")
+			out, errs, code := ctl(t, own, "--json", prefix, "add", "user42")
 			require.Zero(t, code, errs)
 			m := jsonLine(t, out)
 			require.Equal(t, "user42", m["key"])
 			require.EqualValues(t, i, m["sum"])
 		}
-		before := dirty(t, c)
-		out, errs, code := ctl(t, srv, "--json", prefix, "sum", "user42", "nobody")
+		before := dirty(t, oc)
+		out, errs, code := ctl(t, own, "--json", prefix, "sum", "user42", "nobody")
 		require.Zero(t, code, errs)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
 		require.Len(t, lines, 2)
 		require.Equal(t, map[string]any{"key": "user42", "sum": 5.0}, jsonLine(t, lines[0]))
 		require.Equal(t, map[string]any{"key": "nobody", "sum": 0.0}, jsonLine(t, lines[1]))
-		require.Equal(t, before, dirty(t, c), "sum wrote to the server")
+		require.Equal(t, before, dirty(t, oc), "sum wrote to the server")
 	})
 
 	t.Run("sum drops to 0 after window + bucket, and the TTL stays within it", func(t *testing.T) {
-		args := []string{"--json", prefix, "--window", "2s", "--bucket", "500ms"}
-		rk := strings.TrimPrefix(prefix, "--prefix=") + "short"
+		t.Parallel()
+		// A window of 8 s in 2 s buckets: the four adds (each a process start)
+		// and the sum must all fall within window - bucket = 6 s of the first
+		// add for the sum to count all four: room for a slow, shared machine.
+		w, b := 8*time.Second, 2*time.Second
+		args := []string{"--json", prefix, "--window", w.String(), "--bucket", b.String()}
+		rk := strings.TrimPrefix(prefix, "--prefix=") + "{short}:8s/2s"
+		first := time.Now()
+		var last time.Time
 		for i := 0; i < 4; i++ {
+			last = time.Now()
 			_, errs, code := ctl(t, srv, append(args, "add", "short", "3")...)
 			require.Zero(t, code, errs)
 			pttl, err := c.Do(ctx, c.B().Pttl().Key(rk).Build()).AsInt64()
 			require.NoError(t, err)
 			require.Greater(t, pttl, int64(0))
-			require.LessOrEqual(t, pttl, int64(2500), "key TTL beyond window + bucket")
+			require.LessOrEqual(t, pttl, (w + b).Milliseconds(), "key TTL beyond window + bucket")
 			time.Sleep(200 * time.Millisecond)
 		}
 		out, _, _ := ctl(t, srv, append(args, "sum", "short")...)
-		require.EqualValues(t, 12, jsonLine(t, out)["sum"])
-		time.Sleep(2600 * time.Millisecond)
+		if took := time.Since(first); took < w-b {
+			require.EqualValues(t, 12, jsonLine(t, out)["sum"])
+		} else {
+			t.Fatalf("four adds and a sum took %v, more than window - bucket (%v): the sum cannot be checked", took, w-b)
+		}
+		// Every bucket has left once the window has passed since the last add.
+		time.Sleep(time.Until(last.Add(w + 50*time.Millisecond)))
 		out, errs, code := ctl(t, srv, append(args, "sum", "short")...)
 		require.Zero(t, code, errs)
 		require.EqualValues(t, 0, jsonLine(t, out)["sum"])
@@ -112,7 +142,7 @@ func TestWindowctlRedis70(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				out, errs, code := ctl(t, srv, "--json", prefix, "--window", "1m", "--bucket", "1s", "allow", "--limit", "10", "burst")
-				if code != 0 {
+				if code != 0 && code != 3 { // 3: refused
 					t.Errorf("exit %d: %s", code, errs)
 					return
 				}
@@ -140,8 +170,57 @@ func TestWindowctlRedis70(t *testing.T) {
 		require.Equal(t, 10, allowed)
 	})
 
+	t.Run("a refused allow exits 3 with its decision on stdout", func(t *testing.T) {
+		args := []string{prefix, "--window", "1m", "--bucket", "1s", "allow", "--limit", "2"}
+		out, errs, code := ctl(t, srv, append(args, "--json", "refuse", "2")...)
+		require.Zero(t, code, errs)
+		require.Equal(t, true, jsonLine(t, out)["allowed"])
+		out, errs, code = ctl(t, srv, append(args, "--json", "refuse")...)
+		require.Equal(t, 3, code, "stdout %q stderr %q", out, errs)
+		require.Empty(t, errs)
+		m := jsonLine(t, out)
+		require.Equal(t, false, m["allowed"])
+		require.EqualValues(t, 2, m["sum"])
+		require.EqualValues(t, 0, m["remaining"])
+		require.Greater(t, m["retry_after_ms"].(float64), 0.0)
+		out, errs, code = ctl(t, srv, append(args, "refuse")...)
+		require.Equal(t, 3, code, errs)
+		require.True(t, strings.HasPrefix(out, "refuse\trefused, retry after "), out)
+	})
+
+	t.Run("sum prints an error for a bad key and goes on", func(t *testing.T) { // user42 is on own
+		rk := strings.TrimPrefix(prefix, "--prefix=") + "{notcounter}:1m/1s"
+		require.NoError(t, oc.Do(ctx, oc.B().Rpush().Key(rk).Element("x").Build()).Error())
+		out, errs, code := ctl(t, own, "--json", prefix, "sum", "user42", "notcounter", "nobody")
+		require.Equal(t, 1, code, "stdout %q stderr %q", out, errs)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		require.Len(t, lines, 3, out)
+		require.Equal(t, map[string]any{"key": "user42", "sum": 5.0}, jsonLine(t, lines[0]))
+		require.Equal(t, map[string]any{"key": "notcounter", "error": "key holds a value that is not a counter"}, jsonLine(t, lines[1]))
+		require.Equal(t, map[string]any{"key": "nobody", "sum": 0.0}, jsonLine(t, lines[2]))
+		require.Contains(t, errs, "1 of 3 keys failed")
+		out, _, code = ctl(t, own, prefix, "sum", "notcounter", "user42")
+		require.Equal(t, 1, code)
+		require.Equal(t, "notcounter\terror: key holds a value that is not a counter\nuser42\t5\n", out)
+		n, err := oc.Do(ctx, oc.B().Llen().Key(rk).Build()).AsInt64()
+		require.NoError(t, err)
+		require.EqualValues(t, 1, n, "the list was touched")
+	})
+
+	t.Run("host:port, and the address from $WINDOWSTORE_ADDR", func(t *testing.T) {
+		out, errs, code := ctlRaw(t, "--addr", own.Addr, "--json", prefix, "sum", "user42")
+		require.Zero(t, code, errs)
+		require.EqualValues(t, 5, jsonLine(t, out)["sum"])
+		out, errs, code = ctlEnv(t, []string{"WINDOWSTORE_ADDR=" + own.Addr}, "--json", prefix, "inspect", "user42")
+		require.Zero(t, code, errs)
+		require.Equal(t, "user42", jsonLine(t, out)["key"])
+		_, errs, code = ctlEnv(t, []string{"WINDOWSTORE_ADDR=http://" + own.Addr}, prefix, "sum", "user42")
+		require.Equal(t, 2, code)
+		require.Contains(t, errs, `$WINDOWSTORE_ADDR "http://`+own.Addr+`": not a redis://, rediss:// or unix:// URL`)
+	})
+
 	t.Run("a key of another type is refused and untouched", func(t *testing.T) {
-		rk := strings.TrimPrefix(prefix, "--prefix=") + "str"
+		rk := strings.TrimPrefix(prefix, "--prefix=") + "{str}:1m/1s"
 		require.NoError(t, c.Do(ctx, c.B().Set().Key(rk).Value("keep me").Build()).Error())
 		for _, args := range [][]string{{"add", "str"}, {"sum", "str"}, {"allow", "--limit", "3", "str"}, {"inspect", "str"}} {
 			out, errs, code := ctl(t, srv, append([]string{prefix}, args...)...)
@@ -157,12 +236,12 @@ func TestWindowctlRedis70(t *testing.T) {
 		out, errs, code := ctl(t, srv, "--json", prefix, "inspect", "empty")
 		require.Zero(t, code, errs)
 		m := jsonLine(t, out)
-		require.Equal(t, strings.TrimPrefix(prefix, "--prefix=")+"empty", m["redis_key"])
+		require.Equal(t, strings.TrimPrefix(prefix, "--prefix=")+"{empty}:1m/1s", m["redis_key"])
 		require.Equal(t, []any{}, m["buckets"])
-		out, errs, code = ctl(t, srv, "--json", prefix, "inspect", "user42")
+		out, errs, code = ctl(t, own, "--json", prefix, "inspect", "user42")
 		require.Zero(t, code, errs)
 		m = jsonLine(t, out)
-		require.Equal(t, "nativehash", m["backend"])
+		require.Equal(t, "nativehash-plain", m["backend"])
 		bs := m["buckets"].([]any)
 		require.NotEmpty(t, bs)
 		b := bs[0].(map[string]any)
@@ -176,6 +255,7 @@ func TestWindowctlRedis70(t *testing.T) {
 
 // TestWindowctlBadInput: bad usage exits 2 with a message, before any network use.
 func TestWindowctlBadInput(t *testing.T) {
+	t.Parallel()
 	srv := &harness.Server{Addr: "127.0.0.1:1"} // nothing listens there: usage errors come first
 	tests := []struct {
 		name string
@@ -215,25 +295,29 @@ func TestWindowctlBadInput(t *testing.T) {
 
 // TestWindowctlDetect: windowctl detect names the right backend on every server.
 func TestWindowctlDetect(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		if tg.backend != "auto" {
-			t.Skip("detect shows the automatic choice")
+	t.Parallel()
+	for _, tg := range targets {
+		if tg.backend != store.Auto {
+			continue // detect shows the automatic choice only
 		}
-		srv := harness.Shared(t, tg.kind)
-		out, errs, code := ctl(t, srv, "--json", "detect")
-		require.Zero(t, code, errs)
-		m := jsonLine(t, out)
-		require.Equal(t, tg.wantBackend, m["backend"], out)
-		require.Equal(t, tg.wantFieldTTL, m["field_ttl"], out)
-		require.NotEmpty(t, m["reason"])
-		if tg.kind == harness.TairHash {
-			require.Contains(t, m["modules"], "tairhash")
-		}
-		// Forcing a backend the server lacks is an error at construction.
-		if tg.kind != harness.TairHash {
-			_, errs, code = ctl(t, srv, "--backend", "tairhash", "sum", "k")
-			require.Equal(t, 1, code)
-			require.Contains(t, errs, "not available")
-		}
-	})
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			out, errs, code := ctl(t, srv, "--json", "detect")
+			require.Zero(t, code, errs)
+			m := jsonLine(t, out)
+			require.Equal(t, tg.wantBackend, m["backend"], out)
+			require.Equal(t, tg.wantFieldTTL, m["field_ttl"], out)
+			require.NotEmpty(t, m["reason"])
+			if tg.kind == harness.TairHash {
+				require.Contains(t, m["modules"], "tairhash")
+			}
+			// Forcing a backend the server lacks is an error at construction.
+			if tg.kind != harness.TairHash {
+				_, errs, code = ctl(t, srv, "--backend", "tairhash", "sum", "k")
+				require.Equal(t, 1, code)
+				require.Contains(t, errs, "not available")
+			}
+		})
+	}
 }

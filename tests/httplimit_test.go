@@ -6,14 +6,18 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/httplimit"
 	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/metrics/prom"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
@@ -65,16 +69,17 @@ func get(t *testing.T, url string, hdr map[string]string) *http.Response {
 // TestMiddlewareHeaders checks status codes and header fields against the draft,
 // with two limits at once, on a real server through a real HTTP client.
 func TestMiddlewareHeaders(t *testing.T) {
+	t.Parallel()
 	srv := harness.Shared(t, harness.Redis70)
 	c := srv.Client(t)
 	prefix := harness.Prefix(t)
-	perSec, err := limit.NewLog(c, "persec", prefix, 3, 10*time.Second)
+	perSec, err := limit.NewLog(c, "persec", 3, 10*time.Second, limit.WithPrefix(prefix))
 	require.NoError(t, err)
-	perHour, err := limit.NewFixedWindow(c, "perhour", prefix, 100, time.Hour)
+	perHour, err := limit.NewFixedWindow(c, "perhour", 100, time.Hour, limit.WithPrefix(prefix))
 	require.NoError(t, err)
 	mw, err := httplimit.New([]httplimit.Rule{{
 		Name: "api", Key: httplimit.Header("X-API-Key"), Limiters: []limit.Limiter{perSec, perHour},
-	}}, httplimit.Options{LegacyHeaders: true, OnError: func(_ *http.Request, rule string, err error) { t.Logf("rule %s: %v", rule, err) }})
+	}}, httplimit.WithLegacyHeaders(), httplimit.WithOnError(func(_ *http.Request, rule string, err error) { t.Logf("rule %s: %v", rule, err) }))
 	require.NoError(t, err)
 	ts := httptest.NewServer(mw(okHandler()))
 	defer ts.Close()
@@ -105,22 +110,25 @@ func TestMiddlewareHeaders(t *testing.T) {
 	require.Greater(t, ra, 0)
 	require.LessOrEqual(t, ra, 10)
 	require.Equal(t, strconv.Itoa(ra), m[3], "t and Retry-After name the same moment")
-	// Another key is not affected; a request without the key fails closed.
+	// Another key is not affected; a request without the key is the client's
+	// fault: 400, with the reason.
 	require.Equal(t, 200, get(t, ts.URL, map[string]string{"X-API-Key": "k2"}).StatusCode)
-	require.Equal(t, http.StatusServiceUnavailable, get(t, ts.URL, nil).StatusCode)
+	resp = get(t, ts.URL, nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 }
 
 // TestMiddlewareFailurePolicy stops the server and checks fail-open and
 // fail-closed rules, and that the error reaches the hook.
 func TestMiddlewareFailurePolicy(t *testing.T) {
+	t.Parallel()
 	srv := harness.Fresh(t, harness.Redis70)
 	c := srv.Client(t)
-	l, err := limit.NewLog(c, "persec", "fp:", 100, time.Second)
+	l, err := limit.NewLog(c, "persec", 100, time.Second, limit.WithPrefix("fp:"))
 	require.NoError(t, err)
 	var errs atomic.Int64
 	mk := func(open bool) *httptest.Server {
 		mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Key: httplimit.ClientIP(), Limiters: []limit.Limiter{l}, FailOpen: open}},
-			httplimit.Options{OnError: func(*http.Request, string, error) { errs.Add(1) }})
+			httplimit.WithOnError(func(*http.Request, string, error) { errs.Add(1) }))
 		require.NoError(t, err)
 		return httptest.NewServer(mw(okHandler()))
 	}
@@ -143,14 +151,15 @@ func TestMiddlewareFailurePolicy(t *testing.T) {
 // the local tier are admitted exactly up to the limit; the rest are shed,
 // later ones without a server call.
 func TestMiddlewareLocalTier(t *testing.T) {
+	t.Parallel()
 	srv := harness.Shared(t, harness.Redis70)
 	c := srv.Client(t)
-	l, err := limit.NewLog(c, "permin", harness.Prefix(t), 10, time.Minute)
+	l, err := limit.NewLog(c, "permin", 10, time.Minute, limit.WithPrefix(harness.Prefix(t)))
 	require.NoError(t, err)
 	rec := &countingRecorder{}
 	local := httplimit.NewLocalTier(0)
 	mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{l}}},
-		httplimit.Options{Local: local, Metrics: rec})
+		httplimit.WithLocalTier(local), httplimit.WithRecorder(rec))
 	require.NoError(t, err)
 	ts := httptest.NewServer(mw(okHandler()))
 	defer ts.Close()
@@ -167,10 +176,66 @@ func TestMiddlewareLocalTier(t *testing.T) {
 	}
 	wg.Wait()
 	require.EqualValues(t, 10, ok.Load(), "the local tier must never admit more than the limit")
+	require.Equal(t, 10, rec.count(httplimit.Allowed))
+	require.Equal(t, 200, rec.count(httplimit.Allowed)+rec.count(httplimit.Refused)+rec.count(httplimit.LocalShed))
+	// Once a refusal is known locally, later requests are shed without a
+	// server call: +50 local sheds, +0 server refusals, +0 admissions.
+	shed, refused := rec.count(httplimit.LocalShed), rec.count(httplimit.Refused)
 	for i := 0; i < 50; i++ {
 		require.Equal(t, http.StatusTooManyRequests, get(t, ts.URL, map[string]string{"X-User": "mallory"}).StatusCode)
 	}
-	require.GreaterOrEqual(t, rec.count(httplimit.LocalShed), 50, "later refusals must not reach the server")
+	require.Equal(t, shed+50, rec.count(httplimit.LocalShed), "later refusals must be shed locally")
+	require.Equal(t, refused, rec.count(httplimit.Refused), "later refusals must not reach the server")
 	require.Equal(t, 10, rec.count(httplimit.Allowed))
 	require.Equal(t, 1, local.Len())
+
+}
+
+// TestMiddlewareShadow: a shadow rule on a real server never answers 429,
+// while its limiter counts as if enforced, and its Prometheus metrics show
+// the refusals it would have made; the enforced rule after it still applies.
+func TestMiddlewareShadow(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis70)
+	c := srv.Client(t)
+	prefix := harness.Prefix(t)
+	tight, err := limit.NewGCRA(c, "tight", 1, time.Hour, 3, limit.WithPrefix(prefix))
+	require.NoError(t, err)
+	loose, err := limit.NewLog(c, "loose", 100, time.Minute, limit.WithPrefix(prefix))
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	rec, err := prom.New(reg, "t")
+	require.NoError(t, err)
+	var hooked atomic.Int64
+	mw, err := httplimit.New([]httplimit.Rule{
+		{Name: "preview", Key: httplimit.Header("X-API-Key"), Limiters: []limit.Limiter{tight}, Shadow: true},
+		{Name: "api", Key: httplimit.Header("X-API-Key"), Limiters: []limit.Limiter{loose}},
+	}, httplimit.WithRecorder(rec), httplimit.WithOnShadowRefusal(func(_ *http.Request, rule string, d limit.Decision) {
+		if rule != "preview" || !d.Allowed || !d.WouldRefuse || d.RetryAfter <= 0 {
+			t.Errorf("hook: rule %s, %+v", rule, d)
+		}
+		hooked.Add(1)
+	}))
+	require.NoError(t, err)
+	ts := httptest.NewServer(mw(okHandler()))
+	defer ts.Close()
+	for i := 0; i < 10; i++ {
+		resp := get(t, ts.URL, map[string]string{"X-API-Key": "k"})
+		require.Equal(t, http.StatusOK, resp.StatusCode, "request %d", i)
+		require.Regexp(t, `^loose;r=\d+;t=\d+$`, resp.Header.Get("RateLimit"), "the enforced rule's fields")
+	}
+	require.EqualValues(t, 7, hooked.Load())
+	want := `
+# HELP t_ratelimit_decisions_total Rate-limiting decisions, by rule and outcome.
+# TYPE t_ratelimit_decisions_total counter
+t_ratelimit_decisions_total{outcome="allowed",rule="api"} 10
+t_ratelimit_decisions_total{outcome="allowed",rule="preview"} 3
+t_ratelimit_decisions_total{outcome="shadow_refused",rule="preview"} 7
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "t_ratelimit_decisions_total"))
+	// The shadow limiter counted the 3 it admitted and none of the others:
+	// enforced now, it refuses.
+	d, err := tight.Allow(ctxT(t), "preview:h:k", 0)
+	require.NoError(t, err)
+	require.Zero(t, d.Remaining)
 }

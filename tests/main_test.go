@@ -4,18 +4,41 @@ package tests
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/figures"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
 	code := m.Run()
 	harness.StopAll()
+	if err := figures.Save(); err != nil { // with WINDOWSTORE_FIGURES=update
+		fmt.Println("FAIL: figures:", err)
+		code = 1
+	}
+	// Which areas ran, and which were skipped and why. With the whole suite
+	// run, an area that WINDOWSTORE_REQUIRE names and no test ran fails the
+	// run: a green run means every required area ran.
+	filtered := false
+	for _, f := range []string{"test.run", "test.skip", "test.bench", "test.fuzz"} {
+		if fl := flag.Lookup(f); fl != nil && fl.Value.String() != "" {
+			filtered = true
+		}
+	}
+	if missing := harness.Report(os.Stdout, filtered); len(missing) > 0 {
+		fmt.Printf("FAIL: WINDOWSTORE_REQUIRE names %v, but no test ran there\n", missing)
+		if code == 0 {
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -31,10 +54,10 @@ type target struct {
 
 // targets lists every backend on every server that supports it.
 var targets = []target{
-	{"redis70/auto", harness.Redis70, store.Auto, "nativehash", false},
-	{"redis80/auto", harness.Redis80, store.Auto, "nativehash", true},
-	{"redis80/plain", harness.Redis80, store.NativeHashPlain, "nativehash", false},
-	{"valkey81/auto", harness.Valkey, store.Auto, "nativehash", false},
+	{"redis70/auto", harness.Redis70, store.Auto, "nativehash-plain", false},
+	{"redis80/auto", harness.Redis80, store.Auto, "nativehash-fieldttl", true},
+	{"redis80/plain", harness.Redis80, store.NativeHashPlain, "nativehash-plain", false},
+	{"valkey81/auto", harness.Valkey, store.Auto, "nativehash-plain", false},
 	{"tairhash/auto", harness.TairHash, store.Auto, "tairhash", true},
 }
 
@@ -58,9 +81,13 @@ func newStore(t testing.TB, tg target, w store.Window, opts ...store.Option) (*s
 	return s, srv
 }
 
-// forEach runs fn once per target, each as a subtest.
+// forEach runs fn once per target, each as a parallel subtest (targets on
+// one server keep apart by key prefix).
 func forEach(t *testing.T, fn func(t *testing.T, tg target)) {
 	for _, tg := range targets {
-		t.Run(tg.name, func(t *testing.T) { fn(t, tg) })
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, tg)
+		})
 	}
 }

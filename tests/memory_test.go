@@ -2,14 +2,18 @@ package tests
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/figures"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
@@ -17,6 +21,7 @@ import (
 // (the figure in fieldcodec's package doc) on every backend, and logs it. Memory
 // is exact, not timed, so the bound is safe to assert.
 func TestFieldEncodingMemory(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, tg target) {
 		w := store.Window{Length: 6 * time.Minute, Bucket: 6 * time.Second}
 		s, srv := newStore(t, tg, w)
@@ -44,12 +49,17 @@ func TestFieldEncodingMemory(t *testing.T) {
 }
 
 // TestMemoryPerCounter measures each backend's memory per counter as the
-// server's used_memory grows over 10,000 full counters (1,000 at 600 buckets;
+// server's used_memory grows (less the growth of its clients' buffers, which
+// pipelined writes leave behind: mem_clients_normal) over 10,000 full counters (1,000 at 600 buckets;
 // MEMORY USAGE under-reports TairHash), at 10, 60 and 600 buckets, on a fresh
-// server. It logs the
-// figures the README's backend table quotes; it asserts only the plain hash's
-// 12-bytes-per-bucket bound.
+// server. It logs the figures the README's backend table quotes; it asserts
+// only the plain hash's 12-bytes-per-bucket bound.
+//
+// The counters are filled with the store's own writes (AddNoSumAt), oldest
+// bucket first, in bulk: for each bucket, every counter's write at once from
+// 256 goroutines, so that the store coalesces them (see fill).
 func TestMemoryPerCounter(t *testing.T) {
+	t.Parallel()
 	forEach(t, func(t *testing.T, tg target) {
 		srv := harness.Fresh(t, tg.kind)
 		c := srv.Client(t)
@@ -58,52 +68,160 @@ func TestMemoryPerCounter(t *testing.T) {
 			w := store.Window{Length: time.Duration(buckets) * time.Minute, Bucket: time.Minute}
 			s, err := store.New(ctx, c, w, store.WithBackend(tg.backend), store.WithPrefix(fmt.Sprintf("m%d:", buckets)))
 			require.NoError(t, err)
-			before := usedMemory(t, c)
-			// 10,000 counters at 10 and 60 buckets; 1,000 at 600 (six
-			// million writes would take minutes).
+			// 10,000 counters at 10 and 60 buckets; 1,000 at 600.
 			counters := 10000
 			if buckets == 600 {
 				counters = 1000
 			}
 			now := time.Now()
-			var fns []func()
-			for k := 0; k < counters; k += 10 {
-				// Oldest bucket first: a write at an earlier instant would take
-				// newer buckets for stale ones.
-				fns = append(fns, func() {
-					for key := k; key < k+10; key++ {
-						for i := buckets - 1; i >= 0; i-- {
-							at := now.Add(-time.Duration(i) * time.Minute)
-							if err := s.AddNoSumAt(ctx, at, strconv.Itoa(key), int64(i+1)); err != nil {
-								t.Error(err)
-								return
-							}
-						}
-					}
-				})
+			// Before the baseline reading: the stats connection, and the
+			// write script in the server's script cache (one write to a key
+			// that is not counted).
+			calls0 := scriptCalls(t, srv)
+			require.NoError(t, s.AddNoSumAt(ctx, now, "warm", 1))
+			before := memoryInfo(t, c)
+			start := time.Now()
+			// Oldest bucket first: a write at an earlier instant would take
+			// newer buckets for stale ones.
+			for i := buckets - 1; i >= 0; i-- {
+				fill(t, s, now.Add(-time.Duration(i)*time.Minute), counters, int64(i+1))
 			}
-			parallel(fns)
-			per := float64(usedMemory(t, c)-before) / float64(counters)
-			t.Logf("%s: %d buckets: %.0f bytes per counter (%.1f per bucket), used_memory delta over %d counters",
+			after := memoryInfo(t, c)
+			per := float64(dataGrowth(t, before, after)) / float64(counters)
+			writes := buckets * counters
+			calls := scriptCalls(t, srv) - calls0
+			t.Logf("%s: %d buckets: %.0f bytes per counter (%.1f per bucket): used_memory delta over %d counters, less the clients' buffers and the script cache",
 				tg.name, buckets, per, per/float64(buckets), counters)
+			t.Logf("%s: %d buckets: %d writes in %v (%.0f/s), %d script calls (%.1f writes per call)",
+				tg.name, buckets, writes, time.Since(start).Round(time.Millisecond), float64(writes)/time.Since(start).Seconds(),
+				calls, float64(writes)/float64(calls))
 			if !tg.wantFieldTTL && buckets == 60 {
 				// The key itself costs about 50 bytes more than its hash.
 				require.Less(t, per/float64(buckets), 12.0+60.0/float64(buckets))
 			}
+			// The first stage on the fresh server also pays the keyspace's
+			// one-time growth, which moved its figure by up to 11% (Valkey
+			// 176 to 201 B, Redis 7.0 237 to 258 B) on one machine, quiet or
+			// under the whole suite's load; the later stages hold within 1%.
+			tol := usedMemoryTolerance
+			if buckets == 10 {
+				tol = firstStageTolerance
+			}
+			figures.Check(t, fmt.Sprintf("memory/%s/%s/%d", tg.kind, tg.wantBackend, buckets), figures.Figure{Value: math.Round(per), Unit: "B",
+				How: "growth of used_memory (less the clients' buffers and the script cache) over full counters on a fresh server, per counter"}, tol)
 		}
 	})
 }
 
-func usedMemory(t testing.TB, c rueidis.Client) int64 {
+// fill writes delta at the instant at to counters 0..n-1 of s, from 256
+// goroutines at once: the store coalesces concurrent writes (WithBatching),
+// so each round trip carries up to 64 of them.
+func fill(t *testing.T, s *store.Store, at time.Time, n int, delta int64) {
+	t.Helper()
+	const workers = 256
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	for g := 0; g < workers && g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := g; k < n && !failed.Load(); k += workers {
+				if err := s.AddNoSumAt(ctx, at, strconv.Itoa(k), delta); err != nil {
+					failed.Store(true)
+					t.Errorf("counter %d at %v: %v", k, at, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() {
+		t.FailNow()
+	}
+}
+
+// scriptCalls counts the script calls (EVALSHA, EVAL, FCALL and their
+// read-only forms) the server has run.
+func scriptCalls(t *testing.T, srv *harness.Server) int64 {
+	info := srv.Cmd(t, "INFO", "commandstats")
+	var n int64
+	for _, c := range []string{"evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro"} {
+		n += statField(t, info, "cmdstat_"+c, "calls")
+	}
+	return n
+}
+
+func usedMemory(t testing.TB, c rueidis.Client) int64 { return memoryInfoNow(t, c)["used_memory"] }
+
+// usedMemoryTolerance is how far a figure measured as the growth of
+// used_memory may stray from the committed one before its test fails. The same
+// server binary and the same writes give the same figure within 1% on one
+// machine, but CI's machines measured up to 7% more than the machine that
+// recorded them (jemalloc's arenas and the keyspace's table growth depend on
+// how the writes interleave); 8% still catches a layout that regressed, which
+// moves a figure by a quarter or more.
+const usedMemoryTolerance = 0.08
+
+// firstStageTolerance is TestMemoryPerCounter's tolerance for its first stage
+// (10 buckets), which the keyspace's one-time growth moves more.
+const firstStageTolerance = 0.15
+
+// dataGrowth is the growth of the data set between two INFO memory readings:
+// used_memory's growth less what is not data, that is the clients' buffers
+// (pipelined writes leave some behind: mem_clients_normal) and the script
+// cache (used_memory_scripts: a script or function library the server first
+// sees during the measured phase). Without the last, a figure measured on the
+// first store of a fresh server carried the script bodies, some 20 bytes per
+// counter at 10,000 counters, depending on how the writes happened to batch.
+func dataGrowth(t testing.TB, before, after map[string]int64) int64 {
+	t.Helper()
+	d := func(k string) int64 { return after[k] - before[k] }
+	g := d("used_memory") - d("mem_clients_normal") - d("used_memory_scripts")
+	t.Logf("memory: overhead %+d dataset %+d", d("used_memory_overhead"), d("used_memory_dataset"))
+	t.Logf("memory: used_memory %+d, of which clients' buffers %+d, scripts %+d (%+d cached scripts, %+d libraries): data %+d",
+		d("used_memory"), d("mem_clients_normal"), d("used_memory_scripts"), d("number_of_cached_scripts"), d("number_of_libraries"), g)
+	return g
+}
+
+// memoryInfo returns the numeric fields of INFO memory once the server has
+// settled: the clients' buffers that a burst of pipelined writes leaves behind
+// are freed, and their accounting (mem_clients_normal) refreshed, by the
+// server's cron, a second or two after the burst. Without waiting, the same
+// run measured figures up to 15% apart. It reads INFO every 250 ms until
+// used_memory and mem_clients_normal hold still for three readings in a row,
+// or 8 s have passed.
+func memoryInfo(t testing.TB, c rueidis.Client) map[string]int64 {
+	t.Helper()
+	last, same := memoryInfoNow(t, c), 0
+	for deadline := time.Now().Add(8 * time.Second); same < 2 && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		m := memoryInfoNow(t, c)
+		if m["used_memory"] == last["used_memory"] && m["mem_clients_normal"] == last["mem_clients_normal"] {
+			same++
+		} else {
+			same = 0
+		}
+		last = m
+	}
+	return last
+}
+
+// memoryInfoNow returns the numeric fields of INFO memory.
+func memoryInfoNow(t testing.TB, c rueidis.Client) map[string]int64 {
 	info, err := c.Do(ctxT(t), c.B().Info().Section("memory").Build()).ToString()
 	require.NoError(t, err)
+	out := map[string]int64{}
 	for _, l := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			require.NoError(t, err)
-			return n
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				out[k] = n
+			}
 		}
 	}
-	t.Fatal("no used_memory in INFO")
-	return 0
+	for _, k := range []string{"used_memory", "mem_clients_normal", "used_memory_scripts"} {
+		if _, ok := out[k]; !ok {
+			t.Fatalf("no %s in INFO memory", k)
+		}
+	}
+	return out
 }

@@ -69,17 +69,17 @@ func certs(t *testing.T, dir string) {
 // time; and checks that a client without a certificate, or without the CA, is
 // refused.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	certs(t, dir)
 	files := map[string]string{}
 	for _, f := range []string{"ca.crt", "server.crt", "server.key"} {
 		files[filepath.Join(dir, f)] = "/tls/" + f
 	}
-	srv := harness.FreshWithFiles(t, harness.Redis70, files, "--port", "0", "--tls-port", "6379",
+	srv := harness.FreshTLS(t, harness.Redis70, files,
 		"--tls-cert-file", "/tls/server.crt", "--tls-key-file", "/tls/server.key",
 		"--tls-ca-cert-file", "/tls/ca.crt", "--tls-auth-clients", "yes")
-	_, port, _ := net.SplitHostPort(srv.Addr)
-	addr := net.JoinHostPort("127.0.0.1", port)
+	addr := srv.Addr
 
 	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
 	require.NoError(t, err)
@@ -123,6 +123,7 @@ func TestTLS(t *testing.T) {
 // TestCredentialsNeverPrinted: a password in the address never reaches
 // windowctl's output or errors, whether it is right or wrong.
 func TestCredentialsNeverPrinted(t *testing.T) {
+	t.Parallel()
 	srv := harness.Shared(t, harness.Redis70)
 	admin := srv.Client(t)
 	ctx := context.Background()

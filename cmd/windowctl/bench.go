@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -15,7 +14,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	redis_rate "github.com/go-redis/redis_rate/v10"
+	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/baseline"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
@@ -27,197 +29,384 @@ type benchConfig struct {
 	buckets    []int
 	goroutines int
 	duration   time.Duration
+	runs       int
 	ops        []string
 	batchOps   int
 	batchCalls int
+	functions  bool
 }
 
-var benchOps = []string{"add", "addnosum", "sum", "sum100", "allow", "naive", "zsetlog", "rawhincrby", "rawhgetall"}
+// The operations bench knows, in the order it runs them.
+var benchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "record6", "distinct",
+	"naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
 
-const benchUsage = `usage: windowctl [--addr URL] [--backend B] bench [--keys N] [--buckets 10,60] [--goroutines N] [--duration D] [--ops LIST]
-                 [--batch-ops N] [--batch-calls N]
+// benchDetails is bench's help; its flags are listed from benchSetup.
+const benchDetails = `Measures every operation with --goroutines goroutines on one client, over
+--keys keys whose windows are full, with buckets of 1 s (the --window and
+--bucket flags do not apply), and reports for each:
 
-Measures throughput (ops/s) and latency (p50, p99) of each operation with N
-goroutines on one client, over N keys whose windows are full, with buckets of
-1 s. Side by side, in the same run on the same server, it measures:
+  server µs/op   the server's CPU time per operation: the growth of INFO cpu's
+                 used_cpu_sys and used_cpu_user (of the main thread, where the
+                 server reports it) over the run, divided by the operations:
+                 what decides how many counters one server core can serve
+  ops/s, p50, p99  throughput and latency seen by this client
 
+Each operation runs --runs times, in rounds, and the figures are the medians,
+with the range of the server time. Ratios compare medians of one invocation, on
+one server: the server time with the naive script, the ZSET log, redis_rate and
+raw HINCRBY; the throughput with the naive script and the ZSET log. The operations:
+
+  add         Store.Add                  addnosum  Store.AddNoSum
+  addid       Store.AddEvent with an id  sum       Store.Sum
+  sum100      Store.SumMany of 100 keys (per key: server µs/op is per call)
+  allow       Store.Allow                allow3    store.AllowAll, 3 policies
+  record6     features.Set.Record of a 6-feature event (2 entities)
+  distinct    Store.AddDistinct of one member
   naive       the seed documents' window script (HINCRBY, EXPIRE, HGETALL, sum, HDEL)
-  zsetlog     the exact sliding log on a ZSET (package limit), limit 100 per window
+  zsetlog     the exact sliding log on a ZSET (limit.NewLog)
+  gcra        limit.NewGCRA: GCRA, one script on a string per key
+  redisrate   go-redis/redis_rate's GCRA (AllowN), through go-redis
   rawhincrby  raw HINCRBY, auto-pipelined: the floor of server work for a write
   rawhgetall  raw HGETALL of a full counter: the floor for a read
 
---batch-ops and --batch-calls set the store's write batching (see
-store.WithBatching; --batch-ops 1 sends every write alone). The command prints
-each operation's throughput as a ratio to the naive script and to
-raw HINCRBY. Keys are written under the prefix "bench:": use a server you can
-write to. Every request loop stops by itself after --duration.
-`
+Every limit is high enough that every call is admitted (the path that writes).
+--batch-ops and --batch-calls set the store's write batching (store.WithBatching;
+--batch-ops 1 sends every write alone); --functions=false runs the store's
+scripts with EVALSHA instead of as functions. Keys are written under the prefix
+"bench:": use a server of your own. Run the server on a core of its own for
+steadier figures: taskset -c 1 redis-server, or docker run --cpuset-cpus 1.`
 
-// runBench is the bench command: it parses its flags, connects and measures.
-func runBench(g *globals, args []string, out io.Writer) error {
-	cfg, err := parseBench(args)
-	if err != nil {
-		return err
+// benchSetup adds bench's flags and checks them (the table's setup).
+func benchSetup(fs *flag.FlagSet) func(pos []string) (action, error) {
+	cfg := benchConfig{keys: 10000, goroutines: 64, duration: 3 * time.Second, runs: 3,
+		batchOps: store.DefaultBatchOps, batchCalls: store.DefaultBatchCalls, functions: true}
+	fs.BoolVar(&cfg.functions, "functions", cfg.functions, "run the store's scripts as Redis Functions (store.WithFunctions); false: EVALSHA")
+	fs.IntVar(&cfg.keys, "keys", cfg.keys, "number of counters, `N` from 100 to 1,000,000")
+	fs.IntVar(&cfg.goroutines, "goroutines", cfg.goroutines, "concurrent callers, `N` from 1 to 4096")
+	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "how long each operation runs, a `DURATION` from 100ms to 10m")
+	fs.IntVar(&cfg.runs, "runs", cfg.runs, "how many times each operation runs, `N` from 1 to 25; the figures are medians")
+	fs.IntVar(&cfg.batchOps, "batch-ops", cfg.batchOps, "the store's writes per script call, `N` from 1 to 10,000")
+	fs.IntVar(&cfg.batchCalls, "batch-calls", cfg.batchCalls, "the store's script calls in flight, `N` from 1 to 1,024")
+	buckets := fs.String("buckets", "10,60", "the windows to measure, a `LIST` of bucket counts from 1 to 1440")
+	ops := fs.String("ops", strings.Join(benchOps, ","), "the operations to measure, a `LIST`")
+	return func(pos []string) (action, error) {
+		if len(pos) != 0 {
+			return nil, noArgsError("bench")
+		}
+		if err := cfg.check(*buckets, *ops); err != nil {
+			return nil, err
+		}
+		return func(e *env) error { return runBench(e, cfg) }, nil
 	}
-	if g.window <= 0 || g.bucket <= 0 {
-		return usagef("--window and --bucket must be positive")
-	}
-	client, err := connect(g)
+}
+
+// runBench connects and measures.
+func runBench(e *env, cfg benchConfig) error {
+	client, err := connect(e.g)
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	return bench(context.Background(), client, g, cfg, out)
+	return bench(context.Background(), client, e.g, cfg, e.p)
 }
 
-// parseBench reads bench's own flags.
-func parseBench(args []string) (benchConfig, error) {
-	cfg := benchConfig{keys: 10000, buckets: []int{10, 60}, goroutines: 64, duration: 3 * time.Second, ops: benchOps,
-		batchOps: store.DefaultBatchOps, batchCalls: store.DefaultBatchCalls}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fs.IntVar(&cfg.keys, "keys", cfg.keys, "")
-	fs.IntVar(&cfg.goroutines, "goroutines", cfg.goroutines, "")
-	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "")
-	fs.IntVar(&cfg.batchOps, "batch-ops", cfg.batchOps, "")
-	fs.IntVar(&cfg.batchCalls, "batch-calls", cfg.batchCalls, "")
-	buckets := fs.String("buckets", "10,60", "")
-	ops := fs.String("ops", strings.Join(benchOps, ","), "")
-	if err := fs.Parse(args); err != nil {
-		return cfg, usagef("bench: %v\n%s", err, benchUsage)
-	}
-	if fs.NArg() != 0 {
-		return cfg, usagef("bench takes no arguments\n%s", benchUsage)
-	}
-	if cfg.keys < 100 || cfg.keys > 1000000 {
-		return cfg, usagef("bench: --keys %d: want 100 to 1,000,000", cfg.keys)
-	}
-	if cfg.goroutines < 1 || cfg.goroutines > 4096 {
-		return cfg, usagef("bench: --goroutines %d: want 1 to 4096", cfg.goroutines)
-	}
-	if cfg.batchOps < 1 || cfg.batchOps > 10000 || cfg.batchCalls < 1 || cfg.batchCalls > 1024 {
-		return cfg, usagef("bench: --batch-ops %d, --batch-calls %d: want 1 to 10,000 and 1 to 1,024", cfg.batchOps, cfg.batchCalls)
-	}
-	if cfg.duration < 100*time.Millisecond || cfg.duration > 10*time.Minute {
-		return cfg, usagef("bench: --duration %v: want 100ms to 10m", cfg.duration)
+// check checks bench's flags and sets the bucket counts and operations.
+func (cfg *benchConfig) check(buckets, ops string) error {
+	switch {
+	case cfg.keys < 100 || cfg.keys > 1000000:
+		return cmdUsagef("bench", "bench: --keys %d: want 100 to 1,000,000", cfg.keys)
+	case cfg.goroutines < 1 || cfg.goroutines > 4096:
+		return cmdUsagef("bench", "bench: --goroutines %d: want 1 to 4096", cfg.goroutines)
+	case cfg.batchOps < 1 || cfg.batchOps > 10000 || cfg.batchCalls < 1 || cfg.batchCalls > 1024:
+		return cmdUsagef("bench", "bench: --batch-ops %d, --batch-calls %d: want 1 to 10,000 and 1 to 1,024", cfg.batchOps, cfg.batchCalls)
+	case cfg.duration < 100*time.Millisecond || cfg.duration > 10*time.Minute:
+		return cmdUsagef("bench", "bench: --duration %v: want 100ms to 10m", cfg.duration)
+	case cfg.runs < 1 || cfg.runs > 25:
+		return cmdUsagef("bench", "bench: --runs %d: want 1 to 25", cfg.runs)
 	}
 	cfg.buckets = nil
-	for _, b := range strings.Split(*buckets, ",") {
+	for _, b := range strings.Split(buckets, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(b))
-		if err != nil || n < 1 || n > 600 {
-			return cfg, usagef("bench: --buckets %q: want numbers from 1 to 600", *buckets)
+		if err != nil || n < 1 || n > 1440 {
+			return cmdUsagef("bench", "bench: --buckets %q: want numbers from 1 to 1440", buckets)
 		}
 		cfg.buckets = append(cfg.buckets, n)
 	}
 	cfg.ops = nil
-	for _, o := range strings.Split(*ops, ",") {
+	for _, o := range strings.Split(ops, ",") {
 		o = strings.TrimSpace(o)
 		if !slices.Contains(benchOps, o) {
-			return cfg, usagef("bench: unknown op %q (want %s)", o, strings.Join(benchOps, ","))
+			return cmdUsagef("bench", "bench: unknown op %q (want %s)", o, strings.Join(benchOps, ","))
 		}
 		cfg.ops = append(cfg.ops, o)
 	}
-	return cfg, nil
+	return nil
 }
 
+// benchResult is one operation's figures over its runs.
 type benchResult struct {
-	Op         string  `json:"op"`
-	Buckets    int     `json:"buckets"`
-	OpsPerSec  float64 `json:"ops_per_sec"`
-	P50Us      float64 `json:"p50_us"`
-	P99Us      float64 `json:"p99_us"`
-	VsNaive    float64 `json:"vs_naive,omitempty"`
-	VsRawWrite float64 `json:"vs_raw_hincrby,omitempty"`
-	Errors     int64   `json:"errors"`
-	FirstError string  `json:"first_error,omitempty"`
+	Op           string  `json:"op"`
+	Buckets      int     `json:"buckets"`
+	Backend      string  `json:"backend"`
+	FieldTTL     bool    `json:"field_ttl"`
+	Runs         int     `json:"runs"`
+	ServerUs     float64 `json:"server_us_per_op"`
+	ServerUsMin  float64 `json:"server_us_min"`
+	ServerUsMax  float64 `json:"server_us_max"`
+	OpsPerSec    float64 `json:"ops_per_sec"`
+	P50Us        float64 `json:"p50_us"`
+	P99Us        float64 `json:"p99_us"`
+	CPUVsNaive   float64 `json:"cpu_vs_naive,omitempty"`
+	CPUVsZsetLog float64 `json:"cpu_vs_zsetlog,omitempty"`
+	CPUVsRate    float64 `json:"cpu_vs_redisrate,omitempty"`
+	CPUVsRaw     float64 `json:"cpu_vs_raw_hincrby,omitempty"`
+	VsNaive      float64 `json:"vs_naive,omitempty"`
+	VsZsetLog    float64 `json:"vs_zsetlog,omitempty"`
+	Errors       int64   `json:"errors"`
+	FirstError   string  `json:"first_error,omitempty"`
+
+	runs []benchRunResult
 }
 
-func bench(ctx context.Context, client rueidis.Client, g *globals, cfg benchConfig, out io.Writer) error {
+// benchRunResult is one run of one operation.
+type benchRunResult struct {
+	ops       int64
+	opsPerSec float64
+	p50, p99  float64
+	serverUs  float64 // -1: the server does not say
+	errs      int64
+	firstErr  string
+}
+
+// benchOp is one operation: do runs it once for a key.
+type benchOp func(ctx context.Context, key string) error
+
+func bench(ctx context.Context, client rueidis.Client, g *globals, cfg benchConfig, p *printer) error {
+	gr, err := goredisClient(g)
+	if err != nil {
+		return err
+	}
+	defer gr.Close()
 	for _, nb := range cfg.buckets {
-		w := store.Window{Length: time.Duration(nb) * time.Second, Bucket: time.Second}
-		prefix := fmt.Sprintf("bench:%d:", nb)
-		st, err := store.New(ctx, client, w, store.WithPrefix(prefix+"ws:"), store.WithBackend(store.Backend(g.backend)),
-			store.WithBatching(cfg.batchOps, cfg.batchCalls))
+		keys := cfg.keys
+		if nb > 600 && keys > 1000 {
+			keys = 1000 // 1,440 buckets of 10,000 counters would take minutes to fill
+		}
+		ops, st, err := benchSetupOps(ctx, client, gr, g, cfg, nb, keys)
 		if err != nil {
 			return err
 		}
-		log, err := limit.NewLog(client, "log", prefix+"zset:", 100, w.Length)
-		if err != nil {
-			return err
+		if !p.json {
+			fmt.Fprintf(p.w, "== %d buckets of 1s, %d keys, %d goroutines, %v per op, %d runs, backend %s (field TTL %v)\n",
+				nb, keys, cfg.goroutines, cfg.duration, cfg.runs, st.Detection().Backend, st.Detection().FieldTTL)
 		}
-		fmt.Fprintf(out, "== %d buckets of 1s, %d keys, %d goroutines, %v per op, backend %s (field TTL %v)\n",
-			nb, cfg.keys, cfg.goroutines, cfg.duration, st.Detection().Backend, st.Detection().FieldTTL)
-		if err := benchFill(ctx, client, st, prefix, nb, cfg.keys); err != nil {
-			return err
+		results := make([]*benchResult, len(cfg.ops))
+		for i, name := range cfg.ops {
+			results[i] = &benchResult{Op: name, Buckets: nb, Backend: st.Detection().Backend, FieldTTL: st.Detection().FieldTTL, Runs: cfg.runs}
 		}
-		keyName := func(i int) string { return strconv.Itoa(i) }
-		sum100 := make([]string, 100)
-		for i := range sum100 {
-			sum100[i] = keyName(i * 97 % cfg.keys)
+		for run := 0; run < cfg.runs; run++ {
+			for i, name := range cfg.ops {
+				results[i].runs = append(results[i].runs, benchRun(ctx, client, cfg, keys, ops[name]))
+			}
 		}
-		ops := map[string]func(ctx context.Context, k string) error{
-			"add":      func(ctx context.Context, k string) error { _, err := st.Add(ctx, k, 1); return err },
-			"addnosum": func(ctx context.Context, k string) error { return st.AddNoSum(ctx, k, 1) },
-			"sum":      func(ctx context.Context, k string) error { _, err := st.Sum(ctx, k); return err },
-			"sum100":   func(ctx context.Context, _ string) error { _, err := st.SumMany(ctx, sum100); return err },
-			"allow":    func(ctx context.Context, k string) error { _, err := st.Allow(ctx, k, 1<<40, 1); return err },
-			"naive": func(ctx context.Context, k string) error {
-				return baseline.Naive.Exec(ctx, client, []string{prefix + "naive:" + k}, baseline.NaiveArgs(time.Now(), nb)).Error()
-			},
-			"zsetlog": func(ctx context.Context, k string) error { _, err := log.Allow(ctx, k, 1); return err },
-			"rawhincrby": func(ctx context.Context, k string) error {
-				return client.Do(ctx, client.B().Hincrby().Key(prefix+"raw:"+k).Field("1").Increment(1).Build()).Error()
-			},
-			"rawhgetall": func(ctx context.Context, k string) error {
-				return client.Do(ctx, client.B().Hgetall().Key(prefix+"naive:"+k).Build()).Error()
-			},
-		}
-		var results []benchResult
-		for _, name := range cfg.ops {
-			r := benchRun(ctx, cfg, ops[name])
-			r.Op, r.Buckets = name, nb
-			results = append(results, r)
-		}
-		var naive, raw float64
 		for _, r := range results {
-			switch r.Op {
-			case "naive":
-				naive = r.OpsPerSec
-			case "rawhincrby":
-				raw = r.OpsPerSec
+			r.summarize()
+		}
+		byOp := map[string]*benchResult{}
+		for _, r := range results {
+			byOp[r.Op] = r
+		}
+		ratio := func(a, b float64) float64 {
+			if a <= 0 || b <= 0 {
+				return 0
+			}
+			return a / b
+		}
+		for _, r := range results {
+			if n := byOp["naive"]; n != nil {
+				r.CPUVsNaive, r.VsNaive = ratio(r.ServerUs, n.ServerUs), ratio(r.OpsPerSec, n.OpsPerSec)
+			}
+			if z := byOp["zsetlog"]; z != nil {
+				r.CPUVsZsetLog, r.VsZsetLog = ratio(r.ServerUs, z.ServerUs), ratio(r.OpsPerSec, z.OpsPerSec)
+			}
+			if rr := byOp["redisrate"]; rr != nil {
+				r.CPUVsRate = ratio(r.ServerUs, rr.ServerUs)
+			}
+			if h := byOp["rawhincrby"]; h != nil {
+				r.CPUVsRaw = ratio(r.ServerUs, h.ServerUs)
 			}
 		}
-		if !g.json {
-			fmt.Fprintf(out, "%-11s %12s %10s %10s %10s %14s %7s\n", "op", "ops/s", "p50 µs", "p99 µs", "vs naive", "vs raw HINCRBY", "errors")
-		}
-		for i := range results {
-			r := &results[i]
-			if naive > 0 {
-				r.VsNaive = r.OpsPerSec / naive
-			}
-			if raw > 0 {
-				r.VsRawWrite = r.OpsPerSec / raw
-			}
-			if g.json {
-				b, _ := json.Marshal(r)
-				fmt.Fprintf(out, "%s\n", b)
-				continue
-			}
-			fmt.Fprintf(out, "%-11s %12.0f %10.1f %10.1f %9.2fx %13.2fx %7d\n", r.Op, r.OpsPerSec, r.P50Us, r.P99Us, r.VsNaive, r.VsRawWrite, r.Errors)
-			if r.FirstError != "" {
-				fmt.Fprintf(out, "            first error: %s\n", r.FirstError)
-			}
+		if err := printBench(p, results); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// benchFill gives every counter (and every naive counter) a full window, oldest
-// bucket first.
-func benchFill(ctx context.Context, c rueidis.Client, st *store.Store, prefix string, nb, keys int) error {
+// printBench prints one window's results: a table, or one JSON object each.
+func printBench(p *printer, results []*benchResult) error {
+	if p.json {
+		for _, r := range results {
+			if err := p.jsonLine(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	fmt.Fprintf(p.w, "%-10s %24s %9s %9s %9s %9s %11s %9s %9s %9s %9s %7s\n", "op", "server µs/op (range)", "vs naive",
+		"vs zset", "vs rate", "vs HINCR", "ops/s", "vs naive", "vs zset", "p50 µs", "p99 µs", "errors")
+	x := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", v)
+	}
+	for _, r := range results {
+		cpu := "n/a"
+		if r.ServerUs >= 0 {
+			cpu = fmt.Sprintf("%.2f (%.2f-%.2f)", r.ServerUs, r.ServerUsMin, r.ServerUsMax)
+		}
+		fmt.Fprintf(p.w, "%-10s %24s %9s %9s %9s %9s %11.0f %9s %9s %9.1f %9.1f %7d\n", r.Op, cpu, x(r.CPUVsNaive), x(r.CPUVsZsetLog),
+			x(r.CPUVsRate), x(r.CPUVsRaw), r.OpsPerSec, x(r.VsNaive), x(r.VsZsetLog), r.P50Us, r.P99Us, r.Errors)
+		if r.FirstError != "" {
+			fmt.Fprintf(p.w, "           first error: %s\n", r.FirstError)
+		}
+	}
+	return nil
+}
+
+// summarize sets the medians and the range from the runs.
+func (r *benchResult) summarize() {
+	med := func(get func(benchRunResult) float64) float64 {
+		v := make([]float64, len(r.runs))
+		for i, x := range r.runs {
+			v[i] = get(x)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	r.ServerUs = med(func(x benchRunResult) float64 { return x.serverUs })
+	r.ServerUsMin, r.ServerUsMax = r.runs[0].serverUs, r.runs[0].serverUs
+	for _, x := range r.runs {
+		r.ServerUsMin, r.ServerUsMax = min(r.ServerUsMin, x.serverUs), max(r.ServerUsMax, x.serverUs)
+		r.Errors += x.errs
+		if r.FirstError == "" {
+			r.FirstError = x.firstErr
+		}
+	}
+	r.OpsPerSec = med(func(x benchRunResult) float64 { return x.opsPerSec })
+	r.P50Us = med(func(x benchRunResult) float64 { return x.p50 })
+	r.P99Us = med(func(x benchRunResult) float64 { return x.p99 })
+}
+
+// goredisClient is a go-redis client of the same server, for redis_rate.
+func goredisClient(g *globals) (*goredis.Client, error) {
+	opt, err := g.clientOption()
+	if err != nil {
+		return nil, err
+	}
+	o := &goredis.Options{Addr: opt.InitAddress[0], Username: opt.Username, Password: opt.Password, DB: opt.SelectDB,
+		PoolSize: 128, TLSConfig: opt.TLSConfig}
+	return goredis.NewClient(o), nil
+}
+
+// benchSetupOps fills the counters of one window and returns every operation.
+func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Client, g *globals, cfg benchConfig, nb, keys int) (map[string]benchOp, *store.Store, error) {
+	prefix := fmt.Sprintf("bench:%d:", nb)
+	opts := []store.Option{store.WithPrefix(prefix + "ws:"), store.WithBackend(store.Backend(g.backend)),
+		store.WithBatching(cfg.batchOps, cfg.batchCalls), store.WithFunctions(cfg.functions)}
+	w := store.Window{Length: time.Duration(nb) * time.Second, Bucket: time.Second}
+	// Three policies of nb buckets each: nb s of 1 s, 10 nb s of 10 s, 100 nb s of 100 s.
+	var policies []*store.Store
+	for _, scale := range []time.Duration{1, 10, 100} {
+		s, err := store.New(ctx, client, store.Window{Length: w.Length * scale, Bucket: w.Bucket * scale}, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		policies = append(policies, s)
+	}
+	st := policies[0]
+	lg, err := limit.NewLog(client, "log", 1<<40, w.Length, limit.WithPrefix(prefix+"zset:"))
+	if err != nil {
+		return nil, nil, err
+	}
+	gcra, err := limit.NewGCRA(client, "gcra", 1<<30, w.Length, 1<<30, limit.WithPrefix(prefix+"gcra:"))
+	if err != nil {
+		return nil, nil, err
+	}
+	one := store.Window{Length: w.Length, Bucket: w.Bucket}
+	set, err := features.New(ctx, client, []features.Feature{
+		{Name: "user_logins", Entity: "user", Kind: features.Count, Windows: []store.Window{one}},
+		{Name: "user_limit", Entity: "user", Kind: features.Limit, Windows: []store.Window{one}, Limits: []int64{1 << 40}},
+		{Name: "user_ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{one}},
+		{Name: "ip_logins", Entity: "ip", Kind: features.Count, Windows: []store.Window{one}},
+		{Name: "ip_amount", Entity: "ip", Kind: features.Sum, Windows: []store.Window{one}},
+		{Name: "ip_users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{one}},
+	}, append(opts, store.WithPrefix(prefix+"fx:"))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := benchFill(ctx, client, policies, prefix, nb, keys); err != nil {
+		return nil, nil, err
+	}
+	sum100 := make([]string, 100)
+	for i := range sum100 {
+		sum100[i] = strconv.Itoa(i * 97 % keys)
+	}
+	var ids atomic.Int64
+	base := rand.Int64()
+	rl := redis_rate.NewLimiter(gr)
+	rate := redis_rate.Limit{Rate: 1 << 30, Burst: 1 << 30, Period: w.Length}
+	return map[string]benchOp{
+		"add":      func(ctx context.Context, k string) error { _, err := st.Add(ctx, k, 1); return err },
+		"addnosum": func(ctx context.Context, k string) error { return st.AddNoSum(ctx, k, 1) },
+		"addid": func(ctx context.Context, k string) error {
+			_, err := st.AddEvent(ctx, store.Event{Key: k, Delta: 1, ID: strconv.FormatInt(base+ids.Add(1), 36)})
+			return err
+		},
+		"sum":    func(ctx context.Context, k string) error { _, err := st.Sum(ctx, k); return err },
+		"sum100": func(ctx context.Context, _ string) error { _, err := st.SumMany(ctx, sum100); return err },
+		"allow":  func(ctx context.Context, k string) error { _, err := st.Allow(ctx, k, 1<<40, 1); return err },
+		"allow3": func(ctx context.Context, k string) error {
+			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: 1 << 40},
+				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: policies[2], Key: k, Limit: 1 << 40})
+			return err
+		},
+		"record6": func(ctx context.Context, k string) error {
+			_, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
+			return err
+		},
+		"distinct": func(ctx context.Context, k string) error {
+			_, err := st.AddDistinct(ctx, k, strconv.Itoa(rand.IntN(1000)))
+			return err
+		},
+		"naive": func(ctx context.Context, k string) error {
+			return baseline.Naive.Exec(ctx, client, []string{prefix + "naive:" + k}, baseline.NaiveArgs(time.Now(), nb)).Error()
+		},
+		"zsetlog": func(ctx context.Context, k string) error { _, err := lg.Allow(ctx, k, 1); return err },
+		"gcra":    func(ctx context.Context, k string) error { _, err := gcra.Allow(ctx, k, 1); return err },
+		"redisrate": func(ctx context.Context, k string) error {
+			_, err := rl.AllowN(ctx, prefix+"gcra:"+k, rate, 1)
+			return err
+		},
+		"rawhincrby": func(ctx context.Context, k string) error {
+			return client.Do(ctx, client.B().Hincrby().Key(prefix+"raw:"+k).Field("1").Increment(1).Build()).Error()
+		},
+		"rawhgetall": func(ctx context.Context, k string) error {
+			return client.Do(ctx, client.B().Hgetall().Key(prefix+"naive:"+k).Build()).Error()
+		},
+	}, st, nil
+}
+
+// benchFill gives every key's counters (of each store) and naive counter a
+// full window, oldest bucket first, many writes at a time.
+func benchFill(ctx context.Context, c rueidis.Client, stores []*store.Store, prefix string, nb, keys int) error {
 	now := time.Now()
 	var failed atomic.Value
-	sem := make(chan struct{}, 64)
+	sem := make(chan struct{}, 256)
 	var wg sync.WaitGroup
 	for k := 0; k < keys; k++ {
 		wg.Add(1)
@@ -225,10 +414,13 @@ func benchFill(ctx context.Context, c rueidis.Client, st *store.Store, prefix st
 		go func(k int) {
 			defer func() { <-sem; wg.Done() }()
 			key := strconv.Itoa(k)
-			for i := nb - 1; i >= 0; i-- {
-				if _, err := st.AddAt(ctx, now.Add(-time.Duration(i)*time.Second), key, 1); err != nil {
-					failed.Store(err)
-					return
+			for _, st := range stores {
+				b := st.Window().Bucket
+				for i := nb - 1; i >= 0; i-- {
+					if err := st.AddNoSumAt(ctx, now.Add(-time.Duration(i)*b), key, 1); err != nil {
+						failed.Store(err)
+						return
+					}
 				}
 			}
 			if err := c.Do(ctx, baseline.NaiveFill(c, prefix+"naive:"+key, nb, now)).Error(); err != nil {
@@ -243,9 +435,37 @@ func benchFill(ctx context.Context, c rueidis.Client, st *store.Store, prefix st
 	return nil
 }
 
-// benchRun runs op from cfg.goroutines goroutines for cfg.duration.
-func benchRun(ctx context.Context, cfg benchConfig, op func(context.Context, string) error) benchResult {
-	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
+// serverCPU reads the server's CPU time, in µs: of its main thread where INFO
+// cpu reports it (Redis >= 7.0), else of the process. -1 when it cannot be read.
+func serverCPU(ctx context.Context, c rueidis.Client) float64 {
+	info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
+	if err != nil {
+		return -1
+	}
+	v := map[string]float64{}
+	for _, line := range strings.Split(info, "\n") {
+		k, s, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		if f, err := strconv.ParseFloat(s, 64); err == nil {
+			v[k] = f
+		}
+	}
+	if sys, ok := v["used_cpu_sys_main_thread"]; ok {
+		return (sys + v["used_cpu_user_main_thread"]) * 1e6
+	}
+	if sys, ok := v["used_cpu_sys"]; ok {
+		return (sys + v["used_cpu_user"]) * 1e6
+	}
+	return -1
+}
+
+// benchRun runs op from cfg.goroutines goroutines for cfg.duration, and reads
+// the server's CPU time before and after.
+func benchRun(ctx context.Context, client rueidis.Client, cfg benchConfig, keys int, op benchOp) benchRunResult {
+	cpu0 := serverCPU(ctx, client)
+	rctx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 	var count, errs atomic.Int64
 	var firstErr atomic.Value
@@ -257,14 +477,14 @@ func benchRun(ctx context.Context, cfg benchConfig, op func(context.Context, str
 		go func(g int) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
-			for ctx.Err() == nil {
+			for rctx.Err() == nil {
 				t := time.Now()
-				err := op(ctx, strconv.Itoa(r.IntN(cfg.keys)))
+				err := op(rctx, strconv.Itoa(r.IntN(keys)))
 				d := time.Since(t)
 				if err != nil {
 					// A batch shares its callers' deadline: its timer may fire
 					// a moment before ctx's own at the end of the run.
-					if ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && errs.Add(1) == 1 {
+					if rctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && errs.Add(1) == 1 {
 						firstErr.Store(err)
 					}
 					continue
@@ -278,6 +498,7 @@ func benchRun(ctx context.Context, cfg benchConfig, op func(context.Context, str
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu1 := serverCPU(ctx, client)
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)
@@ -289,9 +510,13 @@ func benchRun(ctx context.Context, cfg benchConfig, op func(context.Context, str
 		}
 		return float64(all[int(p*float64(len(all)-1))].Nanoseconds()) / 1e3
 	}
-	r := benchResult{OpsPerSec: float64(count.Load()) / elapsed.Seconds(), P50Us: pct(0.50), P99Us: pct(0.99), Errors: errs.Load()}
+	r := benchRunResult{ops: count.Load(), opsPerSec: float64(count.Load()) / elapsed.Seconds(), p50: pct(0.50), p99: pct(0.99),
+		errs: errs.Load(), serverUs: -1}
+	if cpu0 >= 0 && cpu1 >= 0 && r.ops > 0 {
+		r.serverUs = (cpu1 - cpu0) / float64(r.ops)
+	}
 	if err, ok := firstErr.Load().(error); ok {
-		r.FirstError = err.Error()
+		r.firstErr = err.Error()
 	}
 	return r
 }

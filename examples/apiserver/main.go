@@ -2,7 +2,7 @@
 // limiting, to copy from:
 //
 //	GET  /hello          5 per 10 s per client IP (sliding window), and 100 per hour (fixed window)
-//	POST /login          3 per minute per user (exact log), by the X-User header; fails closed
+//	POST /login          3 per minute per user (exact log), by the X-User header (400 without it); fails closed
 //	GET  /users/{id}     10 per minute per user id in the path (sliding window); fails open
 //
 // Run it against a Redis server:
@@ -79,11 +79,11 @@ func handler(ctx context.Context, c rueidis.Client, proxies []netip.Prefix) (htt
 	if err != nil {
 		return nil, err
 	}
-	perHour, err := limit.NewFixedWindow(c, "perhour", "api:", 100, time.Hour)
+	perHour, err := limit.NewFixedWindow(c, "perhour", 100, time.Hour, limit.WithPrefix("api:"))
 	if err != nil {
 		return nil, err
 	}
-	logins, err := limit.NewLog(c, "logins", "api:", 3, time.Minute)
+	logins, err := limit.NewLog(c, "logins", 3, time.Minute, limit.WithPrefix("api:"))
 	if err != nil {
 		return nil, err
 	}
@@ -92,18 +92,18 @@ func handler(ctx context.Context, c rueidis.Client, proxies []netip.Prefix) (htt
 		return nil, err
 	}
 	logErr := func(r *http.Request, rule string, err error) { log.Printf("apiserver: rule %s: %v", rule, err) }
-	opts := httplimit.Options{OnError: logErr, LegacyHeaders: true, Local: httplimit.NewLocalTier(0)}
+	opts := []httplimit.Option{httplimit.WithOnError(logErr), httplimit.WithLegacyHeaders(), httplimit.WithLocalTier(httplimit.NewLocalTier(0))}
 
-	hello, err := httplimit.New([]httplimit.Rule{{Name: "hello", Key: httplimit.ClientIP(proxies...), Limiters: []limit.Limiter{per10s, perHour}}}, opts)
+	hello, err := httplimit.New([]httplimit.Rule{{Name: "hello", Key: httplimit.ClientIP(proxies...), Limiters: []limit.Limiter{per10s, perHour}}}, opts...)
 	if err != nil {
 		return nil, err
 	}
-	login, err := httplimit.New([]httplimit.Rule{{Name: "login", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{logins}}}, opts)
+	login, err := httplimit.New([]httplimit.Rule{{Name: "login", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{logins}}}, opts...)
 	if err != nil {
 		return nil, err
 	}
 	// PathValue needs the mux's match, so this limit wraps the route's handler.
-	user, err := httplimit.New([]httplimit.Rule{{Name: "user", Key: httplimit.PathValue("id"), Limiters: []limit.Limiter{perUser}, FailOpen: true}}, opts)
+	user, err := httplimit.New([]httplimit.Rule{{Name: "user", Key: httplimit.PathValue("id"), Limiters: []limit.Limiter{perUser}, FailOpen: true}}, opts...)
 	if err != nil {
 		return nil, err
 	}

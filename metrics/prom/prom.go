@@ -3,23 +3,31 @@
 // of the Prometheus client.
 //
 //	rec, err := prom.New(prometheus.DefaultRegisterer, "myapi")
-//	mw, err := httplimit.New(rules, httplimit.Options{Metrics: rec})
+//	mw, err := httplimit.New(rules, httplimit.WithRecorder(rec))
 //
 // Metrics, labelled by rule:
 //
-//	<ns>_ratelimit_decisions_total{rule, outcome}   outcome: allowed, refused, local_shed, failed_open, failed_closed
+//	<ns>_ratelimit_decisions_total{rule, outcome}   outcome: allowed, refused, local_shed, failed_open, failed_closed, bad_request, shadow_refused, degraded_allowed, degraded_refused
 //	<ns>_ratelimit_decision_seconds{rule}           time spent deciding (histogram)
+//	<ns>_ratelimit_breaker_state{limiter}           0 closed, 1 half-open, 2 open (WatchBreaker)
 //
 // Refusals are outcome="refused" plus "local_shed"; errors are "failed_open"
-// plus "failed_closed".
+// plus "failed_closed". Would-be refusals, admitted because a shadow rule
+// or a shadow limiter only watches (httplimit.Rule.Shadow, limit.Shadow), are
+// "shadow_refused". Decisions made in process while a degraded limiter's
+// server fails (limit.Degrade) are "degraded_allowed" and "degraded_refused";
+// the limiter's circuit breaker is a gauge read at each scrape, once
+// WatchBreaker names it.
 package prom
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/limit"
 )
 
 // Recorder is an httplimit.Recorder that feeds Prometheus. It is safe for
@@ -27,6 +35,7 @@ import (
 type Recorder struct {
 	decisions *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
+	breakers  *breakers
 }
 
 var _ httplimit.Recorder = (*Recorder)(nil)
@@ -43,8 +52,11 @@ func New(reg prometheus.Registerer, ns string) (*Recorder, error) {
 			Help:    "Time spent deciding, including the round trips to the server.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"rule"}),
+		breakers: &breakers{desc: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "ratelimit_breaker_state"),
+			"State of a degraded limiter's circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"limiter"}, nil),
+			m: map[string]limit.HealthChecker{}},
 	}
-	for _, c := range []prometheus.Collector{r.decisions, r.latency} {
+	for _, c := range []prometheus.Collector{r.decisions, r.latency, r.breakers} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("prom: register: %w", err)
 		}
@@ -56,4 +68,30 @@ func New(reg prometheus.Registerer, ns string) (*Recorder, error) {
 func (r *Recorder) Observe(rule string, o httplimit.Outcome, d time.Duration) {
 	r.decisions.WithLabelValues(rule, string(o)).Inc()
 	r.latency.WithLabelValues(rule).Observe(d.Seconds())
+}
+
+// WatchBreaker exports h's breaker state (a limit.Degraded's) as
+// ratelimit_breaker_state{limiter=name}, read at each scrape. A second call
+// with the same name replaces the first.
+func (r *Recorder) WatchBreaker(name string, h limit.HealthChecker) {
+	r.breakers.mu.Lock()
+	defer r.breakers.mu.Unlock()
+	r.breakers.m[name] = h
+}
+
+// breakers collects the watched breakers' states.
+type breakers struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	m    map[string]limit.HealthChecker
+}
+
+func (b *breakers) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
+
+func (b *breakers) Collect(ch chan<- prometheus.Metric) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for name, h := range b.m {
+		ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, float64(h.State()), name)
+	}
 }

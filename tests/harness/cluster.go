@@ -2,77 +2,151 @@ package harness
 
 import (
 	"context"
-
-	"os"
-	"os/exec"
+	"fmt"
+	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
 )
 
-// Cluster is a real Redis Cluster of local redis-server processes on
-// loopback: 3 masters and 3 replicas (cluster-node-timeout 1 s).
+// ClusterNodeTimeout is the cluster-node-timeout of every cluster NewCluster
+// makes: a master unreachable this long is failed over.
+const ClusterNodeTimeout = time.Second
+
+// Cluster is a real Redis Cluster: 3 masters and 3 replicas, each a container
+// of the Redis 7.0 image on the host's network, on ports of its own.
 type Cluster struct {
-	Nodes []*Server // in creation order: the first three start as masters
+	Nodes []*Server // in creation order: the first three start as masters, node i+3 replicates node i
 }
 
 // NewCluster starts a 3-master, 3-replica cluster for this test alone and
-// stops it when the test ends. It needs redis-server and redis-cli on PATH
-// (the Debian packages); it skips, loudly, without them.
+// removes it when the test ends. It is made without redis-cli, with cluster
+// commands sent through rueidis: CLUSTER ADDSLOTSRANGE on the masters,
+// CLUSTER MEET, CLUSTER REPLICATE; then it waits until every node says
+// cluster_state:ok and every replica's link to its master is up. A node that
+// does not start is tried again on new ports; a cluster that does not form is
+// a failure, never a skip.
 func NewCluster(t testing.TB) *Cluster {
 	t.Helper()
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		skipLoud(t, "cluster", "no redis-cli on PATH")
+	image := Image(Redis70)
+	if _, why := docker(); why != "" {
+		Skip(t, AreaCluster, why)
 	}
-	cl := &Cluster{}
-	for i := 0; i < 6; i++ {
-		dir, err := os.MkdirTemp("", "windowstore-cluster-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := startProcess("--cluster-enabled", "yes", "--cluster-config-file", dir+"/nodes.conf",
-			"--cluster-node-timeout", "1000", "--appendonly", "no", "--dir", dir, "--repl-diskless-sync-delay", "0")
-		if err != nil {
-			skipLoud(t, "cluster", err.Error())
-		}
-		s.Kind = "cluster"
-		t.Cleanup(func() { s.Stop(); _ = os.RemoveAll(dir) })
-		cl.Nodes = append(cl.Nodes, s)
+	if why := ensureImage(image); why != "" {
+		Skip(t, AreaCluster, why)
 	}
-	args := []string{"--cluster", "create"}
+	Use(t, AreaCluster)
+	cl := &Cluster{Nodes: make([]*Server, 6)}
+	bus := make([]int, 6)
+	errs := make([]error, 6)
+	var wg sync.WaitGroup
+	for i := range cl.Nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, ports, err := launch(image, nil, 1, func(ports []int) []string {
+				return []string{"redis-server", "--port", strconv.Itoa(ports[0]), "--bind", "127.0.0.1",
+					"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+					"--cluster-port", strconv.Itoa(ports[1]), "--cluster-announce-ip", "127.0.0.1",
+					"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
+					"--save", "", "--appendonly", "no", "--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0"}
+			})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			s := &Server{Kind: Redis70, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), How: "cluster node, container " + image, ctr: c, up: true}
+			allMu.Lock()
+			all = append(all, s)
+			allMu.Unlock()
+			cl.Nodes[i], bus[i] = s, ports[1]
+		}()
+	}
+	wg.Wait()
 	for _, n := range cl.Nodes {
-		args = append(args, n.Addr)
+		if n != nil {
+			t.Cleanup(n.Stop)
+		}
 	}
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
-		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("cluster node %d: %v", i, err)
+		}
+	}
+
+	ids := make([]string, 6)
+	for i, n := range cl.Nodes {
+		ids[i] = n.ID(t)
+	}
+	for i, r := range [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}} {
+		cl.Nodes[i].Cmd(t, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(r[0]), strconv.Itoa(r[1]))
+	}
+	for i, n := range cl.Nodes[1:] {
+		cl.Nodes[0].Cmd(t, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.Port()), strconv.Itoa(bus[i+1]))
+	}
+	// Every node must know every other before a replica can name its master.
+	cl.waitAll(t, 30*time.Second, "every node knows the 6 nodes", func(n *Server) (bool, string) {
+		out, err := n.Try(context.Background(), "CLUSTER", "NODES")
+		if err != nil {
+			return false, err.Error()
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		return len(lines) == 6 && !strings.Contains(out, "handshake") && !strings.Contains(out, "noaddr"), out
+	})
+	for i := 3; i < 6; i++ {
+		cl.Nodes[i].Cmd(t, "CLUSTER", "REPLICATE", ids[i-3])
 	}
 	cl.WaitOK(t, 30*time.Second)
-	// A replica that never finished its first sync cannot fail over: wait.
-	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range cl.Nodes {
-		for {
-			info := Cli(t, n, "INFO", "replication")
-			if strings.Contains(info, "role:master") || strings.Contains(info, "master_link_status:up") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica %s never synced:\n%s", n.Addr, info)
-			}
-			time.Sleep(100 * time.Millisecond)
+	// A replica that never finished its first sync cannot fail over, and a
+	// master that does not know its replica will not vote for it: wait for both.
+	cl.waitAll(t, 30*time.Second, "every replica synced and known to every node", func(n *Server) (bool, string) {
+		info, err := n.Try(context.Background(), "INFO", "replication")
+		if err != nil {
+			return false, err.Error()
 		}
-	}
+		if !strings.Contains(info, "role:master") && !strings.Contains(info, "master_link_status:up") {
+			return false, info
+		}
+		nodes, err := n.Try(context.Background(), "CLUSTER", "NODES")
+		return err == nil && strings.Count(nodes, "slave") == 3, nodes
+	})
 	return cl
 }
 
-// Seeds returns every node's address.
+// waitAll waits until cond holds on every running node.
+func (cl *Cluster) waitAll(t testing.TB, d time.Duration, what string, cond func(n *Server) (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		ok, last := true, ""
+		for _, n := range cl.Nodes {
+			if !n.Up() {
+				continue
+			}
+			if good, why := cond(n); !good {
+				ok, last = false, n.Addr+": "+why
+				break
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster: not %s within %v; last:\n%s", what, d, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Seeds returns the address of every running node.
 func (cl *Cluster) Seeds() []string {
 	var s []string
 	for _, n := range cl.Nodes {
-		if n.proc != nil {
+		if n.Up() {
 			s = append(s, n.Addr)
 		}
 	}
@@ -94,30 +168,16 @@ func (cl *Cluster) Client(t testing.TB) rueidis.Client {
 // three masters.
 func (cl *Cluster) WaitOK(t testing.TB, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok := true
-		for _, n := range cl.Nodes {
-			if n.proc == nil {
-				continue
-			}
-			out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", port(n.Addr), "CLUSTER", "INFO").Output()
-			if err != nil || !strings.Contains(string(out), "cluster_state:ok") || !strings.Contains(string(out), "cluster_size:3") {
-				ok = false
-				break
-			}
+	cl.waitAll(t, d, "ok (cluster_state:ok, cluster_size:3)", func(n *Server) (bool, string) {
+		out, err := n.Try(context.Background(), "CLUSTER", "INFO")
+		if err != nil {
+			return false, err.Error()
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster did not become ok within %v", d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(out, "cluster_state:ok") && strings.Contains(out, "cluster_size:3"), out
+	})
 }
 
-// Master returns the node serving slot.
+// Master returns the node serving slot, as the cluster says (CLUSTER SLOTS).
 func (cl *Cluster) Master(t testing.TB, c rueidis.Client, slot int64) *Server {
 	t.Helper()
 	var shards []rueidis.RedisMessage
@@ -141,7 +201,7 @@ func (cl *Cluster) Master(t testing.TB, c rueidis.Client, slot int64) *Server {
 		m, _ := r[2].ToArray()
 		p, _ := m[1].AsInt64()
 		for _, n := range cl.Nodes {
-			if port(n.Addr) == strconv.FormatInt(p, 10) {
+			if int64(n.Port()) == p {
 				return n
 			}
 		}
@@ -150,27 +210,11 @@ func (cl *Cluster) Master(t testing.TB, c rueidis.Client, slot int64) *Server {
 	return nil
 }
 
-// NodeID returns a node's cluster ID.
-func NodeID(t testing.TB, n *Server) string {
+// ID returns a cluster node's ID (CLUSTER MYID).
+func (s *Server) ID(t testing.TB) string {
 	t.Helper()
-	out, err := exec.Command("redis-cli", "-h", "127.0.0.1", "-p", port(n.Addr), "CLUSTER", "MYID").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(out))
+	return s.Cmd(t, "CLUSTER", "MYID")
 }
 
-// Cli runs redis-cli against a node and returns its output.
-func Cli(t testing.TB, n *Server, args ...string) string {
-	t.Helper()
-	out, err := exec.Command("redis-cli", append([]string{"-h", "127.0.0.1", "-p", port(n.Addr)}, args...)...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func port(addr string) string {
-	i := strings.LastIndexByte(addr, ':')
-	return addr[i+1:]
-}
+// String names the server in messages.
+func (s *Server) String() string { return fmt.Sprintf("%s %s (%s)", s.Kind, s.Addr, s.How) }

@@ -1,28 +1,29 @@
 // Package harness gives integration tests real servers.
 //
-// For each kind of server it tries, in order:
+// Every server the harness starts is a container on the host's network
+// (`--network host`), listening on a free loopback port (`--port N --bind
+// 127.0.0.1`), started with testcontainers-go from the image named by
+// REDIS70_IMAGE, REDIS80_IMAGE, VALKEY_IMAGE or TAIRHASH_IMAGE (defaults: the
+// official redis:7.0, redis:8.0, valkey/valkey:8.1; TairHash has no default).
+// Nothing else is needed on the machine: no redis-server, no redis-cli, only a
+// Docker engine. With host networking there is no port proxy in the way, a
+// server can be killed (SIGKILL through the Docker API) and started again on
+// the same port, and a cluster's nodes can announce their real addresses.
 //
-//  1. an address from the environment (REDIS70_ADDR, REDIS80_ADDR, VALKEY_ADDR,
-//     TAIRHASH_ADDR, as host:port);
-//  2. a container started with testcontainers-go, from the image named by
-//     REDIS70_IMAGE, REDIS80_IMAGE, VALKEY_IMAGE or TAIRHASH_IMAGE, defaulting
-//     to the official images (redis:7.0, redis:8.0, valkey/valkey:8.1; TairHash
-//     has no default and is skipped, loudly, when neither variable is set);
-//  3. when no Docker engine is usable, a local redis-server process (for the
-//     plain Redis kind only).
+// The servers that all tests share can instead be given by address:
+// REDIS70_ADDR, REDIS80_ADDR, VALKEY_ADDR, TAIRHASH_ADDR (host:port).
 //
 // No fake server is ever used. A test that cannot get its server is skipped
-// with a loud message, or fails when WINDOWSTORE_REQUIRE names the kind.
-//
-// Behind Docker's own network namespace (a machine that is itself a container),
-// testcontainers may guess a host address that does not reach the published
-// ports; set TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 when the engine runs on
-// this host (scripts/test.sh does).
+// through Skip, with the reason, or fails when WINDOWSTORE_REQUIRE names its
+// area. A server that does not come up (its port taken, a timeout) is tried
+// again on a new port a few times; then the test fails: it is never skipped.
+// Containers carry the label windowstore.test=true; scripts/test.sh removes
+// them when it exits.
 package harness
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -36,8 +37,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/testcontainers/testcontainers-go"
-	"github.com/testcontainers/testcontainers-go/wait"
 )
 
 // Kind is a kind of server.
@@ -65,155 +64,175 @@ var specs = map[Kind]spec{
 	TairHash: {"TAIRHASH_ADDR", "TAIRHASH_IMAGE", "", "redis-server"},
 }
 
+// Image returns the image the harness runs for kind k, or "" (TairHash without
+// TAIRHASH_IMAGE).
+func Image(k Kind) string {
+	if i := os.Getenv(specs[k].imageEnv); i != "" {
+		return i
+	}
+	return specs[k].image
+}
+
 // Server is a running server.
 type Server struct {
 	Kind Kind
-	Addr string // host:port
-	How  string // "env", "container <image>" or "process <binary>"
+	Addr string // 127.0.0.1:port, or the address from the environment
+	How  string // "env REDIS70_ADDR" or "container <image>"
 
-	ctr  testcontainers.Container
-	proc *exec.Cmd
-	args []string // a process's full argument list
-	dir  string
+	ctr *ctrRef // nil for a server given by address
+
+	mu      sync.Mutex
+	up      bool
+	cmdCli  rueidis.Client // Cmd's client, made on first use
+	stopped bool
 }
 
 var (
-	mu     sync.Mutex
-	shared = map[Kind]*Server{}
-	failed = map[Kind]string{}
-	all    []*Server
+	sharedMu sync.Mutex
+	shared   = map[Kind]*sharedServer{}
+	allMu    sync.Mutex
+	all      []*Server
 )
 
+type sharedServer struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
 // Shared returns the server of kind k that all tests of this process share,
-// starting it on first use. Tests keep apart by key prefix (see Prefix). The
-// test is skipped, with the reason, when no such server can be had.
+// starting it on first use. Tests keep apart by key prefix (see Prefix).
 func Shared(t testing.TB, k Kind) *Server {
 	t.Helper()
-	mu.Lock()
-	defer mu.Unlock()
-	if s := shared[k]; s != nil {
-		return s
+	sharedMu.Lock()
+	sh := shared[k]
+	if sh == nil {
+		sh = &sharedServer{}
+		shared[k] = sh
 	}
-	if why, ok := failed[k]; ok {
-		skipLoud(t, k, why)
+	sharedMu.Unlock()
+	sh.once.Do(func() {
+		if a := os.Getenv(specs[k].addrEnv); a != "" {
+			sh.srv = &Server{Kind: k, Addr: a, How: "env " + specs[k].addrEnv, up: true}
+			return
+		}
+		sh.srv, sh.err = start(k, nil, false, nil)
+	})
+	if sh.err != nil {
+		fail(t, Area(k), sh.err)
 	}
-	if a := os.Getenv(specs[k].addrEnv); a != "" {
-		s := &Server{Kind: k, Addr: a, How: "env " + specs[k].addrEnv}
-		shared[k] = s
-		return s
+	Use(t, Area(k))
+	return sh.srv
+}
+
+// fail ends a test that could not have its server: a skip (through Skip) when
+// the server cannot be had at all (no Docker engine, no image), a failure when
+// it could be had but did not start.
+func fail(t testing.TB, a Area, err error) {
+	t.Helper()
+	var u unavailable
+	if errors.As(err, &u) {
+		Skip(t, a, u.why)
 	}
-	s, why := start(k)
-	if s == nil {
-		failed[k] = why
-		skipLoud(t, k, why)
-	}
-	shared[k] = s
-	return s
+	t.Fatalf("%s: %v", a, err)
 }
 
 // Fresh starts a server of kind k for this test alone, with extra server
-// arguments, and stops it when the test ends. It skips when the kind is given
-// only by address (a fresh server cannot be made from an address).
+// arguments, and removes it when the test ends. It can be killed (Kill),
+// started again on the same port (Start, Restart), and stalled with DEBUG
+// SLEEP when args enable it ("--enable-debug-command", "yes"). It needs the
+// kind's image, even when the shared server is given by address.
 func Fresh(t testing.TB, k Kind, args ...string) *Server {
 	t.Helper()
-	mu.Lock()
-	defer mu.Unlock()
-	s, why := start(k, args...)
-	if s == nil {
-		skipLoud(t, k, why)
+	s, err := start(k, nil, false, args)
+	if err != nil {
+		fail(t, Area(k), err)
 	}
+	Use(t, Area(k))
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// skipLoud skips the test, loudly, unless WINDOWSTORE_REQUIRE names the kind
-// (a comma-separated list, or "all"): then a missing server fails the test.
-func skipLoud(t testing.TB, k Kind, why string) {
+// FreshTLS is Fresh for a TLS-only server: files (host path -> path in the
+// container) are copied in first, and the server listens with TLS on its
+// port (`--port 0 --tls-port N`); args add the certificate options.
+func FreshTLS(t testing.TB, k Kind, files map[string]string, args ...string) *Server {
 	t.Helper()
-	for _, r := range strings.Split(os.Getenv("WINDOWSTORE_REQUIRE"), ",") {
-		if r = strings.TrimSpace(r); r == string(k) || r == "all" {
-			t.Fatalf("no %s server, and WINDOWSTORE_REQUIRE asks for one: %s", k, why)
-		}
-	}
-	msg := fmt.Sprintf("\n\n*** SKIPPED: no %s server: %s ***\n\n", k, why)
-	fmt.Fprint(os.Stderr, msg)
-	t.Skip(msg)
-}
-
-// FreshWithFiles is Fresh with files copied into the container first: files
-// maps a host path to the path in the container. It skips where no container
-// can be made.
-func FreshWithFiles(t testing.TB, k Kind, files map[string]string, args ...string) *Server {
-	t.Helper()
-	if !dockerOK() {
-		skipLoud(t, k, "copying files into a server needs a Docker engine")
-	}
-	sp := specs[k]
-	image := os.Getenv(sp.imageEnv)
-	if image == "" {
-		image = sp.image
-	}
-	s, err := startContainer(k, image, files, args...)
+	s, err := start(k, files, true, args)
 	if err != nil {
-		skipLoud(t, k, fmt.Sprintf("container %s: %v", image, err))
+		fail(t, AreaTLS, err)
 	}
+	Use(t, Area(k), AreaTLS)
 	t.Cleanup(s.Stop)
 	return s
 }
 
-// start makes a server of kind k: a container if Docker is usable, else a process.
-func start(k Kind, args ...string) (*Server, string) {
-	sp := specs[k]
-	image := os.Getenv(sp.imageEnv)
-	if image == "" {
-		image = sp.image
+// Replica starts a replica of master (a Fresh server), with the same image
+// and extra arguments, and waits until it has synced (master_link_status:up).
+// It is removed when the test ends.
+func Replica(t testing.TB, master *Server, args ...string) *Server {
+	t.Helper()
+	if master.ctr == nil {
+		Skip(t, AreaReplication, "a replica needs a master started by the harness")
 	}
-	if k == TairHash && image == "" {
-		return nil, "set TAIRHASH_IMAGE (for example tairmodule/tairhash:latest) or TAIRHASH_ADDR to run the TairHash tests"
-	}
-	if dockerOK() {
-		s, err := startContainer(k, image, nil, args...)
-		if err != nil {
-			return nil, fmt.Sprintf("container %s: %v", image, err)
-		}
-		all = append(all, s)
-		return s, ""
-	}
-	if k != Redis70 {
-		return nil, "no usable Docker engine, and only the plain Redis kind can fall back to a local process"
-	}
-	s, err := startProcess(args...)
+	// The master sends its first copy at once, not after the default 5 s
+	// wait for more replicas.
+	master.Cmd(t, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+	_, port, _ := net.SplitHostPort(master.Addr)
+	s, err := start(master.Kind, nil, false, append([]string{"--replicaof", "127.0.0.1", port}, args...))
 	if err != nil {
-		return nil, fmt.Sprintf("no usable Docker engine, and no local redis-server: %v", err)
+		fail(t, AreaReplication, err)
 	}
-	all = append(all, s)
-	return s, ""
+	Use(t, AreaReplication)
+	t.Cleanup(s.Stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		info, err := s.Try(context.Background(), "INFO", "replication")
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica %s never synced with %s: %v\n%s", s.Addr, master.Addr, err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
-var (
-	dockerOnce sync.Once
-	dockerUp   bool
-)
-
-func dockerOK() bool {
-	dockerOnce.Do(func() {
-		defer func() { _ = recover() }()
-		p, err := testcontainers.ProviderDefault.GetProvider()
-		if err != nil {
-			return
-		}
-		defer p.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		dockerUp = p.Health(ctx) == nil
+// start makes a server of kind k: a container on the host's network.
+func start(k Kind, files map[string]string, tls bool, args []string) (*Server, error) {
+	image := Image(k)
+	if image == "" && os.Getenv(specs[k].addrEnv) != "" {
+		return nil, unavailable{fmt.Sprintf("this test needs a %s server of its own: set %s too (%s gives only the shared one)", k, specs[k].imageEnv, specs[k].addrEnv)}
+	}
+	if image == "" {
+		return nil, unavailable{"set TAIRHASH_IMAGE (for example tairmodule/tairhash:latest) or TAIRHASH_ADDR to run the TairHash tests"}
+	}
+	if _, why := docker(); why != "" {
+		return nil, unavailable{why}
+	}
+	c, ports, err := launch(image, files, 0, func(ports []int) []string {
+		return serverCmd(k, ports[0], tls, args)
 	})
-	return dockerUp
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Kind: k, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), How: "container " + image, ctr: c, up: true}
+	allMu.Lock()
+	all = append(all, s)
+	allMu.Unlock()
+	return s, nil
 }
 
-func startContainer(k Kind, image string, files map[string]string, args ...string) (*Server, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := append([]string{specs[k].server}, args...)
+// serverCmd is the command line of a server of kind k on port: no
+// persistence, then args.
+func serverCmd(k Kind, port int, tls bool, args []string) []string {
+	cmd := []string{specs[k].server}
+	if tls {
+		cmd = append(cmd, "--port", "0", "--tls-port", strconv.Itoa(port))
+	} else {
+		cmd = append(cmd, "--port", strconv.Itoa(port))
+	}
+	cmd = append(cmd, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	if k == TairHash {
 		// The official image loads the module from its config file, which a
 		// command override skips: load it here (TAIRHASH_MODULE moves it).
@@ -223,145 +242,78 @@ func startContainer(k Kind, image string, files map[string]string, args ...strin
 		}
 		cmd = append(cmd, "--loadmodule", mod)
 	}
-	var cfs []testcontainers.ContainerFile
-	for host, in := range files {
-		cfs = append(cfs, testcontainers.ContainerFile{HostFilePath: host, ContainerFilePath: in, FileMode: 0o644})
-	}
-	ready := wait.ForAll(wait.ForListeningPort("6379/tcp"), wait.ForLog("Ready to accept connections")).WithDeadline(time.Minute)
-	if len(files) > 0 { // a TLS port fails the plain listening check's probe; the log line suffices
-		ready = wait.ForAll(wait.ForLog("Ready to accept connections")).WithDeadline(time.Minute)
-	}
-	ctr, err := testcontainers.Run(ctx, image,
-		testcontainers.WithFiles(cfs...),
-		testcontainers.WithCmd(cmd...),
-		testcontainers.WithExposedPorts("6379/tcp"),
-		testcontainers.WithLabels(map[string]string{"windowstore.test": "true"}),
-		testcontainers.WithWaitStrategy(ready),
-	)
-	if err != nil {
-		if ctr != nil {
-			_ = ctr.Terminate(context.Background())
-		}
-		return nil, err
-	}
-	host, err := ctr.Host(ctx)
-	if err != nil {
-		return nil, err
-	}
-	port, err := ctr.MappedPort(ctx, "6379/tcp")
-	if err != nil {
-		return nil, err
-	}
-	return &Server{Kind: k, Addr: net.JoinHostPort(host, port.Port()), How: "container " + image, ctr: ctr}, nil
+	return append(cmd, args...)
 }
 
-func startProcess(args ...string) (*Server, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, err
-	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "windowstore-redis-")
-	if err != nil {
-		return nil, err
-	}
-	full := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, args...)
-	s := &Server{Kind: Redis70, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), How: "process " + bin, args: full, dir: dir}
-	if err := s.startProc(); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// startProc starts (or starts again) a process server and waits until it is ready.
-func (s *Server) startProc() error {
-	cmd := exec.Command(strings.TrimPrefix(s.How, "process "), s.args...)
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
-				ready <- true
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		return fmt.Errorf("redis-server did not start")
-	}
-	s.proc = cmd
-	return nil
-}
-
-// Process starts a local redis-server process for this test alone, whatever
-// Docker offers, so that the test can kill and restart it on the same port
-// (see Restart). It skips when there is no redis-server on PATH.
-func Process(t testing.TB, args ...string) *Server {
+// Kill stops the server at once: SIGKILL to its container, through the Docker
+// API. Its data and script cache are gone; Start brings it back on the same
+// port, empty.
+func (s *Server) Kill(t testing.TB) {
 	t.Helper()
-	s, err := startProcess(args...)
-	if err != nil {
-		skipLoud(t, Redis70, "no local redis-server process: "+err.Error())
+	if s.ctr == nil {
+		t.Fatalf("Kill needs a server started by the harness, not %s", s.How)
 	}
-	t.Cleanup(s.Stop)
-	return s
+	if err := s.ctr.kill(); err != nil {
+		t.Fatalf("kill %s: %v", s.Addr, err)
+	}
+	s.mu.Lock()
+	s.up = false
+	s.mu.Unlock()
 }
 
-// Restart kills a process server at once (no save, so its data and script
-// cache are gone) and starts it again on the same port.
+// Start starts a killed server again, on the same port, and waits until it
+// accepts connections.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	if s.ctr == nil {
+		t.Fatalf("Start needs a server started by the harness, not %s", s.How)
+	}
+	if err := s.ctr.start(); err != nil {
+		t.Fatalf("start %s again: %v", s.Addr, err)
+	}
+	s.mu.Lock()
+	s.up = true
+	s.mu.Unlock()
+}
+
+// Restart kills the server (no save: data and script cache are gone) and
+// starts it again on the same port.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	if s.proc == nil {
-		t.Fatal("Restart needs a process server")
-	}
-	_ = s.proc.Process.Kill()
-	_, _ = s.proc.Process.Wait()
-	if err := s.startProc(); err != nil {
-		t.Fatal(err)
-	}
+	s.Kill(t)
+	s.Start(t)
 }
 
-// Kill stops a process server at once, leaving it down until Restart.
-func (s *Server) Kill() {
-	if s.proc != nil {
-		_ = s.proc.Process.Kill()
-		_, _ = s.proc.Process.Wait()
-	}
+// Up tells whether the server runs (it has not been killed or stopped).
+func (s *Server) Up() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.up
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// Stop stops a server the harness started; a server given by address is left alone.
+// Stop removes a server the harness started; a server given by address is left alone.
 func (s *Server) Stop() {
-	switch {
-	case s.ctr != nil:
-		_ = s.ctr.Terminate(context.Background())
-		s.ctr = nil
-	case s.proc != nil:
-		_ = s.proc.Process.Kill()
-		_, _ = s.proc.Process.Wait()
-		_ = os.RemoveAll(s.dir)
-		s.proc = nil
+	s.mu.Lock()
+	if s.stopped || s.ctr == nil {
+		s.mu.Unlock()
+		return
 	}
+	s.stopped, s.up = true, false
+	c := s.cmdCli
+	s.cmdCli = nil
+	s.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	s.ctr.remove()
 }
 
-// Container returns the server's container, or nil when it is not one.
-func (s *Server) Container() testcontainers.Container { return s.ctr }
+// Port returns the server's port.
+func (s *Server) Port() int {
+	_, p, _ := net.SplitHostPort(s.Addr)
+	n, _ := strconv.Atoi(p)
+	return n
+}
 
 // URL returns the server's redis:// URL.
 func (s *Server) URL() string { return "redis://" + s.Addr }
@@ -377,14 +329,99 @@ func (s *Server) Client(t testing.TB) rueidis.Client {
 	return c
 }
 
-// StopAll stops every server the harness started. Call it from TestMain.
-func StopAll() {
-	mu.Lock()
-	defer mu.Unlock()
-	for _, s := range all {
-		s.Stop()
+// Cmd runs one command on the server (a single node, even in a cluster)
+// through rueidis and returns its reply as text: a string or a number as
+// is, an array one element per line (nested arrays flattened), nil as "".
+// A server error fails the test.
+func (s *Server) Cmd(t testing.TB, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := s.Try(ctx, args...)
+	if err != nil {
+		t.Fatalf("%s on %s: %v", strings.Join(args, " "), s.Addr, err)
 	}
+	return out
+}
+
+// Try is Cmd that returns the error instead of failing the test. A call that
+// fails on a connection (not with a server error) is sent once more, on a
+// new connection: a server that was restarted breaks the old one.
+func (s *Server) Try(ctx context.Context, args ...string) (string, error) {
+	c, err := s.cmdClient()
+	if err != nil {
+		return "", err
+	}
+	m, err := c.Do(ctx, c.B().Arbitrary(args...).Build()).ToMessage()
+	if _, isRedis := rueidis.IsRedisErr(err); err != nil && !isRedis && ctx.Err() == nil {
+		// A connection broken by a restart fails its next call once: again.
+		m, err = c.Do(ctx, c.B().Arbitrary(args...).Build()).ToMessage()
+	}
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	text(&b, m)
+	return strings.TrimRight(b.String(), "\n"), nil
+}
+
+func (s *Server) cmdClient() (rueidis.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmdCli != nil {
+		return s.cmdCli, nil
+	}
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true,
+		ForceSingleClient: true, DisableRetry: true, Dialer: net.Dialer{Timeout: 2 * time.Second}})
+	if err != nil {
+		return nil, err
+	}
+	s.cmdCli = c
+	return c, nil
+}
+
+// text writes a reply plainly, one scalar per line.
+func text(b *strings.Builder, m rueidis.RedisMessage) {
+	switch {
+	case m.IsNil():
+		b.WriteString("\n")
+	case m.IsArray():
+		arr, _ := m.ToArray()
+		for _, e := range arr {
+			text(b, e)
+		}
+	case m.IsMap():
+		mp, _ := m.AsMap()
+		for k, v := range mp {
+			b.WriteString(k + "\n")
+			text(b, v)
+		}
+	case m.IsInt64():
+		n, _ := m.AsInt64()
+		b.WriteString(strconv.FormatInt(n, 10) + "\n")
+	default:
+		v, err := m.ToString()
+		if err != nil {
+			v = fmt.Sprint(m)
+		} else if !m.IsString() && len(v) >= 4 && v[3] == ':' {
+			v = v[4:] // a verbatim string's format ("txt:")
+		}
+		b.WriteString(v + "\n")
+	}
+}
+
+// StopAll removes every server the harness started. Call it from TestMain.
+func StopAll() {
+	allMu.Lock()
+	servers := all
 	all = nil
+	allMu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Stop() }()
+	}
+	wg.Wait()
 }
 
 // Prefix returns a key prefix unique to the test, so tests can share a server.

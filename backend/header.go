@@ -1,0 +1,88 @@
+package backend
+
+import (
+	"strconv"
+	"sync/atomic"
+)
+
+// HeaderLen is the number of ARGV entries every counter script starts with
+// (see Header).
+const HeaderLen = 7
+
+// Clock is the clock argument of a script. ServerClock makes the scripts read
+// the server's TIME.
+type Clock struct {
+	ms     int64
+	client bool
+}
+
+// ServerClock makes a script use the server's clock.
+var ServerClock = Clock{}
+
+// ClientClock makes a script use the given instant, in Unix ms.
+func ClientClock(unixMs int64) Clock { return Clock{ms: unixMs, client: true} }
+
+// IsClient reports whether c is a client clock.
+func (c Clock) IsClient() bool { return c.client }
+
+// Arg is the clock as a script argument, as ws_clock reads it: the Unix ms of
+// a client clock, or "" for the server's.
+func (c Clock) Arg() string {
+	if !c.client {
+		return ""
+	}
+	return strconv.FormatInt(c.ms, 10)
+}
+
+// Header builds the ARGV header of a counter script (live.lua reads it):
+//
+//	1     clock (Unix ms, or "" for the server's TIME)
+//	2..6  the starts of the five years around now (fieldcodec.Codec.YearStarts)
+//	7     the future tolerance, ms
+func Header(clock Clock, years [5]int64, futureMs int64) []string {
+	a := make([]string, HeaderLen)
+	a[0] = clock.Arg()
+	for i, y := range years {
+		a[1+i] = strconv.FormatInt(y, 10)
+	}
+	a[6] = strconv.FormatInt(futureMs, 10)
+	return a
+}
+
+// Shape is a window shape as a script argument: "bucketms:windowms".
+func Shape(bucketMs, windowMs int64) string {
+	return strconv.FormatInt(bucketMs, 10) + ":" + strconv.FormatInt(windowMs, 10)
+}
+
+// HeaderCache builds the same headers as Header, reusing the server-clock
+// header while the years do not change: formatting them on every call is a
+// measurable share of a call's client CPU. The zero value is ready to use; it
+// is safe for concurrent use.
+type HeaderCache struct {
+	last atomic.Pointer[headerEntry]
+}
+
+type headerEntry struct {
+	years    [5]int64
+	futureMs int64
+	server   []string
+}
+
+// Get returns Header(clock, years, futureMs). With the server clock it returns
+// the same slice for the same arguments until they change, so that callers
+// can tell by identity which calls share a header. The slice must not be
+// modified.
+func (c *HeaderCache) Get(clock Clock, years [5]int64, futureMs int64) []string {
+	e := c.last.Load()
+	if e == nil || e.years != years || e.futureMs != futureMs {
+		e = &headerEntry{years: years, futureMs: futureMs, server: Header(ServerClock, years, futureMs)}
+		c.last.Store(e)
+	}
+	if !clock.client {
+		return e.server
+	}
+	a := make([]string, HeaderLen)
+	copy(a, e.server)
+	a[0] = clock.Arg()
+	return a
+}

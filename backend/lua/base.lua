@@ -1,0 +1,48 @@
+-- The error style, the clock and small helpers shared by every windowstore
+-- script, here and in package limit.
+--
+--   ws_err(code, msg)  raises "CODE windowstore: msg" as an error reply
+--   ws_srvnow()        the server's clock (TIME), Unix ms
+--   ws_clock(arg)      the script's instant: arg as Unix ms, or the server's
+--                      clock for ""; and the server's clock when it was read
+
+local function ws_err(code, msg)
+  error(redis.error_reply(code .. ' windowstore: ' .. msg))
+end
+
+local function ws_srvnow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function ws_clock(arg)
+  if arg == '' then
+    local now = ws_srvnow()
+    return now, now
+  end
+  return tonumber(arg), nil
+end
+
+-- ws_chunks calls fn with the items of list in slices small enough to unpack.
+local function ws_chunks(list, fn)
+  for i = 1, #list, 1000 do
+    fn(unpack(list, i, math.min(i + 999, #list)))
+  end
+end
+
+-- ws_errmsg is the message of an error that pcall caught: Redis 7.0 hands
+-- over a string ("WRONGTYPE ..."), later servers a table {err = ...}.
+local function ws_errmsg(e)
+  if type(e) == 'table' and e.err then return e.err end
+  return tostring(e)
+end
+
+-- ws_result turns what pcall returned into one entry of a batch's reply: the
+-- value, or an error reply that keeps the error's code (WRONGTYPE, OOM, WS...).
+local function ws_result(ok, r)
+  if ok then return r end
+  -- A Lua error carries its place ("user_script:12: "); the code is after it.
+  local msg = string.gsub(ws_errmsg(r), '^@?[%w_]*:%d+: ', '')
+  if not string.find(msg, '^[A-Z][A-Z_]* ') then msg = 'ERR windowstore: ' .. msg end
+  return redis.error_reply(msg)
+end

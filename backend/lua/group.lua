@@ -1,0 +1,262 @@
+-- Groups: several counters of one Redis Cluster slot, written atomically in
+-- one operation, with an optional event id and event time. Its items:
+--
+--   WS_IT_COUNT    shape delta          add delta; answer the window sum
+--   WS_IT_QUIET    shape delta          add delta; answer 0 (AddNoSum)
+--   WS_IT_LIMIT    shape limit cost     a limit: count cost only if every
+--                                       limit of the group admits it; answer
+--                                       {sum, retry ms, reset ms}
+--   WS_IT_IFOK     shape delta          add delta only if the limits admit
+--                                       (the other tiers of a limited counter);
+--                                       answer the window sum
+--   WS_IT_DISTINCT shape n member...    add members to the bucket's
+--                                       HyperLogLog (none: only read); answer
+--                                       the distinct count
+--   WS_IT_READ     shape                answer the window sum; write nothing
+--
+-- After the operation's code, ARGV holds: the number of items, the event id
+-- ("" for none), the id's time to live (ms), the event time ("" for now), then
+-- each item's kind, shape and arguments. KEYS holds the id key (with an id),
+-- then one key per item.
+--
+-- The reply is {flags, retry ms, answer per item}: flags is 1 when the limits
+-- admitted (or there are none), plus 2 when the event id was seen before. A
+-- duplicate writes nothing, and answers the counters' state now and the first
+-- call's decision. An event time places the writes (not the limits, which
+-- decide now, nor the other tiers of a limited counter): an item whose bucket has already left its window counts
+-- nothing and answers false, and when no item can count the event the
+-- operation fails with WS_E_TOOOLD. An event beyond the future tolerance fails
+-- with WS_E_FUTURE. Nothing is written before every check has passed. A
+-- refused group without unconditional writes writes nothing, not even its id,
+-- so that a retry is decided anew; otherwise the id is kept for its time to
+-- live, with the decision.
+
+-- HyperLogLog buckets: one key per bucket, the item's key plus ':' and the
+-- bucket's code, in the item key's slot.
+local function ws_dkeys(L, key, lthr)
+  local keys = {}
+  for k = L.lo, L.hi do
+    if L.cur + k * L.b > lthr then keys[#keys + 1] = key .. ':' .. k end
+  end
+  for k = L.plo, L.phi do
+    if L.prev + k * L.b > lthr then keys[#keys + 1] = key .. ':' .. k end
+  end
+  for k = 0, L.nhi do keys[#keys + 1] = key .. ':' .. k end
+  return keys
+end
+
+local function ws_dcount(L, key, lthr)
+  local keys = ws_dkeys(L, key, lthr)
+  if #keys == 0 then return 0 end
+  return redis.call('PFCOUNT', unpack(keys))
+end
+
+local function ws_dadd(L, key, B, members)
+  local bk = key .. ':' .. B.field
+  if redis.call('PFADD', bk, unpack(members)) == 1 then
+    redis.call('PEXPIREAT', bk, ws_expiry(L.H, B.start + L.w))
+  end
+end
+
+-- ws_fitsat reports whether a limit item would admit its cost after waiting
+-- tau ms, if nothing else were counted: the buckets that leave by then are
+-- gone. It.S is the item's live buckets (ws_detail).
+local function ws_fitsat(it, tau)
+  local L, S = it.L, it.S
+  if S.kmag < WS_BIG then
+    local rem = 0
+    for j = 1, S.live do
+      if S.starts[j] + L.w - L.now > tau then rem = rem + S.vals[j] end
+    end
+    return rem + it.cost <= it.limit
+  end
+  local hi, lo = 0, 0
+  for j = 1, S.live do
+    if S.starts[j] + L.w - L.now > tau then
+      local h, l = ws_split(S.raw[j])
+      hi, lo = hi + h, lo + l
+    end
+  end
+  local xh, xl = ws_splitnum(it.limit - it.cost)
+  return ws_sign(hi - xh, lo - xl) <= 0
+end
+
+-- ws_groupretry is the earliest wait after which every limit admits its cost,
+-- if nothing else is counted; -1 when one never will. The sums change only
+-- when a bucket leaves, so the moments worth trying are now and those.
+local function ws_groupretry(limits)
+  local taus = {0}
+  for _, it in ipairs(limits) do
+    if it.cost > it.limit then return -1 end
+    for j = 1, it.S.live do taus[#taus + 1] = it.S.starts[j] + it.L.w - it.L.now end
+  end
+  table.sort(taus)
+  for _, tau in ipairs(taus) do
+    local all = true
+    for _, it in ipairs(limits) do
+      if not ws_fitsat(it, tau) then
+        all = false
+        break
+      end
+    end
+    if all then return tau end
+  end
+  return -1
+end
+
+local function ws_group(G)
+  local items, limits = G.items, {}
+  local seen = nil
+  if G.idkey ~= nil then
+    seen = redis.call('GET', G.idkey)
+  end
+  -- Place every write and open every counter: reads only.
+  local placed = false
+  for _, it in ipairs(items) do
+    local kind = it.kind
+    if kind == WS_IT_LIMIT then
+      it.B = it.L.target
+      limits[#limits + 1] = it
+    elseif kind == WS_IT_IFOK then
+      it.B = it.L.target -- a limited counter's cost counts now, as the limits decide
+    elseif kind == WS_IT_READ or (kind == WS_IT_DISTINCT and #it.members == 0) then
+      it.B, it.read, placed = it.L.target, true, true
+    else
+      it.B = ws_target(it.L, G.e)
+      if it.B ~= nil then placed = true end
+    end
+    if it.B ~= nil and (kind == WS_IT_LIMIT or kind == WS_IT_COUNT or kind == WS_IT_IFOK) then
+      it.C = ws_open(it.L, it.key, it.B)
+    end
+  end
+  if not placed and #limits == 0 then
+    ws_err(WS_E_TOOOLD, 'the event time is before every window; nothing was written')
+  end
+  -- Decide.
+  local allowed = true
+  for _, it in ipairs(limits) do
+    ws_checked(it.C.sum, it.C.fits)
+    it.fits = it.cost <= it.limit and ws_le(it.C.sum, it.limit - it.cost)
+    if not it.fits then allowed = false end
+  end
+  local flags = 0
+  if seen then
+    allowed = seen == '1'
+    flags = 2
+  end
+  if allowed then flags = flags + 1 end
+  local retry = 0
+  if not allowed then
+    for _, it in ipairs(limits) do it.S = ws_detail(it.L, it.key, it.C) end
+    retry = ws_groupretry(limits)
+  end
+  -- Prepare every write, unless the event was seen before: an overflow
+  -- raises here, before anything is written, so that no item is left written
+  -- when another fails.
+  if not seen then
+    for _, it in ipairs(items) do
+      local kind = it.kind
+      if it.B == nil or it.read then
+        it.d = nil
+      elseif kind == WS_IT_LIMIT then
+        if allowed and it.cost > 0 then it.d = string.format('%d', it.cost) end
+      elseif kind == WS_IT_IFOK then
+        if allowed and it.delta ~= '0' then it.d = it.delta end
+      elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET then
+        it.d = it.delta
+      end
+      if it.d ~= nil then
+        if kind == WS_IT_QUIET then
+          it.Q = ws_quiet(it.L, it.key, it.d, it.B)
+        else
+          ws_prepare(it.L, it.C, it.d, it.B)
+        end
+      end
+    end
+  end
+  -- Write: the HyperLogLogs first (a key of another type there fails before
+  -- any counter is written), then the counters.
+  local wrote = false
+  if not seen then
+    for _, it in ipairs(items) do
+      if it.kind == WS_IT_DISTINCT and it.B ~= nil and not it.read then
+        ws_dadd(it.L, it.key, it.B, it.members)
+        wrote = true
+      end
+    end
+  end
+  local out = {flags, retry}
+  for j, it in ipairs(items) do
+    local kind, ans = it.kind, false
+    if it.B == nil then
+      ans = false
+    elseif kind == WS_IT_READ then
+      ans = ws_sumover(it.L, it.key, it.L.w)
+    elseif kind == WS_IT_DISTINCT then
+      ans = ws_dcount(it.L, it.key, it.L.now - it.L.w)
+    elseif kind == WS_IT_LIMIT then
+      local sum, reset = it.C.sum, nil
+      if it.d ~= nil then
+        local _, v = ws_commit(it.L, it.key, it.C, it.B)
+        sum, wrote = it.C.nsum, true
+        if v ~= 0 then reset = it.B.start + it.L.w - it.L.now end
+      end
+      local r = 0
+      if not it.fits and not seen then r = ws_retry(it.L, it.S, it.cost, it.limit) end
+      if reset == nil then
+        if it.d ~= nil then reset = ws_reset(it.L, ws_detail(it.L, it.key, nil))
+        else reset = ws_reset(it.L, it.S or ws_detail(it.L, it.key, it.C)) end
+      end
+      ans = {sum, r, reset}
+    elseif it.d == nil then
+      if it.C ~= nil then ans = it.C.sum else ans = 0 end
+    elseif kind == WS_IT_QUIET then
+      ws_quietcommit(it.L, it.key, it.Q, it.B)
+      wrote, ans = true, 0
+    else
+      ans = (ws_commit(it.L, it.key, it.C, it.B))
+      wrote = true
+    end
+    out[j + 2] = ans
+  end
+  if G.idkey ~= nil and not seen and wrote then
+    redis.call('SET', G.idkey, allowed and '1' or '0', 'PX', G.ttl)
+  end
+  return out
+end
+
+-- ws_readgroup parses a group at ARGV[i] (after its code) and KEYS[k]; it
+-- answers where the next operation starts in each, and the group.
+local function ws_readgroup(H, i, k)
+  local n = tonumber(ARGV[i])
+  local G = {items = {}}
+  local id, et = ARGV[i + 1], ARGV[i + 3]
+  if id ~= '' then
+    G.idkey, G.ttl = KEYS[k], ARGV[i + 2]
+    k = k + 1
+  end
+  if et ~= '' then G.e = tonumber(et) end
+  i = i + 4
+  for j = 1, n do
+    local kind = ARGV[i]
+    local it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k]}
+    k = k + 1
+    if kind == WS_IT_LIMIT then
+      it.limit, it.cost = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+      i = i + 4
+    elseif kind == WS_IT_DISTINCT then
+      local m = tonumber(ARGV[i + 2])
+      it.members = {unpack(ARGV, i + 3, i + 2 + m)}
+      i = i + 3 + m
+    elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
+      it.delta = ARGV[i + 2]
+      i = i + 3
+    elseif kind == WS_IT_READ then
+      i = i + 2
+    else
+      ws_err(WS_E_ARGS, 'unknown group item ' .. tostring(kind))
+    end
+    G.items[j] = it
+  end
+  return i, k, G
+end

@@ -1,0 +1,102 @@
+-- The operations, on top of the backend's primitives:
+--
+--   ws_open(L, key, B) -> C          the counter's state; C.sum is its window
+--                                    sum (a double when exact, else a decimal
+--                                    string), C.fits whether it is within
+--                                    int64. B is the bucket a write will go
+--                                    to. It writes nothing.
+--   ws_put(L, key, C, delta, B) -> sum, v
+--                                    adds delta (a decimal string) to bucket B
+--                                    and returns the new window sum and the
+--                                    bucket's new value; writes nothing when
+--                                    the sum or the bucket would leave int64
+--   ws_prepare(L, C, delta, B)       ws_put's checks alone: raises when the
+--                                    sum or the bucket would leave int64,
+--                                    writes nothing; ws_commit(L, key, C, B)
+--                                    -> sum, v then writes what it prepared
+--                                    (a group prepares all, then commits)
+--   ws_quiet(L, key, delta, B) -> Q  the same for a write that answers no sum:
+--                                    ws_quietcommit(L, key, Q, B) writes it
+--   ws_detail(L, key, C) -> S        the live buckets (see ws_scan, keep): from
+--                                    C's read if it has one, else a new read
+--   ws_addnosum(L, key, delta, B)    a write that need not return the sum
+--   ws_sumover(L, key, lb)           the read-only sum over a lookback
+--
+-- An operation either fails before it writes, or leaves every counter
+-- consistent: so a failed operation changes no count.
+
+-- ws_le reports whether sum (as ws_num leaves it) <= x (an exact double).
+local function ws_le(sum, x)
+  if type(sum) == 'number' then return sum <= x end
+  local hi, lo = ws_split(sum)
+  local xh, xl = ws_splitnum(x)
+  return ws_sign(hi - xh, lo - xl) <= 0
+end
+
+-- ws_reset is the time until every live bucket that is not 0 has left the
+-- window: when the sum returns to 0 if nothing else is counted.
+local function ws_reset(L, S)
+  local last = nil
+  for i = 1, S.live do
+    if S.raw[i] ~= '0' and (last == nil or S.starts[i] > last) then last = S.starts[i] end
+  end
+  if last == nil then return 0 end
+  return last + L.w - L.now
+end
+
+-- ws_retry is the time until enough buckets have left the window for cost to
+-- fit under limit, if nothing else is counted; -1 when it never will. The
+-- buckets leave oldest first; the first moment the rest of the sum plus cost
+-- is within the limit is the answer. It is exact: on doubles when the
+-- magnitudes of the live values add up to less than 2^53, else on pairs.
+local function ws_retry(L, S, cost, limit)
+  if cost > limit then return -1 end
+  local order = {}
+  for i = 1, S.live do order[i] = i end
+  table.sort(order, function(x, y) return S.starts[x] < S.starts[y] end)
+  if S.kmag < WS_BIG then
+    local rem = 0
+    for i = 1, S.live do rem = rem + S.vals[i] end
+    for _, i in ipairs(order) do
+      rem = rem - S.vals[i]
+      if rem + cost <= limit then return S.starts[i] + L.w - L.now end
+    end
+    return -1
+  end
+  local hi, lo = 0, 0
+  for i = 1, S.live do
+    local h, l = ws_split(S.raw[i])
+    hi, lo = hi + h, lo + l
+  end
+  local xh, xl = ws_splitnum(limit - cost)
+  for _, i in ipairs(order) do
+    local h, l = ws_split(S.raw[i])
+    hi, lo = hi - h, lo - l
+    if ws_sign(hi - xh, lo - xl) <= 0 then return S.starts[i] + L.w - L.now end
+  end
+  return -1
+end
+
+local function ws_add(L, key, delta, B)
+  local C = ws_open(L, key, B)
+  return (ws_put(L, key, C, delta, B))
+end
+
+-- ws_allow counts cost (a number, at most 2^53, as is limit) in the current
+-- bucket only if the window sum stays within limit. It answers {allowed, sum,
+-- retry ms, reset ms}. A refusal writes nothing.
+local function ws_allow(L, key, limit, cost)
+  local B = L.target
+  local C = ws_open(L, key, B)
+  ws_checked(C.sum, C.fits)
+  if cost <= limit and ws_le(C.sum, limit - cost) then
+    if cost == 0 then
+      return {1, C.sum, 0, ws_reset(L, ws_detail(L, key, C))}
+    end
+    local sum, v = ws_put(L, key, C, string.format('%d', cost), B)
+    if v ~= 0 then return {1, sum, 0, B.start + L.w - L.now} end
+    return {1, sum, 0, ws_reset(L, ws_detail(L, key, nil))}
+  end
+  local S = ws_detail(L, key, C)
+  return {0, C.sum, ws_retry(L, S, cost, limit), ws_reset(L, S)}
+end

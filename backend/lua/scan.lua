@@ -1,0 +1,122 @@
+-- Reading a whole counter. The backends whose buckets expire on their own
+-- (field TTL, TairHash) answer every operation this way; the plain hash falls
+-- back on it when its running total cannot answer.
+
+-- ws_scan classifies the fields of a counter: the flat {field, value, ...}
+-- reply of ws_read. A field that is neither a bucket code nor one of the
+-- backend's reserved fields (WS_RESERVED) means the key is not a counter: it
+-- raises WS_E_NOTCOUNTER, before the operation has written anything.
+--
+-- It returns S:
+--   sum, mag      the sum of the live values whose bucket starts after lthr,
+--                 and of their magnitudes: sum is exact when mag < 2^53
+--   live          how many live buckets there are
+--   stale         the fields of buckets that have left the window
+-- and with keep, for retry-after and reset-after:
+--   starts, raw   every live bucket's start and value (as stored: a string)
+--   vals, kmag    their values as doubles, and the sum of their magnitudes
+--
+-- A code is decimal digits with no leading zero: the check looks at the
+-- first byte and the number only, since building a string per field costs
+-- more than the rest of the loop. (It lets "1e3" through as 1000: no counter
+-- writes that.)
+local function ws_scan(L, all, lthr, keep)
+  local lo, hi, plo, phi, nhi = L.lo, L.hi, L.plo, L.phi, L.nhi
+  local cur, prev, nxt, b = L.cur, L.prev, L.nxt, L.b
+  local sum, mag, nlive, nstale, stale = 0, 0, 0, 0, {}
+  local starts, raw, vals, kmag
+  if keep then starts, raw, vals, kmag = {}, {}, {}, 0 end
+  for i = 1, #all, 2 do
+    local f = all[i]
+    local k = tonumber(f)
+    if k == nil then
+      if not WS_RESERVED[f] then
+        ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
+      end
+    else
+      local b1 = string.byte(f, 1)
+      if k < 0 or k % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
+        ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
+      end
+      local s
+      if k >= lo and k <= hi then
+        s = cur + k * b
+      elseif k >= plo and k <= phi then
+        s = prev + k * b
+      elseif k <= nhi then
+        s = nxt + k * b
+      end
+      if s == nil then
+        nstale = nstale + 1
+        stale[nstale] = f
+      else
+        local v = tonumber(all[i + 1])
+        if v == nil then
+          ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers')
+        end
+        nlive = nlive + 1
+        local a = v < 0 and -v or v
+        if keep then
+          starts[nlive], raw[nlive], vals[nlive] = s, all[i + 1], v
+          kmag = kmag + a
+        end
+        if s > lthr then
+          sum = sum + v
+          mag = mag + a
+        end
+      end
+    end
+  end
+  return {sum = sum, mag = mag, live = nlive, stale = stale,
+          starts = starts, raw = raw, vals = vals, kmag = kmag}
+end
+
+-- ws_exactsum adds delta (a decimal string, or nil) and the live values whose
+-- bucket starts after lthr, exactly. It returns the sum as ws_num leaves it,
+-- and whether it is within int64.
+local function ws_exactsum(L, all, lthr, delta)
+  local hi, lo = 0, 0
+  if delta ~= nil then hi, lo = ws_split(delta) end
+  for i = 1, #all, 2 do
+    local k = tonumber(all[i])
+    if k ~= nil then
+      local s = ws_start(L, k)
+      if s ~= nil and s > lthr then
+        local h, l = ws_split(all[i + 1])
+        hi, lo = hi + h, lo + l
+      end
+    end
+  end
+  return ws_num(hi, lo), ws_fits(hi, lo)
+end
+
+-- ws_scansum is the sum over the buckets that start after lthr, exactly, and
+-- whether it is within int64. (A sum can leave int64 when a bucket of the
+-- opposite sign leaves the window; a write may bring it back.)
+local function ws_scansum(L, all, S, lthr)
+  if S.mag < WS_BIG then return S.sum, true end
+  return ws_exactsum(L, all, lthr, nil)
+end
+
+-- ws_checked raises WS_E_OVERFLOW for a sum that is not within int64.
+local function ws_checked(sum, ok)
+  if not ok then ws_err(WS_E_OVERFLOW, 'the window sum ' .. sum .. ' leaves the int64 range') end
+  return sum
+end
+
+-- ws_addsum returns sum + delta (sum as ws_num leaves it, delta a decimal
+-- string), exactly; or raises WS_E_OVERFLOW when it leaves int64.
+local function ws_addsum(sum, delta)
+  local n, ok = ws_plus(sum, delta)
+  if not ok then
+    ws_err(WS_E_OVERFLOW, 'the window sum would leave the int64 range; nothing was written')
+  end
+  return n
+end
+
+-- ws_scanread is the read-only sum over a lookback.
+local function ws_scanread(L, key, lb)
+  local all = ws_read(key)
+  local S = ws_scan(L, all, L.now - lb, false)
+  return ws_checked(ws_scansum(L, all, S, L.now - lb))
+end

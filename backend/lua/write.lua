@@ -1,0 +1,53 @@
+-- The Write script: a batch of write operations, one clock. After the header,
+-- ARGV holds each operation's code and arguments, and KEYS its keys:
+--
+--   WS_OP_ADD      shape delta          Add: the new window sum
+--   WS_OP_ADDNOSUM shape delta          AddNoSum: 1
+--   WS_OP_ALLOW    shape limit cost     Allow: {allowed, sum, retry ms, reset ms}
+--   WS_OP_GROUP    (see group.lua)      several counters of one slot at once
+--   WS_OP_DCOUNT   shape lookback       the distinct count of a key's
+--                                       HyperLogLog buckets (PFCOUNT is a write
+--                                       to Redis, so it runs here)
+--
+-- (a shape is "bucketms:windowms"; a sum is an integer, or an exact decimal
+-- string beyond 2^53). The reply has one entry per operation: its answer, or
+-- an error reply where it failed. One operation failing does not stop the
+-- others; a batch of one runs without pcall.
+
+local H = ws_header(ARGV)
+
+-- ws_op reads the operation at ARGV[i] and KEYS[k]: where the next one starts,
+-- and the function to run with its arguments.
+local function ws_op(i, k)
+  local op, key = ARGV[i], KEYS[k]
+  if op == WS_OP_ADD then
+    local L = ws_shape(H, ARGV[i + 1])
+    return i + 3, k + 1, ws_add, L, key, ARGV[i + 2], L.target
+  elseif op == WS_OP_ADDNOSUM then
+    local L = ws_shape(H, ARGV[i + 1])
+    return i + 3, k + 1, ws_addnosum, L, key, ARGV[i + 2], L.target
+  elseif op == WS_OP_ALLOW then
+    return i + 4, k + 1, ws_allow, ws_shape(H, ARGV[i + 1]), key, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+  elseif op == WS_OP_GROUP then
+    local ni, nk, G = ws_readgroup(H, i + 1, k)
+    return ni, nk, ws_group, G
+  elseif op == WS_OP_DCOUNT then
+    local L = ws_shape(H, ARGV[i + 1])
+    return i + 3, k + 1, ws_dcount, L, key, L.now - tonumber(ARGV[i + 2])
+  end
+  ws_err(WS_E_ARGS, 'unknown operation ' .. tostring(op))
+end
+
+local i, k, n = WS_HEADER + 1, 1, #ARGV
+local ni, nk, fn, a1, a2, a3, a4 = ws_op(i, k)
+if ni > n then
+  return {fn(a1, a2, a3, a4)}
+end
+local out, j = {}, 1
+while true do
+  out[j] = ws_result(pcall(fn, a1, a2, a3, a4))
+  j, i, k = j + 1, ni, nk
+  if i > n then break end
+  ni, nk, fn, a1, a2, a3, a4 = ws_op(i, k)
+end
+return out

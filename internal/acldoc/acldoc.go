@@ -1,0 +1,109 @@
+// Package acldoc reads the ACL rules the README documents, so that the
+// packages' tests can check them against the commands their scripts call.
+package acldoc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/windowstore/windowstore/backend"
+)
+
+// Rules reads the README's ACL block: the fenced block after the line that
+// starts with "**ACL.**". Each of its lines holds one or more "label: rules"
+// parts ("event ids:   +get +set          distinct counts: +pfadd ..."). It
+// returns the commands each label allows, upper case, without their "+".
+// Key patterns and category rules (~ws:*, -@all) are left out.
+func Rules(readme string) (map[string][]string, error) {
+	b, err := os.ReadFile(readme)
+	if err != nil {
+		return nil, err
+	}
+	_, after, ok := strings.Cut(string(b), "\n**ACL.**")
+	if !ok {
+		return nil, fmt.Errorf("acldoc: no **ACL.** paragraph in %s", readme)
+	}
+	_, after, ok = strings.Cut(after, "\n```\n")
+	if !ok {
+		return nil, fmt.Errorf("acldoc: no block after **ACL.** in %s", readme)
+	}
+	block, _, _ := strings.Cut(after, "\n```")
+	out := map[string][]string{}
+	for _, line := range strings.Split(block, "\n") {
+		var label string
+		var words []string
+		for _, f := range strings.Fields(line) {
+			switch {
+			case strings.HasPrefix(f, "+"):
+				if label == "" {
+					return nil, fmt.Errorf("acldoc: a rule before any label: %q", line)
+				}
+				out[label] = append(out[label], strings.ToUpper(f[1:]))
+			case strings.HasPrefix(f, "~"), strings.HasPrefix(f, "-"):
+			default:
+				words = append(words, f)
+				if w, ok := strings.CutSuffix(strings.Join(words, " "), ":"); ok {
+					label, words = w, nil
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// connection lists the rules a client needs that no script calls: the
+// connection's handshake and detection, and the script commands themselves
+// (the functions rule's too).
+var connection = map[string]bool{"HELLO": true, "PING": true, "COMMAND|INFO": true,
+	"EVALSHA": true, "EVAL": true, "EVALSHA_RO": true, "EVAL_RO": true,
+	"FCALL": true, "FCALL_RO": true, "FUNCTION|LOAD": true}
+
+// Check compares the rules of label, together with those of the labels in
+// extra (optional features: "event ids"), with the commands the scripts call
+// (backend.Script.Commands). It reports a command called but not allowed, and
+// a command of label's own rule that no script calls: the rule is to be the
+// least that works.
+func Check(rules map[string][]string, label string, extra []string, scripts ...*backend.Script) error {
+	own, ok := rules[label]
+	if !ok {
+		return fmt.Errorf("acldoc: no rule %q", label)
+	}
+	allowed := map[string]bool{}
+	for _, l := range append([]string{label}, extra...) {
+		for _, c := range rules[l] {
+			allowed[c] = true
+		}
+	}
+	called := map[string]bool{}
+	var errs []string
+	for _, s := range scripts {
+		for _, c := range s.Commands() {
+			called[c] = true
+			if !allowed[c] {
+				errs = append(errs, fmt.Sprintf("%s calls %s, which rule %q does not allow", s.Name(), c, label))
+				allowed[c] = true
+			}
+		}
+	}
+	for _, c := range own {
+		if !called[c] && !connection[c] {
+			errs = append(errs, fmt.Sprintf("rule %q allows %s, which no script calls", label, c))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Rule is the rule of label as an ACL SETUSER takes it, without its key
+// patterns: "+hello +ping ...".
+func Rule(rules map[string][]string, label string) string {
+	out := make([]string, len(rules[label]))
+	for i, c := range rules[label] {
+		out[i] = "+" + strings.ToLower(c)
+	}
+	return strings.Join(out, " ")
+}

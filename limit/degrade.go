@@ -1,0 +1,413 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/keyspace"
+)
+
+// ErrUnavailable reports a server that a Degraded limiter cannot reach and
+// cannot stand in for: its breaker is open (Degraded.Health) or its
+// in-process limiter is full.
+var ErrUnavailable = errors.New("limit: server unavailable")
+
+// BreakerState is the state of a Degraded limiter's circuit breaker.
+type BreakerState int
+
+// The breaker's states, in increasing order of trouble (the metrics/prom
+// gauge reports these numbers).
+const (
+	// BreakerClosed: calls go to the server. The zero value.
+	BreakerClosed BreakerState = 0
+	// BreakerHalfOpen: the cool-down is over; one call, the probe, goes to
+	// the server, the others are decided in process.
+	BreakerHalfOpen BreakerState = 1
+	// BreakerOpen: the server failed; calls are decided in process, without
+	// calling it, until the cool-down ends.
+	BreakerOpen BreakerState = 2
+)
+
+func (s BreakerState) String() string {
+	switch s {
+	case BreakerClosed:
+		return "closed"
+	case BreakerHalfOpen:
+		return "half-open"
+	case BreakerOpen:
+		return "open"
+	}
+	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// HealthChecker reports the health of a limiter's server: a Degraded
+// limiter's, for readiness probes and metrics (metrics/prom's
+// Recorder.WatchBreaker).
+type HealthChecker interface {
+	// State returns the circuit breaker's state.
+	State() BreakerState
+	// Health returns nil while the breaker is closed, else an error that
+	// wraps ErrUnavailable and the server's last error.
+	Health() error
+}
+
+// A DegradeOption configures Degrade.
+type DegradeOption func(*degradeOptions)
+
+type degradeOptions struct {
+	instances int
+	failures  int
+	cooldown  time.Duration
+	keys      int
+	now       func() time.Time
+	onChange  func(from, to BreakerState)
+}
+
+// WithInstances sets how many instances share the limit (default 1): while
+// degraded, each instance admits at most limit / n (rounded down) per
+// window, so that together they admit no more than the limit.
+func WithInstances(n int) DegradeOption { return func(o *degradeOptions) { o.instances = n } }
+
+// WithFailures sets how many consecutive transient failures open the breaker
+// (default 3).
+func WithFailures(k int) DegradeOption { return func(o *degradeOptions) { o.failures = k } }
+
+// WithCooldown sets how long an open breaker keeps calls off the server
+// before one probe (default 1 s).
+func WithCooldown(d time.Duration) DegradeOption { return func(o *degradeOptions) { o.cooldown = d } }
+
+// WithLocalKeys sets how many keys the in-process limiter holds (default
+// 100,000). When it is full of keys with live events, a call for a new key
+// fails with ErrUnavailable (and the server's error, if there was a call).
+func WithLocalKeys(n int) DegradeOption { return func(o *degradeOptions) { o.keys = n } }
+
+// WithBreakerClock sets the clock of the breaker and of Allow's in-process
+// decisions (AllowAt's use its t); the default is time.Now.
+func WithBreakerClock(now func() time.Time) DegradeOption {
+	return func(o *degradeOptions) { o.now = now }
+}
+
+// WithOnStateChange has every change of the breaker's state told to fn,
+// after the change, on the goroutine of the call that made it.
+func WithOnStateChange(fn func(from, to BreakerState)) DegradeOption {
+	return func(o *degradeOptions) { o.onChange = fn }
+}
+
+// Degraded is a limiter that stands in for its server while the server
+// fails. Its calls go to the limiter it wraps; when one fails transiently (a
+// network error, a timeout, or a server that is loading, busy or without a
+// master), the call is decided in process instead, on an exact sliding log
+// in memory sized at limit / N per window (N from WithInstances), with
+// Decision.Degraded true and no error. Errors that are no sign of a down
+// server (ErrInvalid, a server's error reply such as NOPERM or OOM, the
+// caller's cancellation) are returned as they are.
+//
+// A circuit breaker spares a dead server a call per request: after K
+// consecutive transient failures (WithFailures) it opens, and every call is
+// decided in process for the cool-down (WithCooldown); then it is half-open:
+// one call, the probe, goes to the server while the others are still decided
+// in process. The probe's success closes the breaker, and the calls after it
+// go to the server; its failure opens the breaker for another cool-down.
+//
+// What is admitted in process is not counted on the server, and the server's
+// counts are not seen in process: after a failure an instance starts its
+// share afresh. The in-process log is kept across recoveries, so an instance
+// that flaps admits at most its share per window in process.
+//
+// Create one with Degrade. A Degraded limiter is safe for concurrent use if
+// the limiter it wraps is.
+type Degraded struct {
+	l       Limiter
+	shadow  bool
+	o       degradeOptions
+	mem     *memLog
+	policy  Policy
+	parts   []Policy
+	breaker breaker
+}
+
+var _ HealthChecker = (*Degraded)(nil)
+
+// Degrade returns l with an in-process stand-in and a circuit breaker (see
+// Degraded). l may be any limiter: a Multi (Combine) falls back on every one
+// of its policies, all or nothing; a GCRA on rate / N per period; a shadow
+// limiter (Shadow) keeps watching without enforcing. It fails with ErrInvalid
+// for a nil l or an option out of range.
+func Degrade(l Limiter, opts ...DegradeOption) (*Degraded, error) {
+	if l == nil {
+		return nil, newError("degrade", ErrInvalid, "nil limiter")
+	}
+	o := degradeOptions{instances: 1, failures: 3, cooldown: time.Second, keys: 100000, now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	name := l.Policy().Name
+	switch {
+	case o.instances < 1:
+		return nil, newError(name, ErrInvalid, "instances "+strconv.Itoa(o.instances)+" is less than 1")
+	case o.failures < 1:
+		return nil, newError(name, ErrInvalid, "failures "+strconv.Itoa(o.failures)+" is less than 1")
+	case o.cooldown <= 0:
+		return nil, newError(name, ErrInvalid, "cool-down "+o.cooldown.String()+" is not positive")
+	case o.keys < 1:
+		return nil, newError(name, ErrInvalid, "local keys "+strconv.Itoa(o.keys)+" is less than 1")
+	case o.now == nil:
+		return nil, newError(name, ErrInvalid, "nil clock")
+	}
+	d := &Degraded{l: l, o: o, policy: l.Policy(), parts: policiesOf(l)}
+	_, d.shadow = l.(shadow)
+	mp := make([]memPolicy, len(d.parts))
+	for i, p := range d.parts {
+		mp[i] = memPolicy{name: p.Name, limit: p.Limit / int64(o.instances), window: p.Window.Milliseconds()}
+	}
+	d.mem = newMemLog(mp, o.keys)
+	return d, nil
+}
+
+// policiesOf returns a Multi's policies, or l's one.
+func policiesOf(l Limiter) []Policy {
+	if m, ok := l.(interface{ Policies() []Policy }); ok {
+		return m.Policies()
+	}
+	return []Policy{l.Policy()}
+}
+
+// Policy returns the wrapped limiter's policy.
+func (d *Degraded) Policy() Policy { return d.policy }
+
+// Policies returns the wrapped limiter's policies: a Multi's every one, in
+// order, or its one.
+func (d *Degraded) Policies() []Policy { return append([]Policy(nil), d.parts...) }
+
+// Allow asks the server, or decides in process while it fails (see Degraded).
+func (d *Degraded) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+	return d.allow(ctx, nil, key, n)
+}
+
+// AllowAt is Allow at instant t on the client's clock; in process, too, the
+// decision is at t.
+func (d *Degraded) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
+	return d.allow(ctx, &t, key, n)
+}
+
+func (d *Degraded) allow(ctx context.Context, at *time.Time, key string, n int64) (Decision, error) {
+	call, probe := d.breaker.enter(d)
+	if !call {
+		return d.local(at, key, n, nil)
+	}
+	var dec Decision
+	var err error
+	if at != nil {
+		dec, err = d.l.AllowAt(ctx, *at, key, n)
+	} else {
+		dec, err = d.l.Allow(ctx, key, n)
+	}
+	switch {
+	case err == nil || answered(err):
+		d.breaker.succeed(d, probe)
+		return dec, err
+	case transient(err):
+		d.breaker.fail(d, probe, err)
+		return d.local(at, key, n, err)
+	default: // no verdict on the server: bad input, or the caller gave up
+		d.breaker.release(probe)
+		return dec, err
+	}
+}
+
+// local decides in process. cause is the server's error, if it was called.
+func (d *Degraded) local(at *time.Time, key string, n int64, cause error) (Decision, error) {
+	if err := keyspace.Check(key); err != nil {
+		return Decision{}, callError(d.policy.Name, key, ErrInvalid, reason(err), err)
+	}
+	if err := checkCost(d.policy.Name, key, n, maxExact); err != nil {
+		return Decision{}, err
+	}
+	now := d.o.now()
+	if at != nil {
+		now = *at
+	}
+	dec, ok := d.mem.allow(now, key, n)
+	if !ok {
+		detail := "the in-process limiter holds " + strconv.Itoa(d.o.keys) + " keys"
+		if cause != nil {
+			detail += "; the server's error: " + cause.Error()
+		}
+		return Decision{}, callError(d.policy.Name, key, ErrUnavailable, detail, cause)
+	}
+	dec.Degraded = true
+	for i := range dec.Policies {
+		dec.Policies[i].Degraded = true
+	}
+	if d.shadow {
+		dec = watch(dec)
+	}
+	return dec, nil
+}
+
+// State returns the breaker's state now. An open breaker whose cool-down is
+// over reports BreakerHalfOpen: the next call probes.
+func (d *Degraded) State() BreakerState {
+	b := &d.breaker
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == BreakerOpen && !d.o.now().Before(b.until) {
+		return BreakerHalfOpen
+	}
+	return b.state
+}
+
+// Health returns nil while the breaker is closed; else an error that wraps
+// ErrUnavailable and the server's last error:
+//
+//	limit: perminute: server unavailable: breaker open after 3 consecutive failures; the last: dial tcp 127.0.0.1:6379: connect: connection refused
+func (d *Degraded) Health() error {
+	st := d.State()
+	if st == BreakerClosed {
+		return nil
+	}
+	b := &d.breaker
+	b.mu.Lock()
+	last, fails := b.last, b.fails
+	b.mu.Unlock()
+	detail := "breaker " + st.String() + " after " + strconv.Itoa(fails) + " consecutive failures"
+	if last != nil {
+		detail += "; the last: " + last.Error()
+	}
+	return &Error{Policy: d.policy.Name, Kind: ErrUnavailable, Detail: detail, Err: last}
+}
+
+// LocalKeys returns how many keys the in-process limiter holds now.
+func (d *Degraded) LocalKeys() int { return d.mem.len() }
+
+// breaker is the circuit breaker's state machine.
+type breaker struct {
+	mu      sync.Mutex
+	state   BreakerState // closed or open; half-open is open past until
+	fails   int          // consecutive transient failures
+	until   time.Time    // open: the end of the cool-down
+	probing bool         // half-open: the probe is out
+	last    error        // the last transient failure
+}
+
+// enter tells whether a call goes to the server, and whether it is the probe.
+func (b *breaker) enter(d *Degraded) (call, probe bool) {
+	b.mu.Lock()
+	if b.state == BreakerClosed {
+		b.mu.Unlock()
+		return true, false
+	}
+	if b.probing || d.o.now().Before(b.until) {
+		b.mu.Unlock()
+		return false, false
+	}
+	b.probing = true
+	b.mu.Unlock()
+	d.changed(BreakerOpen, BreakerHalfOpen)
+	return true, true
+}
+
+// succeed records a call that the server answered.
+func (b *breaker) succeed(d *Degraded, probe bool) {
+	b.mu.Lock()
+	from := b.state
+	if from == BreakerOpen && !probe {
+		// A call let through before the breaker opened, answered late: the
+		// probe decides.
+		b.mu.Unlock()
+		return
+	}
+	b.state, b.fails, b.probing, b.last = BreakerClosed, 0, false, nil
+	b.mu.Unlock()
+	if probe {
+		d.changed(BreakerHalfOpen, BreakerClosed)
+	}
+}
+
+// fail records a transient failure.
+func (b *breaker) fail(d *Degraded, probe bool, err error) {
+	b.mu.Lock()
+	b.fails++
+	b.last = err
+	switch {
+	case probe:
+		b.probing = false
+		b.until = d.o.now().Add(d.o.cooldown)
+		b.mu.Unlock()
+		d.changed(BreakerHalfOpen, BreakerOpen)
+	case b.state == BreakerClosed && b.fails >= d.o.failures:
+		b.state = BreakerOpen
+		b.until = d.o.now().Add(d.o.cooldown)
+		b.mu.Unlock()
+		d.changed(BreakerClosed, BreakerOpen)
+	default:
+		b.mu.Unlock()
+	}
+}
+
+// release ends a call without a verdict on the server: a probe's turn goes
+// to the next call.
+func (b *breaker) release(probe bool) {
+	if probe {
+		b.mu.Lock()
+		b.probing = false
+		b.mu.Unlock()
+	}
+}
+
+func (d *Degraded) changed(from, to BreakerState) {
+	if d.o.onChange != nil {
+		d.o.onChange(from, to)
+	}
+}
+
+// transientCodes are the error replies of a server that cannot serve now
+// but will: loading its data, busy with a script, a replica without its
+// master, a cluster without a slot's owner or in the middle of a move.
+var transientCodes = map[string]bool{"LOADING": true, "BUSY": true, "MASTERDOWN": true, "CLUSTERDOWN": true, "TRYAGAIN": true}
+
+// replyCode returns the code of a server's error reply in err's chain.
+func replyCode(err error) (string, bool) {
+	var se *backend.ScriptError
+	if errors.As(err, &se) {
+		return se.Code, true
+	}
+	var re *rueidis.RedisError
+	if errors.As(err, &re) && !re.IsNil() {
+		code, _, _ := strings.Cut(re.Error(), " ")
+		return code, true
+	}
+	return "", false
+}
+
+// answered reports an error reply of a server that is up: the breaker counts
+// it as a success, and it is returned as it is.
+func answered(err error) bool {
+	code, ok := replyCode(err)
+	return ok && !transientCodes[code]
+}
+
+// transient reports an error that says the server is down, unreachable,
+// stalled or not ready: the call is decided in process.
+func transient(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, ErrInvalid) {
+		return false
+	}
+	if code, ok := replyCode(err); ok {
+		return transientCodes[code]
+	}
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, rueidis.ErrClosing) || errors.Is(err, rueidis.ErrNoSlot)
+}

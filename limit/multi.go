@@ -1,0 +1,126 @@
+package limit
+
+import (
+	"context"
+	"time"
+
+	"github.com/windowstore/windowstore/store"
+)
+
+// Multi is several sliding-window policies decided together, atomically, in
+// one script and one round trip (store.AllowAll): for example 5 per minute, 100
+// per hour and 1,000 per day for one key. A request's cost is counted in every
+// policy only if every policy admits it; a refusal by any one writes nothing
+// anywhere. Of 40 concurrent callers, exactly as many are admitted as the
+// tightest policy allows.
+//
+// The policies' counters of one key share the key's Redis Cluster slot (each
+// is prefix + "{" + key + "}:" + name + ":" + shape), so Multi works on a
+// cluster. Create one with Combine. A Multi is safe for concurrent use.
+type Multi struct {
+	parts []*slidingWindow
+}
+
+// Combine returns a Multi of sliding-window limiters (NewSlidingWindow) whose
+// stores share one client. Their names must differ. Other algorithms cannot be
+// combined atomically: Combine refuses them with ErrInvalid.
+func Combine(limiters ...Limiter) (*Multi, error) {
+	if len(limiters) == 0 {
+		return nil, newError("combine", ErrInvalid, "no limiter")
+	}
+	m := &Multi{}
+	names := map[string]bool{}
+	for _, l := range limiters {
+		sw, ok := l.(*slidingWindow)
+		if !ok {
+			name := "?"
+			if l != nil {
+				name = l.Policy().Name
+			}
+			return nil, newError(name, ErrInvalid, "only sliding-window limiters combine atomically")
+		}
+		if names[sw.policy.Name] {
+			return nil, newError(sw.policy.Name, ErrInvalid, "two policies of one name")
+		}
+		if sw.st.Client() != m.first(sw).st.Client() {
+			return nil, newError(sw.policy.Name, ErrInvalid, "the policies' stores use different clients")
+		}
+		names[sw.policy.Name] = true
+		m.parts = append(m.parts, sw)
+	}
+	return m, nil
+}
+
+func (m *Multi) first(sw *slidingWindow) *slidingWindow {
+	if len(m.parts) == 0 {
+		return sw
+	}
+	return m.parts[0]
+}
+
+// Policies returns every policy, in order.
+func (m *Multi) Policies() []Policy {
+	out := make([]Policy, len(m.parts))
+	for i, p := range m.parts {
+		out[i] = p.policy
+	}
+	return out
+}
+
+// Policy returns the policy with the smallest limit per unit of time, the one
+// most likely to refuse.
+func (m *Multi) Policy() Policy {
+	best := m.parts[0].policy
+	for _, p := range m.parts[1:] {
+		if float64(p.policy.Limit)/float64(p.policy.Window) < float64(best.Limit)/float64(best.Window) {
+			best = p.policy
+		}
+	}
+	return best
+}
+
+// Allow admits n units of cost for key in every policy, or in none, on the
+// server's clock. The Decision is the deciding policy's (see AllowAll), and
+// lists every policy's own in Policies.
+func (m *Multi) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+	return m.allow(ctx, nil, key, n)
+}
+
+// AllowAt is Allow at instant t on the client's clock.
+func (m *Multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
+	return m.allow(ctx, &t, key, n)
+}
+
+func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (Decision, error) {
+	ps := make([]store.Policy, len(m.parts))
+	for i, p := range m.parts {
+		ps[i] = store.Policy{Store: p.st, Key: key, Limit: p.policy.Limit}
+	}
+	var r store.Result
+	var err error
+	if at != nil {
+		r, err = store.AllowAllAt(ctx, *at, n, ps...)
+	} else {
+		r, err = store.AllowAll(ctx, n, ps...)
+	}
+	if err != nil {
+		return Decision{}, err
+	}
+	d := Decision{Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}
+	if len(r.Policies) == 0 { // one policy
+		d.Policy = m.parts[0].policy.Name
+		d.Policies = []Decision{d}
+		return d, nil
+	}
+	decides := r.RefusedBy
+	d.Policies = make([]Decision, len(m.parts))
+	for i, p := range r.Policies {
+		d.Policies[i] = Decision{Allowed: p.RetryAfter == 0, Limit: p.Limit, Remaining: p.Remaining, RetryAfter: p.RetryAfter,
+			ResetAfter: p.ResetAfter, Policy: m.parts[i].policy.Name}
+		if r.RefusedBy < 0 && (decides < 0 || p.Remaining < r.Policies[decides].Remaining) {
+			decides = i
+		}
+	}
+	d.Policy = m.parts[decides].policy.Name
+	return d, nil
+}

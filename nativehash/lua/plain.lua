@@ -1,0 +1,150 @@
+-- The plain hash's running total. Beside the buckets, the hash keeps t, the
+-- sum of the buckets that start at or after m, and m, the start (Unix ms) of
+-- the oldest bucket that was live at the last write. So a write or a sum
+-- reads m, t and its bucket (one HMGET), not the whole counter:
+--
+--   fields of one counter, Window{10s, 1s}, at 12:00:15.3
+--   m  1735732806000   (12:00:06: the oldest live bucket at the last write)
+--   t  42              (the sum of the buckets from m on)
+--   6 ... 15           the buckets (codes), 12:00:06 ... 12:00:15
+--
+--   Add at 12:00:17.1: the oldest live bucket is now 12:00:08, so buckets 6
+--   and 7 have left: read them (HMGET), take them off t, and write
+--   m = 12:00:08, t and bucket 17 in one HSET; then HDEL 6 and 7.
+--
+-- The HSET comes before the HDEL, so that a write refused half-way (OOM is
+-- refused at the HSET) leaves m and t as they were. Every number is exact: t
+-- moves by sweeps whose values' magnitudes add up to less than 2^53 (checked),
+-- and by writes done exactly (see ws_plus). A counter idle for more than
+-- WS_SWEEP buckets, whose total reaches 2^53, whose m is past the clock's
+-- oldest live bucket (a clock that went back), or without m and t (a new
+-- counter), is read whole once (HGETALL) and its total rebuilt.
+
+-- WS_SWEEP is how many buckets a write may sweep one by one (see ws_dead).
+local WS_SWEEP = 32
+
+-- ws_dead lists the codes of the buckets that start in [from, to): those that
+-- left the window between a write whose oldest live bucket started at from,
+-- and now (to = L.low). A year's last bucket may be short, so the walk steps
+-- to the next year's start when it gets there. It answers nil when there are
+-- more than WS_SWEEP, or when from is not a bucket start of this year or the
+-- last.
+local function ws_dead(L, from, to)
+  local codes, s = {}, from
+  while s < to do
+    local y, ny
+    if s >= L.cur then
+      y, ny = L.cur, L.nxt
+    elseif s >= L.prev then
+      y, ny = L.prev, L.cur
+    else
+      return nil
+    end
+    local k = (s - y) / L.b
+    if k % 1 ~= 0 or #codes == WS_SWEEP then return nil end
+    codes[#codes + 1] = string.format('%d', k)
+    s = math.min(s + L.b, ny)
+  end
+  return codes
+end
+
+-- ws_rebuild is ws_open's answer from a full read: t and m are to be written
+-- anew, and every stale field deleted, by ws_put.
+local function ws_rebuild(L, key, B)
+  local all = ws_read(key)
+  local S = ws_scan(L, all, L.now - L.w, false)
+  local sum, fits = ws_scansum(L, all, S, L.now - L.w)
+  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false}
+  for i = 1, #all, 2 do
+    if all[i] == B.field then C.cur = all[i + 1] end
+  end
+  return C
+end
+
+-- ws_open reads the counter's state for a write to bucket B, or for a sum: C.sum
+-- is the window sum (C.fits: within int64); C.synced tells whether m is the clock's oldest live
+-- bucket already; C.dead lists the fields ws_put is to delete; C.cur is B's
+-- value as stored (false: no such field). It writes nothing.
+local function ws_open(L, key, B)
+  local low = L.low
+  local mt = redis.call('HMGET', key, 'm', 't', B.field)
+  local m, t = tonumber(mt[1]), tonumber(mt[2])
+  if m == nil or t == nil or m > low or t >= WS_BIG or t <= -WS_BIG then
+    return ws_rebuild(L, key, B)
+  end
+  local C = {sum = t, fits = true, cur = mt[3] or false, synced = m == low}
+  if C.synced then return C end
+  local dead = ws_dead(L, m, low)
+  if dead == nil then return ws_rebuild(L, key, B) end
+  local vals = redis.call('HMGET', key, unpack(dead))
+  local gone, mag, del = 0, t < 0 and -t or t, {}
+  for i = 1, #dead do
+    if vals[i] then
+      local v = tonumber(vals[i])
+      if v == nil then return ws_rebuild(L, key, B) end
+      gone, mag = gone + v, mag + (v < 0 and -v or v)
+      del[#del + 1] = dead[i]
+    end
+  end
+  if mag >= WS_BIG then return ws_rebuild(L, key, B) end
+  C.sum, C.dead = t - gone, del
+  return C
+end
+
+-- ws_prepare computes what adding delta (a decimal string) to bucket B does
+-- to t and to the bucket, exactly, into C; it raises WS_E_OVERFLOW, having
+-- written nothing, when the window sum or the bucket would leave int64.
+-- ws_commit then writes it: one HSET (with m when it moves), then the HDEL
+-- of the fields that left the window. A group prepares every write before it
+-- commits one, so that no item's overflow leaves another written.
+local function ws_prepare(L, C, delta, B)
+  C.nsum = ws_addsum(C.sum, delta)
+  -- A bucket that is not an integer raises WS_E_NOTCOUNTER (ws_split).
+  C.nv = ws_bucketplus(C.cur or '0', delta)
+end
+
+local function ws_commit(L, key, C, B)
+  local sum, nv = C.nsum, C.nv
+  if C.synced then
+    redis.call('HSET', key, 't', ws_str(sum), B.field, ws_str(nv))
+  else
+    redis.call('HSET', key, 'm', string.format('%d', L.low), 't', ws_str(sum), B.field, ws_str(nv))
+  end
+  if C.dead ~= nil and #C.dead > 0 then ws_drop(key, C.dead) end
+  if not C.cur then ws_touch(L, key, B) end
+  if type(nv) == 'string' then nv = tonumber(nv) end
+  return sum, nv
+end
+
+-- ws_put adds delta to bucket B: ws_prepare, then ws_commit. It returns the
+-- new window sum and the bucket's new value.
+local function ws_put(L, key, C, delta, B)
+  ws_prepare(L, C, delta, B)
+  return ws_commit(L, key, C, B)
+end
+
+-- A group's write that answers no sum (WS_IT_QUIET) is an ordinary one here:
+-- the running total moves with it.
+local function ws_quiet(L, key, delta, B)
+  local C = ws_open(L, key, B)
+  ws_prepare(L, C, delta, B)
+  return C
+end
+
+local ws_quietcommit = ws_commit
+
+local function ws_detail(L, key, C)
+  local all = (C ~= nil and C.all) or ws_read(key)
+  return ws_scan(L, all, L.now - L.w, true)
+end
+
+local function ws_addnosum(L, key, delta, B)
+  ws_put(L, key, ws_open(L, key, B), delta, B)
+  return 1
+end
+
+local function ws_sumover(L, key, lb)
+  if lb ~= L.w then return ws_scanread(L, key, lb) end
+  local C = ws_open(L, key, L.target)
+  return ws_checked(C.sum, C.fits)
+end

@@ -1,0 +1,24 @@
+-- The plain native hash, for servers without hash-field TTL: fields never
+-- expire on their own. Besides the buckets, the hash keeps a running total
+-- (see plain.lua) in the reserved fields m and t.
+
+local WS_RESERVED = {m = true, t = true}
+
+-- ws_touch makes the key expire when bucket B leaves the window, after a
+-- write created B: the newest bucket sets it; an earlier (late) one may only
+-- extend it.
+local function ws_touch(L, key, B)
+  local at = ws_expiry(L.H, B.start + L.w)
+  if not B.current then
+    local pttl = redis.call('PTTL', key)
+    if pttl >= 0 and ws_expiry(L.H, L.now) + pttl >= at then return end
+  end
+  redis.call('PEXPIREAT', key, at)
+end
+
+-- No field has a TTL of its own: each lives as long as the key.
+local function ws_ttls(key, fields, pttl)
+  local out = {}
+  for i = 1, #fields do out[i] = pttl end
+  return out
+end

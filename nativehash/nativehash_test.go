@@ -1,0 +1,78 @@
+package nativehash
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/acldoc"
+)
+
+// TestACLRules: the README's ACL rule for each mode allows every command its
+// scripts call, with event ids and distinct counts, and nothing they do not.
+func TestACLRules(t *testing.T) {
+	rules, err := acldoc.Rules("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for label, b := range map[string]*backend.Backend{"plain hash": Plain, "field TTL": FieldTTL} {
+		if err := acldoc.Check(rules, label, []string{"event ids", "distinct counts"}, b.Write, b.Sum, b.Inspect); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestFieldTTLWrites: the field-TTL mode never HSETs (HSET clears a field's
+// TTL), sets every bucket's TTL with an absolute time (HPEXPIREAT: a relative
+// one would drift with the script's clock), and has no reserved fields.
+func TestFieldTTLWrites(t *testing.T) {
+	cmds := FieldTTL.Write.Commands()
+	for _, bad := range []string{"HSET", "HSETEX", "HPEXPIRE", "HEXPIRE", "HINCRBYFLOAT"} {
+		if slices.Contains(cmds, bad) {
+			t.Errorf("the field-TTL write script calls %s", bad)
+		}
+	}
+	if !slices.Contains(cmds, "HPEXPIREAT") || !slices.Contains(cmds, "HINCRBY") {
+		t.Errorf("the field-TTL write script lacks HINCRBY or HPEXPIREAT: %v", cmds)
+	}
+	if len(FieldTTL.Reserved) != 0 || !FieldTTL.FieldTTL {
+		t.Errorf("FieldTTL spec: %+v", FieldTTL.Spec)
+	}
+}
+
+// TestPlainCommitOrder: the plain mode's commit writes m, t and the bucket in
+// one HSET before it deletes anything, so that a write refused at the HSET
+// (OOM) leaves the running total as it was; and m and t are its reserved
+// fields, which the shared scan skips.
+func TestPlainCommitOrder(t *testing.T) {
+	src := Plain.Write.Source()
+	i := strings.Index(src, "local function ws_commit(")
+	if i < 0 {
+		t.Fatal("no ws_commit in the plain write script")
+	}
+	body := src[i:]
+	body = body[:strings.Index(body, "\nend\n")]
+	hset, drop := strings.Index(body, "'HSET'"), strings.Index(body, "ws_drop(")
+	if hset < 0 || drop < 0 || hset > drop {
+		t.Errorf("ws_commit: HSET at %d, ws_drop at %d:\n%s", hset, drop, body)
+	}
+	if !slices.Equal(Plain.Reserved, []string{"m", "t"}) || Plain.FieldTTL {
+		t.Errorf("Plain spec: %+v", Plain.Spec)
+	}
+	for _, f := range []string{"m", "t"} {
+		if !Plain.IsReserved(f) {
+			t.Errorf("%s is not reserved", f)
+		}
+	}
+	if Plain.IsReserved("0") {
+		t.Error("a bucket code is reserved")
+	}
+}
+
+// TestSpecs: the two modes are one family, under names of their own.
+func TestSpecs(t *testing.T) {
+	if Plain.Name == FieldTTL.Name || Plain.Family != Family || FieldTTL.Family != Family {
+		t.Errorf("names %q %q, families %q %q", Plain.Name, FieldTTL.Name, Plain.Family, FieldTTL.Family)
+	}
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Measures the README's benchmark table and records it: starts a Redis 7.0
+# server in a container pinned to a core of its own, runs `windowctl bench`
+# on the other core(s), records the medians in tests/figures.json and renders
+# the README (go run ./tests/cmd/figures).
+#
+#   ./scripts/bench.sh            3 runs of every operation at 10 buckets, then
+#                                 add and the naive script at 10 and 1,440
+#                                 buckets (fewer keys: a 1,440-bucket counter
+#                                 is some 90 kB)
+#   RUNS=5 DURATION=5s ./scripts/bench.sh
+#
+# The server image is REDIS70_IMAGE (default: the one scripts/images.sh builds).
+# It needs two cores to pin; with one, the figures are noisier. Time the figures
+# on a quiet machine: they are medians of RUNS rounds, with their range.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+runs=${RUNS:-3}
+duration=${DURATION:-3s}
+port=${BENCH_PORT:-16390}
+if [ -z "${REDIS70_IMAGE:-}" ]; then
+  REDIS70_IMAGE=$(./scripts/images.sh | sed -n 's/^REDIS70_IMAGE=//p')
+fi
+
+cpus=$(nproc 2>/dev/null || echo 1)
+server_pin=() client_pin=()
+if [ "$cpus" -ge 2 ]; then
+  server_pin=(--cpuset-cpus "$((cpus - 1))")
+  client_pin=(taskset -c "0-$((cpus - 2))")
+  command -v taskset >/dev/null || client_pin=()
+fi
+
+name=windowstore-bench-$$
+docker run -d --rm --name "$name" --label windowstore.test=true --network host "${server_pin[@]}" \
+  "$REDIS70_IMAGE" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null
+trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT
+version=$(docker exec "$name" redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')
+
+bin=$(mktemp -d)/windowctl
+(cd cmd/windowctl && go build -o "$bin" .)
+for _ in $(seq 50); do "$bin" --addr "127.0.0.1:$port" detect >/dev/null 2>&1 && break; sleep 0.1; done
+
+out=$(mktemp)
+echo "bench: every operation at 10 buckets, $runs runs of $duration" >&2
+"${client_pin[@]}" "$bin" --addr "127.0.0.1:$port" --json bench --keys 10000 --buckets 10 --runs "$runs" --duration "$duration" | tee -a "$out" >&2
+echo "bench: add and the naive script at 10 and 1,440 buckets" >&2
+"${client_pin[@]}" "$bin" --addr "127.0.0.1:$port" --json bench --keys 1000 --buckets 10,1440 --ops add,naive --runs "$runs" --duration "$duration" |
+  grep '"buckets":1440' | tee -a "$out" >&2
+
+how="Redis $version in a container pinned to a core of its own (docker --cpuset-cpus), windowctl bench on the other core, \
+$(date -u +%Y-%m-%d), $cpus cores; 10,000 keys with full windows at 10 buckets (1,000 at 1,440), $duration per run, \
+medians of $runs runs and their range; ratios are of medians measured in the same invocation, and the 1,440-bucket rows \
+compare with the naive script at 1,440 buckets. Reproduce: \`./scripts/bench.sh\`."
+(cd tests && go run ./cmd/figures -bench "$out" -how "$how")
+rm -f "$out"

@@ -1,0 +1,475 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/keyspace"
+)
+
+// Kind is what an Op does to its counter.
+type Kind int
+
+const (
+	// Count adds Delta to the counter (every tier of its store), like Add.
+	Count Kind = iota
+	// CountQuiet adds Delta like Count, and answers no sum, like AddNoSum.
+	CountQuiet
+	// Limit is a limit on the counter's window (the tier Tier of its store):
+	// Delta is the cost, counted only if every Limit of the batch admits its
+	// own cost, all or nothing.
+	Limit
+	// Distinct adds Members to the counter's distinct count (a HyperLogLog
+	// per bucket) and answers the number of distinct members in the window.
+	// With no Members it only reads the count.
+	Distinct
+	// Read answers the counter's window sums and writes nothing.
+	Read
+)
+
+// An Op is one counter's part in a Batch.
+type Op struct {
+	// Store is the counter's store: its window (and tiers), prefix, entity
+	// and client.
+	Store *Store
+	// Key is the counter's key.
+	Key string
+	// Kind is what the op does.
+	Kind Kind
+	// Tier is, for a Limit, which of the store's windows the limit applies
+	// to: 0 for the store's Window, i for the i-th window of WithTiers. The
+	// cost is counted in every tier of the counter, when admitted. For the
+	// other kinds it chooses the window whose sum Value.Sum reports.
+	Tier int
+	// Delta is the amount to add (Count, CountQuiet), or the cost (Limit:
+	// from 0 to 2^53).
+	Delta int64
+	// Limit is the limit of a Limit op: from 0 to 2^53.
+	Limit int64
+	// Members are the members a Distinct op adds: at least one.
+	Members []string
+}
+
+// A Batch is a set of operations on counters of one Redis Cluster slot (one
+// key's counters in several stores of one prefix, or one Entity's counters),
+// done atomically in one script call.
+type Batch struct {
+	// ID, when not empty, is the event's id: a batch whose ID was seen within
+	// the longest window of its ops writes nothing and answers the counters'
+	// state now, marked Duplicate, with the first call's decision. A batch
+	// with an ID is retried by the store after a connection error (see
+	// WithRetries): it counts once. The id is kept under the first op's
+	// counter, so batches that mean the same event must start with the same
+	// op.
+	ID string
+	// Time, when not zero, is when the event happened: its writes count in
+	// the buckets of that time (a late event counts in its own bucket, and
+	// never deletes newer ones). An op whose bucket has already left its
+	// window counts nothing (Value.Counted false); when no op can count the
+	// event the batch fails with ErrTooOld. A time further ahead of the clock
+	// than the future tolerance fails with ErrFuture. Limits always decide at
+	// the clock's now.
+	Time time.Time
+	// Ops are the batch's operations, at most one Count or Distinct, or any
+	// number of Limits, per counter.
+	Ops []Op
+}
+
+// BatchResult is what a Batch did.
+type BatchResult struct {
+	// Allowed reports whether every Limit admitted its cost (true when there
+	// is none). A duplicate answers the first call's decision.
+	Allowed bool
+	// Duplicate reports that the batch's ID was seen before: nothing was
+	// written now.
+	Duplicate bool
+	// RefusedBy is the index in Ops of the Limit that decides a refusal: the
+	// one whose retry is the latest; -1 when allowed.
+	RefusedBy int
+	// RetryAfter is 0 when allowed; when refused, the time until every limit
+	// admits its cost, if nothing else is counted meanwhile (a retry then
+	// succeeds, one a millisecond earlier fails); -1 when a cost exceeds its
+	// limit and never fits.
+	RetryAfter time.Duration
+	// Values has one entry per op, in order.
+	Values []Value
+}
+
+// Value is one op's answer.
+type Value struct {
+	// Counted reports whether the op counted its delta: false for a late
+	// event whose bucket had left the window, for a refused Limit, and for a
+	// duplicate.
+	Counted bool
+	// Sum is the window sum after the op of the window Tier (Count, Limit),
+	// or the number of distinct members in the window (Distinct). 0 for
+	// CountQuiet.
+	Sum int64
+	// Sums has the sum of every tier of the counter, Tier 0 first, and
+	// CountedTiers whether each tier counted the delta (false where a late
+	// event's bucket had left that tier's window): Count, CountQuiet and
+	// Distinct.
+	Sums         []int64
+	CountedTiers []bool
+	// Limit, Remaining, RetryAfter and ResetAfter are a Limit op's, as in
+	// Result.
+	Limit, Remaining       int64
+	RetryAfter, ResetAfter time.Duration
+}
+
+// Apply runs the batches, each atomically in one script call, all in one
+// round trip per node: batches of different slots go out in parallel. A
+// batch that fails does not stop the others: the results of those that
+// succeeded are returned with an error that is a *ManyError (one entry per
+// batch). A batch that breaks the rules (keys of several slots, an op twice
+// on one counter, a limit out of range) fails with ErrInvalid before
+// anything is sent.
+func Apply(ctx context.Context, batches ...Batch) ([]BatchResult, error) {
+	return apply(ctx, nil, batches)
+}
+
+// ApplyAt is Apply at instant now on the client's clock.
+func ApplyAt(ctx context.Context, now time.Time, batches ...Batch) ([]BatchResult, error) {
+	return apply(ctx, &now, batches)
+}
+
+// plan is a batch turned into one group operation.
+type plan struct {
+	st    *Store // the store whose client and backend run it
+	keys  []string
+	args  []string
+	items []planItem // in the order of the group's answers
+	ops   []Op
+	retry bool
+}
+
+// planItem maps a group item back to its op and tier.
+type planItem struct {
+	op, tier int
+	kind     string
+}
+
+func apply(ctx context.Context, at *time.Time, batches []Batch) (_ []BatchResult, err error) {
+	if len(batches) > 0 && len(batches[0].Ops) > 0 && batches[0].Ops[0].Store != nil {
+		var end func(error)
+		ctx, end = batches[0].Ops[0].Store.start(ctx, "apply")
+		defer func() { end(err) }()
+	}
+	out := make([]BatchResult, len(batches))
+	errs := make([]error, len(batches))
+	failed := false
+	type call struct {
+		p    *plan
+		i    int
+		done chan struct{}
+		msg  rueidis.RedisMessage
+		err  error
+	}
+	var calls []*call
+	for i, b := range batches {
+		p, err := makePlan(b, at)
+		if err != nil {
+			errs[i], failed = err, true
+			continue
+		}
+		calls = append(calls, &call{p: p, i: i, done: make(chan struct{})})
+	}
+	// Every batch goes to its store's batcher at once: concurrent callers'
+	// operations and these share script calls, one DoMulti per flush.
+	for _, c := range calls {
+		go func() {
+			defer close(c.done)
+			c.msg, c.err = c.p.st.run(ctx, c.p.keys, c.p.st.header(at), c.p.retry, c.p.args...)
+		}()
+	}
+	for _, c := range calls {
+		<-c.done
+		if c.err == nil {
+			out[c.i], c.err = c.p.result(c.msg)
+		}
+		if c.err != nil {
+			errs[c.i], failed = fail("apply", batches[c.i].Ops[0].Key, c.p.st.be.Write, c.err), true
+		}
+	}
+	if failed {
+		return out, &ManyError{Errs: errs}
+	}
+	return out, nil
+}
+
+// run sends one write operation through the batcher; with retry (an
+// operation with an event id, safe to send again) it resends it after a
+// connection error, up to the store's retries, while ctx lasts.
+func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ...string) (rueidis.RedisMessage, error) {
+	for attempt := 0; ; attempt++ {
+		msg, err := s.writes.do(ctx, keys, hdr, args...)
+		if err == nil || !retry || attempt >= s.retries || !transient(ctx, err) {
+			return msg, err
+		}
+		select {
+		case <-ctx.Done():
+			return msg, err
+		case <-time.After(retryBackoff(attempt)):
+		}
+	}
+}
+
+// retryBackoff is the wait before resending after the attempt-th failure:
+// 10 ms, doubling, at most maxBackoff. Uncapped, the twelfth wait was 40 s
+// and the twentieth three hours: a connection that broke a dozen times in a
+// row parked its write past any deadline.
+func retryBackoff(attempt int) time.Duration {
+	if attempt >= 7 {
+		return maxBackoff
+	}
+	return min(time.Duration(10<<attempt)*time.Millisecond, maxBackoff)
+}
+
+// maxBackoff caps the wait between two sends of a write with an event id.
+const maxBackoff = 500 * time.Millisecond
+
+// transient reports whether err broke the connection rather than came from
+// the server or the caller: the operation may not have run, or may have.
+func transient(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, rueidis.ErrClosing) {
+		return false
+	}
+	if _, ok := rueidis.IsRedisErr(err); ok {
+		return false
+	}
+	return !errors.Is(err, context.Canceled)
+}
+
+// maxGroupTiers bounds the tiers of one counter (see WithTiers).
+const maxTiers = 8
+
+func makePlan(b Batch, at *time.Time) (*plan, error) {
+	bad := func(format string, a ...any) error {
+		key := ""
+		if len(b.Ops) > 0 {
+			key = b.Ops[0].Key
+		}
+		return invalid("apply", key, fmt.Sprintf(format, a...))
+	}
+	if len(b.Ops) == 0 {
+		return nil, bad("a batch needs at least one op")
+	}
+	p := &plan{st: b.Ops[0].Store, ops: b.Ops, retry: b.ID != ""}
+	if p.st == nil {
+		return nil, bad("op 0 has no store")
+	}
+	type counter struct{ limited, counted bool }
+	counters := map[string]*counter{} // by the counter's primary Redis key
+	limitedTiers := map[string]bool{}
+	var slot uint16
+	var ttl int64
+	var items [][]string // per item: kind, shape, args
+	var keys []string
+	for i, o := range b.Ops {
+		st := o.Store
+		switch {
+		case st == nil:
+			return nil, bad("op %d has no store", i)
+		case st.client != p.st.client:
+			return nil, bad("op %d uses another client", i)
+		case st.be != p.st.be:
+			return nil, bad("op %d uses another backend", i)
+		case o.Tier < 0 || o.Tier >= len(st.tiers):
+			return nil, bad("op %d: tier %d of a store with %d windows", i, o.Tier, len(st.tiers))
+		}
+		rk, err := st.redisKey(o.Key, st.tiers[0].tag)
+		if err != nil {
+			return nil, rename(err, "apply")
+		}
+		if i == 0 {
+			slot = keyspace.Slot(rk)
+		} else if keyspace.Slot(rk) != slot {
+			return nil, bad("op %d is in another cluster slot than op 0: a batch's counters must share one (one key, or one Entity)", i)
+		}
+		c := counters[rk]
+		if c == nil {
+			c = &counter{}
+			counters[rk] = c
+		}
+		for _, t := range st.tiers {
+			ttl = max(ttl, t.winMs+t.bucketMs)
+		}
+		switch o.Kind {
+		case Count, CountQuiet, Distinct, Read:
+			if c.counted || c.limited {
+				return nil, bad("op %d: counter %q is in the batch twice", i, o.Key)
+			}
+			c.counted = true
+		case Limit:
+			if c.counted {
+				return nil, bad("op %d: counter %q is counted and limited in one batch", i, o.Key)
+			}
+			c.limited = true
+			if o.Limit < 0 || o.Limit > maxExact || o.Delta < 0 || o.Delta > maxExact {
+				return nil, bad("op %d: limit %d and cost %d must be within [0, 2^53]", i, o.Limit, o.Delta)
+			}
+			tk := rk + "#" + strconv.Itoa(o.Tier)
+			if limitedTiers[tk] {
+				return nil, bad("op %d: window %v of counter %q is limited twice", i, st.tiers[o.Tier].win, o.Key)
+			}
+			limitedTiers[tk] = true
+		default:
+			return nil, bad("op %d: unknown kind %d", i, o.Kind)
+		}
+		d := strconv.FormatInt(o.Delta, 10)
+		for ti, t := range st.tiers {
+			trk, _ := st.redisKey(o.Key, t.tag)
+			var it []string
+			switch o.Kind {
+			case Count:
+				it = []string{backend.ItemCount, t.shape, d}
+			case CountQuiet:
+				it = []string{backend.ItemQuiet, t.shape, d}
+			case Distinct:
+				trk += ":d"
+				it = append([]string{backend.ItemDistinct, t.shape, strconv.Itoa(len(o.Members))}, o.Members...)
+			case Read:
+				it = []string{backend.ItemRead, t.shape}
+			case Limit:
+				if ti != o.Tier {
+					continue // added below, once per counter
+				}
+				it = []string{backend.ItemLimit, t.shape, strconv.FormatInt(o.Limit, 10), d}
+			}
+			items = append(items, it)
+			keys = append(keys, trk)
+			p.items = append(p.items, planItem{op: i, tier: ti, kind: it[0]})
+		}
+	}
+	// The tiers of a limited counter that no limit names count the cost when
+	// the limits admit it.
+	for i, o := range b.Ops {
+		if o.Kind != Limit {
+			continue
+		}
+		rk, _ := o.Store.redisKey(o.Key, o.Store.tiers[0].tag)
+		for ti, t := range o.Store.tiers {
+			tk := rk + "#" + strconv.Itoa(ti)
+			if limitedTiers[tk] {
+				continue
+			}
+			limitedTiers[tk] = true
+			trk, _ := o.Store.redisKey(o.Key, t.tag)
+			items = append(items, []string{backend.ItemIfOK, t.shape, strconv.FormatInt(o.Delta, 10)})
+			keys = append(keys, trk)
+			p.items = append(p.items, planItem{op: i, tier: ti, kind: backend.ItemIfOK})
+		}
+	}
+	if len(keys) > 1000 {
+		return nil, bad("a batch of %d counters: at most 1000", len(keys))
+	}
+	p.args = []string{backend.OpGroup, strconv.Itoa(len(items)), b.ID, strconv.FormatInt(ttl, 10), ""}
+	if b.ID != "" {
+		var id strings.Builder
+		id.WriteString(keys[0])
+		id.WriteString(":id:")
+		keyspace.Escape(&id, b.ID)
+		p.keys = append(p.keys, id.String())
+	}
+	if !b.Time.IsZero() {
+		p.args[4] = strconv.FormatInt(b.Time.UnixMilli(), 10)
+	}
+	p.keys = append(p.keys, keys...)
+	for _, it := range items {
+		p.args = append(p.args, it...)
+	}
+	return p, nil
+}
+
+// result reads a group's reply into a BatchResult.
+func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
+	v, err := msg.ToArray()
+	if err != nil || len(v) != 2+len(p.items) {
+		return BatchResult{}, errors.New("unexpected group reply " + msg.String())
+	}
+	flags, err1 := v[0].AsInt64()
+	retry, err2 := v[1].AsInt64()
+	if err := errors.Join(err1, err2); err != nil {
+		return BatchResult{}, errors.New("unexpected group reply " + msg.String())
+	}
+	r := BatchResult{Allowed: flags&1 == 1, Duplicate: flags&2 == 2, RefusedBy: -1, RetryAfter: ms(retry),
+		Values: make([]Value, len(p.ops))}
+	for i, o := range p.ops {
+		r.Values[i].Counted = !r.Duplicate && (o.Kind != Limit || r.Allowed) && o.Kind != Read &&
+			(o.Kind != Distinct || len(o.Members) > 0)
+		if o.Kind != Limit {
+			r.Values[i].Sums = make([]int64, len(o.Store.tiers))
+			r.Values[i].CountedTiers = make([]bool, len(o.Store.tiers))
+			for t := range r.Values[i].CountedTiers {
+				r.Values[i].CountedTiers[t] = r.Values[i].Counted
+			}
+		}
+	}
+	for j, it := range p.items {
+		a := v[2+j]
+		val := &r.Values[it.op]
+		o := p.ops[it.op]
+		if a.IsNil() { // a late event: this tier's bucket has left the window
+			if val.CountedTiers != nil {
+				val.CountedTiers[it.tier] = false
+			}
+			if it.tier == o.Tier {
+				val.Counted = false
+			}
+			continue
+		}
+		switch it.kind {
+		case backend.ItemLimit:
+			f, err := a.ToArray()
+			if err != nil || len(f) != 3 {
+				return r, errors.New("unexpected limit answer " + a.String())
+			}
+			sum, err1 := sumOf(f[0])
+			rt, err2 := f[1].AsInt64()
+			rs, err3 := f[2].AsInt64()
+			if err := errors.Join(err1, err2, err3); err != nil {
+				return r, errors.New("unexpected limit answer " + a.String())
+			}
+			val.Sum, val.Limit, val.Remaining = sum, o.Limit, remaining(o.Limit, sum)
+			val.RetryAfter, val.ResetAfter = ms(rt), ms(rs)
+		default:
+			n, err := sumOf(a)
+			if err != nil {
+				return r, err
+			}
+			if val.Sums != nil {
+				val.Sums[it.tier] = n
+			}
+			if it.tier == o.Tier {
+				val.Sum = n
+			}
+		}
+	}
+	if !r.Allowed && !r.Duplicate {
+		// The limit that decides: the one whose wait is the longest (never: -1).
+		var worst time.Duration
+		for i, o := range p.ops {
+			ra := r.Values[i].RetryAfter
+			if o.Kind != Limit || ra == 0 {
+				continue
+			}
+			if r.RefusedBy < 0 || ra < 0 || (worst >= 0 && ra > worst) {
+				r.RefusedBy, worst = i, ra
+			}
+		}
+	}
+	return r, nil
+}
+
+func ms(v int64) time.Duration {
+	if v < 0 {
+		return -1
+	}
+	return time.Duration(v) * time.Millisecond
+}

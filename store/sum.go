@@ -1,0 +1,201 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Sum returns the window sum of key; 0 for a key that does not exist. It is a
+// read-only script: it writes nothing (stale buckets are left to the next
+// write), so a replica can serve it. Being read-only, rueidis retries it on
+// connection errors until ctx ends: give it a deadline.
+func (s *Store) Sum(ctx context.Context, key string) (int64, error) {
+	return s.sum(ctx, nil, key, s.winMs)
+}
+
+// SumAt is Sum at instant t on the client's clock.
+func (s *Store) SumAt(ctx context.Context, t time.Time, key string) (int64, error) {
+	return s.sum(ctx, &t, key, s.winMs)
+}
+
+// SumWithin returns the sum of key over the last lookback instead of the whole
+// window: the buckets that start after now - lookback. The lookback must be a
+// multiple of the bucket, from one bucket up to the window length.
+func (s *Store) SumWithin(ctx context.Context, key string, lookback time.Duration) (int64, error) {
+	lb, err := s.lookback(key, lookback)
+	if err != nil {
+		return 0, err
+	}
+	return s.sum(ctx, nil, key, lb)
+}
+
+// SumWithinAt is SumWithin at instant t on the client's clock.
+func (s *Store) SumWithinAt(ctx context.Context, t time.Time, key string, lookback time.Duration) (int64, error) {
+	lb, err := s.lookback(key, lookback)
+	if err != nil {
+		return 0, err
+	}
+	return s.sum(ctx, &t, key, lb)
+}
+
+func (s *Store) lookback(key string, d time.Duration) (int64, error) {
+	if d < s.win.Bucket || d > s.win.Length || d%s.win.Bucket != 0 {
+		return 0, invalid("sum", key, "lookback "+d.String()+" is not a multiple of the bucket "+s.win.Bucket.String()+
+			" between "+s.win.Bucket.String()+" and "+s.win.Length.String())
+	}
+	return d.Milliseconds(), nil
+}
+
+func (s *Store) sum(ctx context.Context, at *time.Time, key string, lookback int64) (n int64, err error) {
+	ctx, end := s.start(ctx, "sum")
+	defer func() { end(err) }()
+	rk, err := s.redisKey(key, s.tag)
+	if err != nil {
+		return 0, rename(err, "sum")
+	}
+	msg, err := s.reads.do(ctx, []string{rk}, s.header(at), s.shape, strconv.FormatInt(lookback, 10))
+	if err != nil {
+		return 0, fail("sum", key, s.be.Sum, err)
+	}
+	n, err = sumOf(msg)
+	return n, fail("sum", key, nil, err)
+}
+
+// SumMany returns the window sums of many keys, in the order given, in one
+// round trip: one read-only script call per DefaultBatchOps keys (see
+// WithBatching), all pipelined; on a cluster, per slot, in parallel per node. If some
+// keys fail, the others' sums are still returned and the error is a
+// *ManyError that says which keys failed; errors.Is sees each key's error.
+func (s *Store) SumMany(ctx context.Context, keys []string) ([]int64, error) {
+	return s.sumMany(ctx, nil, keys)
+}
+
+// SumManyAt is SumMany at instant t on the client's clock.
+func (s *Store) SumManyAt(ctx context.Context, t time.Time, keys []string) ([]int64, error) {
+	return s.sumMany(ctx, &t, keys)
+}
+
+// ManyError is the error of SumMany when some keys fail.
+type ManyError struct {
+	// Errs has one entry per key given to SumMany: nil where the key's sum was
+	// read, else why not.
+	Errs []error
+}
+
+func (e *ManyError) Error() string {
+	var msgs []string
+	for _, err := range e.Errs {
+		if err != nil {
+			msgs = append(msgs, strings.TrimPrefix(err.Error(), "store: "))
+		}
+	}
+	return "store: " + strconv.Itoa(len(msgs)) + " of " + strconv.Itoa(len(e.Errs)) + " keys failed: " + strings.Join(msgs, "; ")
+}
+
+// Unwrap returns the keys' errors, so that errors.Is and errors.As see them.
+func (e *ManyError) Unwrap() []error {
+	var out []error
+	for _, err := range e.Errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) (_ []int64, err error) {
+	ctx, end := s.start(ctx, "sum many")
+	defer func() { end(err) }()
+	out := make([]int64, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	rks := make([]string, 0, len(keys))
+	idx := make([]int, 0, len(keys))
+	errs := make([]error, len(keys))
+	failed := false
+	for i, k := range keys {
+		rk, err := s.redisKey(k, s.tag)
+		if err != nil {
+			errs[i], failed = rename(err, "sum"), true
+			continue
+		}
+		rks = append(rks, rk)
+		idx = append(idx, i)
+	}
+	if len(rks) > 0 {
+		lb := strconv.FormatInt(s.winMs, 10)
+		for j, o := range s.reads.many(ctx, rks, s.header(at), s.shape, lb) {
+			err := o.err
+			if err == nil {
+				out[idx[j]], err = sumOf(o.res)
+				err = fail("sum", keys[idx[j]], nil, err)
+			} else {
+				err = fail("sum", keys[idx[j]], s.be.Sum, err)
+			}
+			if err != nil {
+				errs[idx[j]], failed = err, true
+			}
+		}
+	}
+	if failed {
+		return out, &ManyError{Errs: errs}
+	}
+	return out, nil
+}
+
+// SumOver returns the sum of key over the last d, from the tier that answers
+// it exactly (see WithTiers): the finest one whose window reaches d and whose
+// bucket divides d. With 10 s buckets for 10 minutes, 1 min for an hour and
+// 1 h for a day, SumOver(key, 30*time.Minute) reads the hour tier's last 30
+// buckets. It fails with ErrInvalid when no tier answers d.
+func (s *Store) SumOver(ctx context.Context, key string, d time.Duration) (int64, error) {
+	return s.sumOver(ctx, nil, key, d)
+}
+
+// SumOverAt is SumOver at instant t on the client's clock.
+func (s *Store) SumOverAt(ctx context.Context, t time.Time, key string, d time.Duration) (int64, error) {
+	return s.sumOver(ctx, &t, key, d)
+}
+
+func (s *Store) sumOver(ctx context.Context, at *time.Time, key string, d time.Duration) (_ int64, err error) {
+	ctx, end := s.start(ctx, "sum")
+	defer func() { end(err) }()
+	t, err := s.tierFor(key, d)
+	if err != nil {
+		return 0, err
+	}
+	rk, err := s.redisKey(key, t.tag)
+	if err != nil {
+		return 0, rename(err, "sum")
+	}
+	msg, err := s.reads.do(ctx, []string{rk}, s.header(at), t.shape, strconv.FormatInt(d.Milliseconds(), 10))
+	if err != nil {
+		return 0, fail("sum", key, s.be.Sum, err)
+	}
+	n, err := sumOf(msg)
+	return n, fail("sum", key, nil, err)
+}
+
+// tierFor picks the finest tier whose window reaches d and whose bucket
+// divides it.
+func (s *Store) tierFor(key string, d time.Duration) (tier, error) {
+	var best *tier
+	for i := range s.tiers {
+		t := &s.tiers[i]
+		if d >= t.win.Bucket && d <= t.win.Length && d%t.win.Bucket == 0 && (best == nil || t.win.Bucket < best.win.Bucket) {
+			best = t
+		}
+	}
+	if best == nil {
+		var ws []string
+		for _, t := range s.tiers {
+			ws = append(ws, t.win.String())
+		}
+		return tier{}, invalid("sum", key, "no window of the store ("+strings.Join(ws, ", ")+") answers "+d.String()+
+			" exactly: it must reach it, and its bucket divide it")
+	}
+	return *best, nil
+}

@@ -1,0 +1,281 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/resptest"
+	"github.com/windowstore/windowstore/nativehash"
+)
+
+// These tests check the exact command tokens the store sends, without a
+// server. They prove the wire format, not behaviour: behaviour is proven by
+// the integration suite on real servers.
+
+// detectReply answers Detect's three commands like a Redis 8 (fieldTTL) or
+// 7.0 server.
+func detectReply(fieldTTL bool) func(cmd []string) (string, bool) {
+	return func(cmd []string) (string, bool) {
+		switch cmd[0] {
+		case "INFO":
+			return resptest.Str("# Server\r\nredis_version:8.0.2\r\n"), true
+		case "COMMAND":
+			var out []string
+			for _, c := range cmd[2:] {
+				if c == "hincrby" || (fieldTTL && c == "hpexpireat") {
+					out = append(out, resptest.Arr(resptest.Str(c)))
+				} else {
+					out = append(out, resptest.Nil())
+				}
+			}
+			return resptest.Arr(out...), true
+		case "MODULE":
+			return resptest.Arr(), true
+		}
+		return "", false
+	}
+}
+
+func tokenStore(t *testing.T, fieldTTL bool, reply resptest.Reply, opts ...Option) (*Store, *resptest.Conn) {
+	det := detectReply(fieldTTL)
+	c, rec := resptest.Client(t, func(cmd []string) string {
+		if r, ok := det(cmd); ok {
+			return r
+		}
+		return reply(cmd)
+	})
+	s, err := New(context.Background(), c, Window{Length: 10 * time.Second, Bucket: time.Second}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, rec
+}
+
+func years(at time.Time) []string {
+	c, _ := fieldcodec.New(time.Second, nil)
+	var out []string
+	for _, y := range c.YearStarts(at) {
+		out = append(out, strconv.FormatInt(y, 10))
+	}
+	return out
+}
+
+// scriptCalls returns the script and function calls and loads sent, without
+// detection.
+func scriptCalls(rec *resptest.Conn) [][]string {
+	var out [][]string
+	for _, c := range rec.Commands() {
+		switch c[0] {
+		case "EVALSHA", "EVALSHA_RO", "EVAL", "EVAL_RO", "FCALL", "FCALL_RO", "FUNCTION":
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func TestTokensDetect(t *testing.T) {
+	s, rec := tokenStore(t, true, nil)
+	if s.Detection().Backend != "nativehash-fieldttl" || s.Detection().Version != "8.0.2" {
+		t.Fatalf("%+v", s.Detection())
+	}
+	want := [][]string{{"INFO", "server"}, {"COMMAND", "INFO", "exhincrby", "exhpexpireat", "hincrby", "hpexpireat"}, {"MODULE", "LIST"}}
+	if got := rec.Commands(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("detect sent %q, want %q", got, want)
+	}
+}
+
+func TestTokensAddServerClock(t *testing.T) {
+	s, rec := tokenStore(t, false, func([]string) string { return resptest.Arr(resptest.Int(3)) }, WithPrefix("p:"))
+	n, err := s.Add(context.Background(), "user:42", -7)
+	if err != nil || n != 3 {
+		t.Fatal(n, err)
+	}
+	want := append([]string{"FCALL", nativehash.Plain.Write.Function(), "1", "p:{user:42}:10s/1s", ""}, years(time.Now())...)
+	want = append(want, "5000", backend.OpAdd, "1000:10000", "-7")
+	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
+		t.Fatalf("sent %q\nwant %q", got, want)
+	}
+}
+
+func TestTokensAllowClientClock(t *testing.T) {
+	s, rec := tokenStore(t, true, func([]string) string {
+		return resptest.Arr(resptest.Arr(resptest.Int(0), resptest.Int(4), resptest.Int(1500), resptest.Int(9000)))
+	}, WithFutureTolerance(time.Second), WithFunctions(false))
+	at := time.Date(2024, 12, 31, 23, 59, 59, 500e6, time.UTC)
+	r, err := s.AllowAt(context.Background(), at, "k", 5, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Allowed || r.Limit != 5 || r.Sum != 4 || r.Remaining != 1 || r.RetryAfter != 1500*time.Millisecond ||
+		r.ResetAfter != 9*time.Second || r.RefusedBy != 0 || r.Duplicate || r.Policies != nil {
+		t.Fatalf("%+v", r)
+	}
+	want := append([]string{"EVALSHA", nativehash.FieldTTL.Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
+	want = append(want, "1000", backend.OpAllow, "1000:10000", "5", "2")
+	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
+		t.Fatalf("sent %q\nwant %q", got, want)
+	}
+}
+
+// TestTokensBatch: writes queued while a script call is in flight go out
+// together, as one FCALL over their keys, each with its own operation, and
+// each caller gets its own answer (an error for one does not fail the other).
+func TestTokensBatch(t *testing.T) {
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	var calls int
+	var mu sync.Mutex
+	s, rec := tokenStore(t, false, func(cmd []string) string {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 {
+			close(inFlight)
+			<-release
+			return resptest.Arr(resptest.Int(1))
+		}
+		return resptest.Arr(resptest.Err("WRONGTYPE Operation against a key holding the wrong kind of value"),
+			resptest.Arr(resptest.Int(1), resptest.Int(3), resptest.Int(0), resptest.Int(10000)))
+	}, WithBatching(64, 1))
+	ctx := context.Background()
+	done := make(chan error, 3)
+	go func() { _, err := s.Add(ctx, "a", 1); done <- err }()
+	<-inFlight
+	var wrong error
+	var allowed Result
+	// b, then c, queue behind a: wait until each is in the queue.
+	queued := func(n int) {
+		for {
+			s.writes.mu.Lock()
+			l := len(s.writes.queue)
+			s.writes.mu.Unlock()
+			if l == n {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	go func() { wrong = s.AddNoSum(ctx, "b", 2); done <- nil }()
+	queued(1)
+	go func() { var err error; allowed, err = s.Allow(ctx, "c", 10, 3); done <- err }()
+	queued(2)
+	close(release)
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !errors.Is(wrong, ErrWrongType) || wrong.Error() != `store: add "b": key holds a value that is not a counter` {
+		t.Fatalf("wrong type: %v", wrong)
+	}
+	if !allowed.Allowed || allowed.Sum != 3 {
+		t.Fatalf("%+v", allowed)
+	}
+	got := scriptCalls(rec)
+	hdr := append([]string{""}, years(time.Now())...)
+	hdr = append(hdr, "5000")
+	want := append(append([]string{"FCALL", nativehash.Plain.Write.Function(), "2", "ws:{b}:10s/1s", "ws:{c}:10s/1s"}, hdr...),
+		backend.OpAddNoSum, "1000:10000", "2", backend.OpAllow, "1000:10000", "10", "3")
+	if len(got) != 2 || !slices.Equal(got[1], want) {
+		t.Fatalf("sent %q\nwant %q", got, want)
+	}
+}
+
+// TestTokensSumManyLoad: one read-only function call over both keys; a
+// server that lacks the library gets it (FUNCTION LOAD), then the call again.
+func TestTokensSumManyLoad(t *testing.T) {
+	loaded := false
+	s, rec := tokenStore(t, false, func(cmd []string) string {
+		switch {
+		case cmd[0] == "FUNCTION":
+			loaded = true
+			return resptest.Str(nativehash.Plain.Library.Name())
+		case cmd[0] == "FCALL_RO" && !loaded:
+			return resptest.Err("ERR Function not found")
+		}
+		return resptest.Arr(resptest.Int(1), resptest.Str("9007199254740993"))
+	})
+	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	sums, err := s.SumManyAt(context.Background(), at, []string{"a", "b"})
+	if err != nil || !slices.Equal(sums, []int64{1, 1<<53 + 1}) {
+		t.Fatal(sums, err)
+	}
+	args := append([]string{strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
+	args = append(args, "5000", "1000:10000", "10000", "1000:10000", "10000")
+	call := append([]string{"FCALL_RO", nativehash.Plain.Sum.Function(), "2", "ws:{a}:10s/1s", "ws:{b}:10s/1s"}, args...)
+	want := [][]string{call, {"FUNCTION", "LOAD", nativehash.Plain.Library.Source()}, call}
+	if got := scriptCalls(rec); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("sent %q", got)
+	}
+}
+
+// TestTokensFunctionsRefused: a user who may not FCALL gets EVALSHA from
+// then on; a server that lacks the script gets it again as EVAL_RO.
+func TestTokensFunctionsRefused(t *testing.T) {
+	s, rec := tokenStore(t, false, func(cmd []string) string {
+		switch cmd[0] {
+		case "FCALL_RO":
+			return resptest.Err("NOPERM User u has no permissions to run the 'fcall_ro' command")
+		case "EVALSHA_RO":
+			return resptest.Err("NOSCRIPT No matching script. Please use EVAL.")
+		}
+		return resptest.Arr(resptest.Int(1), resptest.Int(2))
+	})
+	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	for range 2 {
+		sums, err := s.SumManyAt(context.Background(), at, []string{"a", "b"})
+		if err != nil || !slices.Equal(sums, []int64{1, 2}) {
+			t.Fatal(sums, err)
+		}
+	}
+	var kinds []string
+	for _, c := range scriptCalls(rec) {
+		kinds = append(kinds, c[0])
+	}
+	if want := []string{"FCALL_RO", "EVALSHA_RO", "EVAL_RO", "EVALSHA_RO", "EVAL_RO"}; !slices.Equal(kinds, want) {
+		t.Fatalf("sent %q, want %q", kinds, want)
+	}
+	if s.runner.Functions() {
+		t.Fatal("the store still runs functions")
+	}
+}
+
+// TestTokensErrorsLeakNothing: a script's error reply reaches the caller as
+// one clean sentence; its SHA and Lua line stay reachable with errors.As.
+func TestTokensErrorsLeakNothing(t *testing.T) {
+	lib := nativehash.Plain.Library
+	line := strings.Count(lib.Source()[:strings.Index(lib.Source(), "-- @file backend/lua/ops.lua")], "\n") + 5
+	for _, tc := range []struct {
+		name, reply string
+		opts        []Option
+	}{
+		{"function", "ERR user_function:" + strconv.Itoa(line) + ": attempt to compare nil with number script: " +
+			nativehash.Plain.Write.Function() + ", on @user_function:" + strconv.Itoa(line) + ".", nil},
+		{"script", "ERR user_script:200: attempt to compare nil with number script: " +
+			nativehash.Plain.Write.SHA1() + ", on @user_script:200.", []Option{WithFunctions(false)}},
+	} {
+		s, _ := tokenStore(t, false, func([]string) string { return resptest.Err(tc.reply) }, tc.opts...)
+		_, err := s.Add(context.Background(), "k", 1)
+		if err == nil || err.Error() != `store: add "k": ERR attempt to compare nil with number` {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var se *backend.ScriptError
+		if !errors.As(err, &se) || se.Line == 0 || se.File == "" {
+			t.Fatalf("%s: %+v", tc.name, se)
+		}
+		if tc.name == "function" && (se.Func != nativehash.Plain.Write.Function() || se.File != "backend/lua/ops.lua" || se.Line != 4) {
+			t.Fatalf("%s: %+v", tc.name, se)
+		}
+		if tc.name == "script" && se.SHA != nativehash.Plain.Write.SHA1() {
+			t.Fatalf("%s: %+v", tc.name, se)
+		}
+	}
+}

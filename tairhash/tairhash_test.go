@@ -1,0 +1,69 @@
+package tairhash
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/windowstore/windowstore/internal/acldoc"
+)
+
+// TestACLRules: the README's TairHash rule allows every command the scripts
+// call, with event ids and distinct counts, and nothing they do not.
+func TestACLRules(t *testing.T) {
+	rules, err := acldoc.Rules("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := acldoc.Check(rules, "TairHash", []string{"event ids", "distinct counts"}, Backend.Write, Backend.Sum, Backend.Inspect); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestWriteForm pins the one write form that replicates correctly: EXHINCRBY
+// with no TTL argument, then EXHPEXPIREAT with an absolute time, on every
+// write; and no key-level expiry on a TairHash key (it crashed the module).
+func TestWriteForm(t *testing.T) {
+	src := Backend.Write.Source()
+	i := strings.Index(src, "local function ws_incr(")
+	if i < 0 {
+		t.Fatal("no ws_incr")
+	}
+	body := src[i : i+strings.Index(src[i:], "\nend\n")]
+	incr := regexp.MustCompile(`redis\.call\('EXHINCRBY', key, B\.field, delta\)`)
+	exp := regexp.MustCompile(`redis\.call\('EXHPEXPIREAT', key, B\.field, ws_expiry\(`)
+	a, b := incr.FindStringIndex(body), exp.FindStringIndex(body)
+	if a == nil || b == nil || a[0] > b[0] {
+		t.Errorf("ws_incr is not EXHINCRBY (no TTL argument) then EXHPEXPIREAT (absolute):\n%s", body)
+	}
+	if strings.Contains(body, " if ") {
+		t.Errorf("ws_incr sets the TTL on some writes only: EXHINCRBY clears it on every one:\n%s", body)
+	}
+	if n, m := strings.Count(src, "'EXHINCRBY'"), len(incr.FindAllString(src, -1)); n != m {
+		t.Errorf("%d EXHINCRBY calls, %d of them without TTL arguments: PXAT, PX and KEEPTTL reach replicas wrong", n, m)
+	}
+	// The only key-level expiry is on the distinct counts' HyperLogLog keys.
+	for _, m := range regexp.MustCompile(`redis\.call\('(?:PEXPIREAT|PEXPIRE|EXPIRE|EXPIREAT)', (\w+)`).FindAllStringSubmatch(src, -1) {
+		if m[1] != "bk" {
+			t.Errorf("a key-level expiry on %s: %s", m[1], m[0])
+		}
+	}
+	cmds := Backend.Write.Commands()
+	for _, bad := range []string{"HGETALL", "HINCRBY", "HSET", "HDEL"} {
+		if slices.Contains(cmds, bad) {
+			t.Errorf("the TairHash scripts call the native hash's %s", bad)
+		}
+	}
+}
+
+// TestSpec: the backend is its own family, with field TTLs and no reserved
+// fields, and requires the two commands of its write.
+func TestSpec(t *testing.T) {
+	if Backend.Name != "tairhash" || Backend.Family != "tairhash" || !Backend.FieldTTL || len(Backend.Reserved) != 0 {
+		t.Errorf("spec: %+v", Backend.Spec)
+	}
+	if !slices.Equal(Backend.Requires, []string{"exhincrby", "exhpexpireat"}) {
+		t.Errorf("Requires = %v", Backend.Requires)
+	}
+}

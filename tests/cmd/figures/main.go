@@ -1,0 +1,156 @@
+// Command figures renders the README's figure tables from tests/figures.json,
+// between the markers <!-- figures:NAME --> and <!-- /figures:NAME -->:
+//
+//	go run ./tests/cmd/figures          # rewrite README.md's tables
+//	go run ./tests/cmd/figures -check   # exit 1 when README.md's tables differ
+//	go run ./tests/cmd/figures -bench FILE -how TEXT
+//	                                    # record windowctl bench --json's lines
+//	                                    # (FILE, - for stdin), then rewrite
+//
+// The figures themselves come from the tests that measure them (package
+// figures) and from scripts/bench.sh.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/windowstore/windowstore/tests/figures"
+	"github.com/windowstore/windowstore/tests/figures/render"
+)
+
+func main() {
+	check := flag.Bool("check", false, "only check that README.md's tables are up to date")
+	benchFile := flag.String("bench", "", "record the lines of windowctl bench --json from this file (- for stdin) first")
+	how := flag.String("how", "", "with -bench: how the figures were measured, for the README")
+	flag.Parse()
+	if *benchFile != "" {
+		if err := recordBench(*benchFile, *how); err != nil {
+			fail(err)
+		}
+	}
+	_, file, _, _ := runtime.Caller(0)
+	readme := filepath.Join(filepath.Dir(file), "..", "..", "..", "README.md")
+	f, err := figures.Load(figures.Path())
+	if err != nil {
+		fail(err)
+	}
+	b, err := os.ReadFile(readme)
+	if err != nil {
+		fail(err)
+	}
+	out, err := render.README(string(b), f)
+	if err != nil {
+		fail(err)
+	}
+	if out == string(b) {
+		fmt.Println("figures: README.md is up to date")
+		return
+	}
+	if *check {
+		fail(fmt.Errorf("README.md's figure tables differ from tests/figures.json: run go run ./tests/cmd/figures"))
+	}
+	if err := os.WriteFile(readme, []byte(out), 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Println("figures: README.md rewritten")
+}
+
+// benchLine is the part of a windowctl bench --json line that is recorded.
+type benchLine struct {
+	Op           string  `json:"op"`
+	Buckets      int     `json:"buckets"`
+	Runs         int     `json:"runs"`
+	ServerUs     float64 `json:"server_us_per_op"`
+	ServerUsMin  float64 `json:"server_us_min"`
+	ServerUsMax  float64 `json:"server_us_max"`
+	OpsPerSec    float64 `json:"ops_per_sec"`
+	CPUVsNaive   float64 `json:"cpu_vs_naive"`
+	CPUVsZsetLog float64 `json:"cpu_vs_zsetlog"`
+	CPUVsRate    float64 `json:"cpu_vs_redisrate"`
+	CPUVsRaw     float64 `json:"cpu_vs_raw_hincrby"`
+	VsNaive      float64 `json:"vs_naive"`
+	Errors       int64   `json:"errors"`
+}
+
+// recordBench merges the benchmark's lines into tests/figures.json, each
+// operation's figures under bench/BUCKETS/OP/, replacing those of the
+// operations it measured.
+func recordBench(path, how string) error {
+	in := os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	f, err := figures.Load(figures.Path())
+	if err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	n := 0
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var l benchLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			return fmt.Errorf("bench line %q: %w", line, err)
+		}
+		if l.Op == "" || l.Buckets == 0 {
+			continue
+		}
+		if l.Errors > 0 {
+			return fmt.Errorf("bench: %s at %d buckets had %d errors: not recorded", l.Op, l.Buckets, l.Errors)
+		}
+		p := fmt.Sprintf("bench/%d/%s/", l.Buckets, l.Op)
+		for name := range f {
+			if strings.HasPrefix(name, p) {
+				delete(f, name)
+			}
+		}
+		set := func(k string, v float64, unit string) {
+			if v != 0 {
+				f[p+k] = figures.Figure{Value: v, Unit: unit}
+			}
+		}
+		set("server_us", l.ServerUs, "µs")
+		set("server_us_min", l.ServerUsMin, "µs")
+		set("server_us_max", l.ServerUsMax, "µs")
+		set("ops_per_sec", l.OpsPerSec, "/s")
+		set("cpu_vs_naive", l.CPUVsNaive, "x")
+		set("cpu_vs_zsetlog", l.CPUVsZsetLog, "x")
+		set("cpu_vs_redisrate", l.CPUVsRate, "x")
+		set("cpu_vs_raw_hincrby", l.CPUVsRaw, "x")
+		set("vs_naive", l.VsNaive, "x")
+		set("runs", float64(l.Runs), "")
+		n++
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if n == 0 {
+		return fmt.Errorf("bench: no result lines in %s", path)
+	}
+	if how != "" {
+		f["bench/how"] = figures.Figure{How: how}
+	}
+	fmt.Printf("figures: %d benchmark results recorded\n", n)
+	return f.Write(figures.Path())
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "figures:", err)
+	os.Exit(1)
+}

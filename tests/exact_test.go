@@ -1,0 +1,319 @@
+package tests
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/store"
+)
+
+// exactModel is an independent model of one counter in big integers: the
+// value of every bucket ever written, by bucket start. It knows nothing of
+// doubles, running totals or sweeps.
+type exactModel struct {
+	codec   *fieldcodec.Codec
+	w       store.Window
+	buckets map[int64]*big.Int // bucket start (Unix ms) -> value
+}
+
+func newExactModel(c *fieldcodec.Codec, w store.Window) *exactModel {
+	return &exactModel{codec: c, w: w, buckets: map[int64]*big.Int{}}
+}
+
+var (
+	bigMaxInt64 = big.NewInt(math.MaxInt64)
+	bigMinInt64 = big.NewInt(math.MinInt64)
+)
+
+func fitsInt64(v *big.Int) bool { return v.Cmp(bigMinInt64) >= 0 && v.Cmp(bigMaxInt64) <= 0 }
+
+func (m *exactModel) start(at time.Time) int64 {
+	_, s, _ := m.codec.Bounds(at)
+	return s.UnixMilli()
+}
+
+// live lists the starts of the buckets live at now for a lookback, oldest first.
+func (m *exactModel) live(now time.Time, lb time.Duration) []int64 {
+	var out []int64
+	thr := now.Add(-lb).UnixMilli()
+	for s := range m.buckets {
+		if s > thr && s <= now.UnixMilli() {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (m *exactModel) sum(now time.Time, lb time.Duration) *big.Int {
+	t := new(big.Int)
+	for _, s := range m.live(now, lb) {
+		t.Add(t, m.buckets[s])
+	}
+	return t
+}
+
+func (m *exactModel) value(s int64) *big.Int {
+	if v := m.buckets[s]; v != nil {
+		return v
+	}
+	return new(big.Int)
+}
+
+// add is what Add must do: the new window sum, or false when the window sum
+// or the bucket would leave int64 (then nothing changes).
+func (m *exactModel) add(now time.Time, delta int64) (*big.Int, bool) {
+	s := m.start(now)
+	sum := new(big.Int).Add(m.sum(now, m.w.Length), big.NewInt(delta))
+	b := new(big.Int).Add(m.value(s), big.NewInt(delta))
+	if !fitsInt64(sum) || !fitsInt64(b) {
+		return nil, false
+	}
+	m.buckets[s] = b
+	return sum, true
+}
+
+// allow is what Allow must answer, exactly; ok false when it must fail with
+// ErrOverflow (the window sum, or the bucket it would write, leaves int64).
+func (m *exactModel) allow(now time.Time, limit, cost int64) (r store.Result, ok bool) {
+	sum := m.sum(now, m.w.Length)
+	if !fitsInt64(sum) {
+		return r, false
+	}
+	r.Limit, r.RefusedBy = limit, 0
+	fits := cost <= limit && new(big.Int).Add(sum, big.NewInt(cost)).Cmp(big.NewInt(limit)) <= 0
+	if fits {
+		if cost > 0 {
+			s := m.start(now)
+			b := new(big.Int).Add(m.value(s), big.NewInt(cost))
+			if !fitsInt64(b) {
+				return r, false
+			}
+			m.buckets[s] = b
+		}
+		r.Allowed, r.RefusedBy = true, -1
+		sum.Add(sum, big.NewInt(cost))
+	}
+	r.Sum = sum.Int64()
+	switch {
+	case sum.Sign() <= 0:
+		r.Remaining = limit
+	case sum.Cmp(big.NewInt(limit)) >= 0:
+		r.Remaining = 0
+	default:
+		r.Remaining = limit - sum.Int64()
+	}
+	live := m.live(now, m.w.Length)
+	w := m.w.Length.Milliseconds()
+	for i := len(live) - 1; i >= 0; i-- {
+		if m.buckets[live[i]].Sign() != 0 {
+			r.ResetAfter = time.Duration(live[i]+w-now.UnixMilli()) * time.Millisecond
+			break
+		}
+	}
+	if !fits {
+		r.RetryAfter = -1
+		if cost <= limit {
+			rem := new(big.Int).Set(sum)
+			for _, s := range live {
+				rem.Sub(rem, m.buckets[s])
+				if new(big.Int).Add(rem, big.NewInt(cost)).Cmp(big.NewInt(limit)) <= 0 {
+					r.RetryAfter = time.Duration(s+w-now.UnixMilli()) * time.Millisecond
+					break
+				}
+			}
+		}
+	}
+	return r, true
+}
+
+// hugeValue draws amounts that stress doubles: around ±2^52, ±2^53, ±2^62,
+// the int64 limits, and small ones.
+func hugeValue(rng *rand.Rand) int64 {
+	small := rng.Int64N(7) - 3
+	switch rng.IntN(9) {
+	case 0:
+		return 1<<52 + small
+	case 1:
+		return -(1 << 52) + small
+	case 2:
+		return 1<<53 + small
+	case 3:
+		return -(1 << 53) + small
+	case 4:
+		return 1<<62 + small
+	case 5:
+		return -(1 << 62) + small
+	case 6:
+		return math.MaxInt64 - rng.Int64N(4)
+	case 7:
+		return math.MinInt64 + rng.Int64N(4)
+	}
+	return small * 5
+}
+
+// TestExactReproduction is the reproduction: sums whose partial sums
+// pass 2^53 and come back, on every backend.
+func TestExactReproduction(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		t0 := utc("2026-06-01T12:00:00Z")
+		for i := 0; i < 3; i++ {
+			_, err := s.AddAt(ctx, t0.Add(time.Duration(i)*time.Second), "r", 1<<52+1)
+			require.NoError(t, err)
+		}
+		var n int64
+		var err error
+		for i := 3; i < 6; i++ {
+			n, err = s.AddAt(ctx, t0.Add(time.Duration(i)*time.Second), "r", -(1 << 52))
+			require.NoError(t, err)
+		}
+		require.EqualValues(t, 3, n, "Add")
+		at := t0.Add(5500 * time.Millisecond)
+		n, err = s.SumAt(ctx, at, "r")
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n, "Sum")
+		n, err = s.SumWithinAt(ctx, at, "r", w.Length)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, n, "SumWithin")
+		sums, err := s.SumManyAt(ctx, at, []string{"r"})
+		require.NoError(t, err)
+		require.Equal(t, []int64{3}, sums, "SumMany")
+		r, err := s.AllowAt(ctx, at, "r", 3, 0)
+		require.NoError(t, err)
+		require.True(t, r.Allowed, "Allow(limit 3, cost 0) on a sum of 3")
+		require.EqualValues(t, 3, r.Sum)
+		n, err = s.AddAt(ctx, t0.Add(6*time.Second), "r", 5)
+		require.NoError(t, err)
+		require.EqualValues(t, 8, n)
+		// The sweep at +15.5s takes off the buckets of +0s..+5s: 3, exactly.
+		n, err = s.AddAt(ctx, t0.Add(15500*time.Millisecond), "r", 1)
+		require.NoError(t, err)
+		require.EqualValues(t, 6, n, "the running total lost a unit in the sweep")
+		n, err = s.SumAt(ctx, t0.Add(15600*time.Millisecond), "r")
+		require.NoError(t, err)
+		require.EqualValues(t, 6, n)
+	})
+}
+
+// TestExactRandomWalk plays random streams of amounts near ±2^52, ±2^53,
+// ±2^62 and the int64 limits, with mixed signs and gaps that make the plain
+// hash sweep one by one, rebuild, or start over, and checks every Add, Sum,
+// SumWithin, SumMany and Allow answer (sum, remaining, retry-after,
+// reset-after, overflow) against big-integer arithmetic, on every backend.
+func TestExactRandomWalk(t *testing.T) {
+	shapes := []struct {
+		name string
+		w    store.Window
+		from string
+	}{
+		{"10s of 1s", store.Window{Length: 10 * time.Second, Bucket: time.Second}, "2026-03-01T10:00:00Z"},
+		{"year end, 7s buckets", store.Window{Length: 70 * time.Second, Bucket: 7 * time.Second}, "2025-12-31T23:58:00Z"},
+	}
+	forEach(t, func(t *testing.T, tg target) {
+		for si, sh := range shapes {
+			for seed := uint64(1); seed <= 3; seed++ {
+				t.Run(fmt.Sprintf("%s/seed%d", sh.name, seed), func(t *testing.T) {
+					exactWalk(t, tg, sh.w, utc(sh.from), seed*10+uint64(si))
+				})
+			}
+		}
+	})
+}
+
+func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint64) {
+	s, _ := newStore(t, tg, w)
+	ctx := ctxT(t)
+	rng := rand.New(rand.NewPCG(seed, 53))
+	m := newExactModel(s.Codec(), w)
+	seen := map[string]int{}
+	defer func() { t.Logf("outcomes: %v", seen) }()
+	for i := 0; i < 300; i++ {
+		switch r := rng.IntN(20); {
+		case r < 8:
+			at = at.Add(time.Duration(rng.Int64N(int64(w.Bucket))))
+		case r < 16:
+			at = at.Add(time.Duration(rng.Int64N(int64(4 * w.Bucket))))
+		case r < 19:
+			at = at.Add(w.Bucket * time.Duration(33+rng.IntN(20)))
+		default:
+			at = at.Add(w.Length + time.Duration(rng.Int64N(int64(w.Length))))
+		}
+		step := fmt.Sprintf("step %d at %v", i, at.Format(time.RFC3339Nano))
+		switch op := rng.IntN(10); {
+		case op < 5:
+			delta := hugeValue(rng)
+			want, ok := m.add(at, delta)
+			got, err := s.AddAt(ctx, at, "x", delta)
+			if !ok {
+				require.ErrorIs(t, err, store.ErrOverflow, "%s: Add %d must overflow", step, delta)
+				seen["add overflow"]++
+				continue
+			}
+			require.NoError(t, err, "%s: Add %d", step, delta)
+			seen[fmt.Sprintf("add, sum beyond 2^53: %v", want.CmpAbs(big.NewInt(1<<53)) >= 0)]++
+			require.Equal(t, want.Int64(), got, "%s: Add %d", step, delta)
+		case op < 7:
+			want := m.sum(at, w.Length)
+			got, err := s.SumAt(ctx, at, "x")
+			many, errMany := s.SumManyAt(ctx, at, []string{"x", "none"})
+			if !fitsInt64(want) {
+				seen["sum overflow"]++
+				require.ErrorIs(t, err, store.ErrOverflow, "%s: Sum of %v", step, want)
+				require.ErrorIs(t, errMany, store.ErrOverflow, "%s: SumMany of %v", step, want)
+				continue
+			}
+			require.NoError(t, err, step)
+			require.Equal(t, want.Int64(), got, "%s: Sum", step)
+			require.NoError(t, errMany, step)
+			require.Equal(t, []int64{want.Int64(), 0}, many, "%s: SumMany", step)
+			lb := w.Bucket * time.Duration(1+rng.IntN(w.Buckets()))
+			want = m.sum(at, lb)
+			got, err = s.SumWithinAt(ctx, at, "x", lb)
+			if !fitsInt64(want) {
+				require.ErrorIs(t, err, store.ErrOverflow, "%s: SumWithin %v of %v", step, lb, want)
+				continue
+			}
+			require.NoError(t, err, step)
+			require.Equal(t, want.Int64(), got, "%s: SumWithin %v", step, lb)
+		default:
+			var limit, cost int64
+			sum := m.sum(at, w.Length)
+			switch rng.IntN(3) {
+			case 0: // around the sum, where the decision is close
+				limit = max(0, min(1<<53, sum.Int64()+rng.Int64N(9)-4))
+				if !sum.IsInt64() {
+					limit = rng.Int64N(1 << 53)
+				}
+				cost = rng.Int64N(6)
+			case 1:
+				limit, cost = rng.Int64N(1<<53), rng.Int64N(1<<53)
+			default:
+				limit, cost = 1<<53, rng.Int64N(4)
+			}
+			want, ok := m.allow(at, limit, cost)
+			got, err := s.AllowAt(ctx, at, "x", limit, cost)
+			if !ok {
+				require.ErrorIs(t, err, store.ErrOverflow, "%s: Allow(%d, %d) on %v", step, limit, cost, sum)
+				continue
+			}
+			require.NoError(t, err, "%s: Allow(%d, %d) on %v", step, limit, cost, sum)
+			seen[fmt.Sprintf("allow %v, retry>0 %v", want.Allowed, want.RetryAfter > 0)]++
+			require.Equal(t, want, got, "%s: Allow(%d, %d) on %v", step, limit, cost, sum)
+		}
+	}
+	// Long after, everything has left, exactly.
+	at = at.Add(w.Length + w.Bucket)
+	n, err := s.SumAt(ctx, at, "x")
+	require.NoError(t, err)
+	require.Zero(t, n)
+}

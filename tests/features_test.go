@@ -1,0 +1,184 @@
+package tests
+
+import (
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// riskFeatures is a login-and-payment feature set of seven features over four
+// entities.
+func riskFeatures() []features.Feature {
+	min, hour, day := store.Window{Length: time.Minute, Bucket: time.Second},
+		store.Window{Length: time.Hour, Bucket: time.Minute}, store.Window{Length: 24 * time.Hour, Bucket: time.Hour}
+	return []features.Feature{
+		{Name: "user_attempts", Entity: "user", Kind: features.Count, Windows: []store.Window{min, hour, day}},
+		{Name: "user_login_limit", Entity: "user", Kind: features.Limit, Windows: []store.Window{min, hour}, Limits: []int64{5, 20}},
+		{Name: "ip_attempts", Entity: "ip", Kind: features.Count, Windows: []store.Window{{Length: 10 * time.Minute, Bucket: 10 * time.Second}}},
+		{Name: "ip_users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{hour}},
+		{Name: "card_spend", Entity: "card", Kind: features.Sum, Windows: []store.Window{hour, day}},
+		{Name: "card_spend_limit", Entity: "card", Kind: features.Limit, SpendAmount: true, Windows: []store.Window{day}, Limits: []int64{1000}},
+		{Name: "device_cards", Entity: "device", Kind: features.Distinct, Of: "card", Windows: []store.Window{day}},
+	}
+}
+
+// TestRecord records login and payment events through a feature set on
+// every backend: every value, the limits' decision (per entity, all or
+// nothing), duplicates, and a Read that writes nothing.
+func TestRecord(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		srv := newStoreServer(t, tg)
+		c := srv.Client(t)
+		ctx := ctxT(t)
+		prefix := prefixFor(t)
+		set, err := features.New(ctx, c, riskFeatures(), store.WithPrefix(prefix), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		t0 := time.Now().Truncate(time.Hour).Add(-3 * time.Hour)
+		login := func(i int, user, ip string) features.Result {
+			r, err := set.RecordAt(ctx, t0.Add(time.Duration(i)*5*time.Second), features.Event{ID: "login-" + strconv.Itoa(i),
+				Entities: map[string]string{"user": user, "ip": ip}})
+			require.NoError(t, err)
+			return r
+		}
+		for i := 0; i < 5; i++ {
+			r := login(i, "u1", "ip1")
+			require.True(t, r.Allowed, "login %d", i)
+			v, _ := r.Get("user_attempts")
+			require.Equal(t, []int64{int64(i + 1), int64(i + 1), int64(i + 1)}, v.Sums)
+			v, _ = r.Get("user_login_limit")
+			require.EqualValues(t, 4-i, v.Remaining)
+		}
+		r := login(5, "u1", "ip1")
+		require.False(t, r.Allowed)
+		require.Equal(t, []string{"user_login_limit"}, r.RefusedBy)
+		require.Greater(t, r.RetryAfter, time.Duration(0))
+		v, _ := r.Get("user_attempts")
+		require.EqualValues(t, 6, v.Sum, "attempts count refused events too")
+		v, _ = r.Get("user_login_limit")
+		require.False(t, v.Counted)
+		require.EqualValues(t, 5, v.Sum)
+		// Another user on the same IP: the IP counts both, and two users.
+		r = login(6, "u2", "ip1")
+		require.True(t, r.Allowed)
+		v, _ = r.Get("ip_attempts")
+		require.EqualValues(t, 7, v.Sum)
+		v, _ = r.Get("ip_users")
+		require.EqualValues(t, 2, v.Sum)
+		// A replayed event counts nothing.
+		r = login(6, "u2", "ip1")
+		require.True(t, r.Duplicate)
+		v, _ = r.Get("ip_attempts")
+		require.EqualValues(t, 7, v.Sum)
+		// Payments: spend sums and its limit, distinct cards per device.
+		pay := func(i int, card, device string, amount int64) features.Result {
+			r, err := set.RecordAt(ctx, t0.Add(time.Hour+time.Duration(i)*time.Minute), features.Event{ID: "pay-" + strconv.Itoa(i),
+				Entities: map[string]string{"card": card, "device": device}, Amount: amount})
+			require.NoError(t, err)
+			return r
+		}
+		require.True(t, pay(0, "c1", "d1", 600).Allowed)
+		r = pay(1, "c1", "d1", 300)
+		require.True(t, r.Allowed)
+		v, _ = r.Get("card_spend")
+		require.Equal(t, []int64{900, 900}, v.Sums)
+		r = pay(2, "c1", "d1", 200)
+		require.False(t, r.Allowed, "1100 is over the day's 1000")
+		require.Equal(t, []string{"card_spend_limit"}, r.RefusedBy)
+		v, _ = r.Get("card_spend")
+		require.EqualValues(t, 1100, v.Sum, "the spend sum records the attempt")
+		v, _ = r.Get("card_spend_limit")
+		require.EqualValues(t, 900, v.Sum)
+		require.EqualValues(t, 100, v.Remaining)
+		r = pay(3, "c2", "d1", 10)
+		v, _ = r.Get("device_cards")
+		require.EqualValues(t, 2, v.Sum)
+		// Read: the values now, nothing written. An hour after the logins, only
+		// the day windows still hold them.
+		keys := scanKeys(t, c, prefix)
+		before := dump(t, c, keys...)
+		rd, err := set.ReadAt(ctx, t0.Add(time.Hour+4*time.Minute), map[string]string{"user": "u1", "ip": "ip1", "card": "c1", "device": "d1"})
+		require.NoError(t, err)
+		require.Equal(t, before, dump(t, c, keys...), "Read wrote")
+		require.Equal(t, keys, scanKeys(t, c, prefix), "Read made keys")
+		want := map[string][]int64{"user_attempts": {0, 0, 6}, "user_login_limit": {0, 0}, "ip_attempts": {0}, "ip_users": {0},
+			"card_spend": {1100, 1100}, "card_spend_limit": {900}, "device_cards": {2}}
+		require.Len(t, rd.Values, len(want))
+		for name, n := range want {
+			v, ok := rd.Get(name)
+			require.True(t, ok, name)
+			require.Equal(t, n, v.Sums, name)
+		}
+		// An event without an entity leaves its features out.
+		r, err = set.RecordAt(ctx, t0.Add(2*time.Hour), features.Event{Entities: map[string]string{"ip": "ip9"}})
+		require.NoError(t, err)
+		require.Len(t, r.Values, 1, "ip_users needs a user")
+	})
+}
+
+// TestRecordInvalid: feature sets and events that make no sense are refused.
+func TestRecordInvalid(t *testing.T) {
+	srv := newStoreServer(t, targets[0])
+	c := srv.Client(t)
+	ctx := ctxT(t)
+	w := []store.Window{{Length: time.Minute, Bucket: time.Second}}
+	for _, fs := range [][]features.Feature{
+		nil,
+		{{Name: "a b", Entity: "u", Windows: w}},
+		{{Name: "a", Windows: w}},
+		{{Name: "a", Entity: "u"}},
+		{{Name: "a", Entity: "u", Kind: features.Distinct, Windows: w}},
+		{{Name: "a", Entity: "u", Kind: features.Limit, Windows: w}},
+		{{Name: "a", Entity: "u", Windows: w}, {Name: "a", Entity: "v", Windows: w}},
+	} {
+		_, err := features.New(ctx, c, fs)
+		require.ErrorIs(t, err, features.ErrInvalid, "%+v", fs)
+	}
+	set, err := features.New(ctx, c, []features.Feature{{Name: "a", Entity: "u", Windows: w}}, store.WithPrefix(prefixFor(t)))
+	require.NoError(t, err)
+	_, err = set.Record(ctx, features.Event{Entities: map[string]string{"nope": "x"}})
+	require.ErrorIs(t, err, features.ErrInvalid)
+	require.True(t, strings.HasPrefix(err.Error(), "features: "), err.Error())
+}
+
+func newStoreServer(t *testing.T, tg target) *harness.Server { return harness.Shared(t, tg.kind) }
+
+func prefixFor(t *testing.T) string { return harness.Prefix(t) }
+
+// scanKeys lists the keys under a prefix, sorted.
+func scanKeys(t *testing.T, c rueidis.Client, prefix string) []string {
+	var keys []string
+	var cursor uint64
+	for {
+		e, err := c.Do(ctxT(t), c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+		require.NoError(t, err)
+		keys = append(keys, e.Elements...)
+		if cursor = e.Cursor; cursor == 0 {
+			break
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// TestRiskExample runs examples/risk as a process against a real server: the
+// fourth login in a minute is refused, the redelivered event counts nothing,
+// the late payment is refused by the day's spend limit.
+func TestRiskExample(t *testing.T) {
+	srv := harness.Shared(t, harness.Redis70)
+	out, err := exec.Command(harness.Binary(t, "./examples/risk"), "--addr", srv.URL()).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, lines, 12, "%s", out)
+	require.Regexp(t, `\(4th in a minute\)\s+REFUSE .*refused by login_limit, retry in 40s`, lines[4])
+	require.Regexp(t, `redelivered\s+dup\s+logins/1m=4 `, lines[5])
+	require.Regexp(t, `arrives 4 min late\)\s+REFUSE .*spend/1h=2100 .*refused by spend_limit`, lines[11])
+}

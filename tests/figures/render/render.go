@@ -1,0 +1,230 @@
+// Package render writes the README's figure tables from the figures file
+// (see package figures, and tests/cmd/figures).
+package render
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+
+	"github.com/windowstore/windowstore/tests/figures"
+)
+
+var region = regexp.MustCompile(`(?s)(<!-- figures:([a-z0-9]+) -->\n).*?(<!-- /figures:([a-z0-9]+) -->)`)
+
+// renderers maps a region's name to what renders it.
+var renderers = map[string]func(figures.File) string{
+	"memory":   memory,
+	"limiters": limiters,
+	"tiers":    tiers,
+	"ids":      ids,
+	"distinct": distinct,
+	"bench":    bench,
+}
+
+// README returns the README with every figure region rendered anew.
+func README(readme string, f figures.File) (string, error) {
+	var err error
+	out := region.ReplaceAllStringFunc(readme, func(m string) string {
+		sm := region.FindStringSubmatch(m)
+		if sm[2] != sm[4] {
+			err = fmt.Errorf("region %s ends as %s", sm[2], sm[4])
+			return m
+		}
+		r, ok := renderers[sm[2]]
+		if !ok {
+			err = fmt.Errorf("no renderer for region %s", sm[2])
+			return m
+		}
+		return sm[1] + r(f) + sm[3]
+	})
+	return out, err
+}
+
+// Regions lists the renderers' names.
+func Regions() []string {
+	var out []string
+	for k := range renderers {
+		out = append(out, k)
+	}
+	return out
+}
+
+// get formats a figure with a format, or "n/m" when it was not measured.
+func get(f figures.File, name, format string) string {
+	v, ok := f[name]
+	if !ok {
+		return "n/m"
+	}
+	return fmt.Sprintf(format, v.Value)
+}
+
+// thousands writes n with thousands separators.
+func thousands(v float64) string {
+	n := int64(math.Round(v))
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func bytes(f figures.File, name string) string {
+	v, ok := f[name]
+	if !ok {
+		return "n/m"
+	}
+	return thousands(v.Value) + " B"
+}
+
+// memory is the table of memory per counter, per backend and server.
+func memory(f figures.File) string {
+	var b strings.Builder
+	b.WriteString("| backend, server | 10 buckets | 60 buckets | 600 buckets |\n|---|---|---|---|\n")
+	rows := []struct{ name, key string }{
+		{"plain hash, Redis 7.0.15", "redis70/nativehash-plain"},
+		{"plain hash, Valkey 8.1.1", "valkey/nativehash-plain"},
+		{"plain hash, Redis 8.0.2", "redis80/nativehash-plain"},
+		{"field TTL, Redis 8.0.2", "redis80/nativehash-fieldttl"},
+		{"TairHash (SORT mode), Redis 7.0.15", "tairhash/tairhash"},
+	}
+	for _, r := range rows {
+		if _, ok := f["memory/"+r.key+"/10"]; !ok {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s |", r.name)
+		for _, n := range []int{10, 60, 600} {
+			name := fmt.Sprintf("memory/%s/%d", r.key, n)
+			cell := bytes(f, name)
+			if v, ok := f[name]; ok && n > 10 {
+				cell += fmt.Sprintf(" (%.1f B/bucket)", v.Value/float64(n))
+			}
+			fmt.Fprintf(&b, " %s |", cell)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nMemory is the growth of the server's `used_memory` over 10,000 full counters (1,000 at 600 buckets) on a " +
+		"fresh server, divided by the counters (`TestMemoryPerCounter`). Past 128 fields a hash leaves listpack encoding " +
+		"(`hash-max-listpack-entries`) and costs 3 to 6 times more per bucket; use tiers (above) for long windows at fine " +
+		"resolution. Field TTLs cost memory of their own (Redis 8 keeps such a small hash as a \"listpackex\"); TairHash's " +
+		"per-field expiry index costs far more (measured by hand with a module built from its source, CI has no TairHash).\n")
+	return b.String()
+}
+
+// limiters is the trade-off table of the limiters.
+func limiters(f figures.File) string {
+	var b strings.Builder
+	b.WriteString("| algorithm | constructor | precision | memory per key (`MEMORY USAGE`, Redis 7.0.15) | commands per decision (one script, +`TIME`) |\n|---|---|---|---|---|\n")
+	ev := func(kind string) string {
+		var parts []string
+		for _, n := range []int{100, 1000, 10000} {
+			name := fmt.Sprintf("limiters/%s/%d", kind, n)
+			if v, ok := f[name]; ok {
+				parts = append(parts, fmt.Sprintf("%s B at %s events", thousands(v.Value), thousands(float64(n))))
+			}
+		}
+		if len(parts) == 0 {
+			return "n/m"
+		}
+		return strings.Join(parts, "; ")
+	}
+	fmt.Fprintf(&b, "| exact sliding log (ZSET) | `limit.NewLog` | exact, to the ms | %s | `ZCOUNT` `ZREMRANGEBYSCORE` `ZADD` `PEXPIREAT` `ZRANGE` |\n", ev("log"))
+	fmt.Fprintf(&b, "| bucketed sliding window | `limit.NewSlidingWindow` | one bucket; never over-admits | %s | `HMGET` `HSET` on the plain hash (see Backends) |\n", ev("sliding-window"))
+	fmt.Fprintf(&b, "| fixed window | `limit.NewFixedWindow` | a window; up to 2x the limit across an edge | %s | `HMGET` `HSET`/`HINCRBY` `PEXPIREAT` |\n", ev("fixed-window"))
+	fmt.Fprintf(&b, "| token bucket, GCRA | `limit.NewGCRA` | exact, to the ms; a smooth rate, bursts up to a burst size | %s | `GET` `SET` |\n", ev("gcra"))
+	if v, ok := f["limiters/log-vs-sliding/1000"]; ok {
+		fmt.Fprintf(&b, "\nAt 1,000 events in the window the log takes %.0fx the memory of a 10-bucket sliding window (`TestLimiterMemory`, "+
+			"events spread over a one-hour window).\n", v.Value)
+	}
+	return b.String()
+}
+
+// tiers compares a multi-resolution counter with its alternatives.
+func tiers(f figures.File) string {
+	var b strings.Builder
+	b.WriteString("| one counter of a day at minute resolution, kept as | memory per counter | encoding |\n|---|---|---|\n")
+	rows := []struct{ what, key string }{
+		{"one 1,440-bucket hash (1d/1m)", "1440"},
+		{"tiers 1h/1m + 1d/1h (one store, `WithTiers`)", "tiered"},
+		{"the same two windows as two separate stores", "separate"},
+		{"the hour tier alone (1h/1m)", "hour"},
+	}
+	for _, r := range rows {
+		enc := "n/m"
+		if v, ok := f["tiers/"+r.key+"/listpack"]; ok {
+			enc = map[bool]string{true: "listpack", false: "hashtable"}[v.Value == 1]
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.what, bytes(f, "tiers/"+r.key+"/bytes"), enc)
+	}
+	if t, ok1 := f["tiers/tiered/bytes"]; ok1 {
+		if h, ok2 := f["tiers/hour/bytes"]; ok2 {
+			fmt.Fprintf(&b, "\nThe counter with both tiers costs %.2fx the hour tier alone (the target: at most 2x), and each tier "+
+				"stays a listpack. Plain hash, Redis 7.0.15, growth of `used_memory` over 1,000 full counters (200 at 1,440 "+
+				"buckets) (`TestTierMemory`).\n", t.Value/h.Value)
+		}
+	}
+	return b.String()
+}
+
+// ids is the memory and cost of event ids.
+func ids(f figures.File) string {
+	var b strings.Builder
+	b.WriteString("| server | memory per event id (a key with an expiry) |\n|---|---|\n")
+	for _, s := range []struct{ name, key string }{{"Redis 7.0.15", "redis70"}, {"Redis 8.0.2", "redis80"}, {"Valkey 8.1.1", "valkey"}} {
+		fmt.Fprintf(&b, "| %s | %s |\n", s.name, bytes(f, "ids/"+s.key+"/bytes"))
+	}
+	b.WriteString("\n(Growth of `used_memory` over 30,000 ids of 20 bytes, `TestEventIDMemory`; the id key's name repeats the counter's key.)\n")
+	return b.String()
+}
+
+// distinct is the error and memory of distinct counts.
+func distinct(f figures.File) string {
+	var b strings.Builder
+	b.WriteString("| distinct members in the window | relative error | memory, HyperLogLog buckets | memory, an exact set |\n|---|---|---|---|\n")
+	for _, n := range []int{100, 10000, 1000000} {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", thousands(float64(n)), get(f, fmt.Sprintf("distinct/error/%d", n), "%.2f%%"),
+			bytes(f, fmt.Sprintf("distinct/hll/%d", n)), bytes(f, fmt.Sprintf("distinct/set/%d", n)))
+	}
+	b.WriteString("\nOne counter of 10 buckets, the members spread over them; the exact set is one `SET` of the same members " +
+		"(`TestDistinctError`, Redis 7.0.15, `MEMORY USAGE`). The error is that of Redis's HyperLogLog (0.81% standard error), " +
+		"the same for any member set of that size.\n")
+	return b.String()
+}
+
+// bench is the benchmark table: every operation at 10 buckets, then those
+// measured at other bucket counts.
+func bench(f figures.File) string {
+	var b strings.Builder
+	if _, ok := f["bench/how"]; !ok {
+		return "Not measured yet: run `scripts/bench.sh`.\n"
+	}
+	fmt.Fprintf(&b, "%s\n\n", f["bench/how"].How)
+	b.WriteString("| operation | buckets | server µs/op, median (range) | vs naive | vs ZSET log | vs redis_rate | vs raw HINCRBY | ops/s | vs naive |\n|---|---|---|---|---|---|---|---|---|\n")
+	for _, nb := range []int{10, 60, 600, 1440} {
+		for _, op := range BenchOps {
+			p := fmt.Sprintf("bench/%d/%s/", nb, op)
+			if _, ok := f[p+"server_us"]; !ok {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s (%s-%s) | %s | %s | %s | %s | %s | %s |\n", op, thousands(float64(nb)), get(f, p+"server_us", "%.2f"),
+				get(f, p+"server_us_min", "%.2f"), get(f, p+"server_us_max", "%.2f"), get(f, p+"cpu_vs_naive", "%.2fx"),
+				get(f, p+"cpu_vs_zsetlog", "%.2fx"), get(f, p+"cpu_vs_redisrate", "%.2fx"), get(f, p+"cpu_vs_raw_hincrby", "%.2fx"), thousands(f[p+"ops_per_sec"].Value),
+				get(f, p+"vs_naive", "%.2fx"))
+		}
+	}
+	return b.String()
+}
+
+// BenchOps are windowctl bench's operations, in the table's order.
+var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "record6", "distinct",
+	"naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}

@@ -1,0 +1,248 @@
+package tests
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/figures"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// parallelKeys runs fn for keys 0..n-1 from 64 goroutines, so that the store
+// coalesces the writes.
+func parallelKeys(t *testing.T, n int, fn func(k int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := g; k < n; k += 64 {
+				if err := fn(k); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+}
+
+func encoding(t *testing.T, c rueidis.Client, key string) string {
+	e, err := c.Do(ctxT(t), c.B().ObjectEncoding().Key(key).Build()).ToString()
+	require.NoError(t, err)
+	return e
+}
+
+// TestTierMemory measures a day at minute resolution kept four ways, on the
+// plain hash (Redis 7.0), as the growth of used_memory per counter: one
+// 1,440-bucket hash, a multi-resolution counter of an hour at 1 min and a day
+// at 1 h (WithTiers), the same two windows as separate stores, and the hour
+// alone. The multi-resolution counter must cost at most twice the hour alone,
+// and every tier must stay in listpack encoding.
+func TestTierMemory(t *testing.T) {
+	t.Parallel()
+	srv := harness.Fresh(t, harness.Redis70)
+	c := srv.Client(t)
+	ctx := ctxT(t)
+	hour, day := store.Window{Length: time.Hour, Bucket: time.Minute}, store.Window{Length: 24 * time.Hour, Bucket: time.Hour}
+	now := time.Now().Truncate(time.Minute).Add(-time.Second)
+	measure := func(name string, counters int, fill func(k int) error, keys func(k int) []string) {
+		require.NoError(t, fill(-1)) // the script in the cache, the connections made
+		before := memoryInfo(t, c)
+		parallelKeys(t, counters, fill)
+		after := memoryInfo(t, c)
+		per := float64(dataGrowth(t, before, after)) / float64(counters)
+		listpack := 1.0
+		for _, k := range keys(0) {
+			if e := encoding(t, c, k); e != "listpack" {
+				listpack = 0
+			}
+		}
+		t.Logf("%s: %.0f bytes per counter, listpack %v", name, per, listpack == 1)
+		figures.Check(t, "tiers/"+name+"/bytes", figures.Figure{Value: math.Round(per), Unit: "B"}, usedMemoryTolerance)
+		figures.Check(t, "tiers/"+name+"/listpack", figures.Figure{Value: listpack}, 0)
+	}
+	key := func(k int) string { return "c" + strconv.Itoa(k) }
+	mk := func(prefix string, w store.Window, opts ...store.Option) *store.Store {
+		s, err := store.New(ctx, c, w, append([]store.Option{store.WithPrefix(prefix), store.WithBackend(store.NativeHashPlain)}, opts...)...)
+		require.NoError(t, err)
+		return s
+	}
+	// One hash of 1,440 minute buckets (200 counters: 288,000 writes).
+	wide := mk("wide:", store.Window{Length: 24 * time.Hour, Bucket: time.Minute})
+	measure("1440", 200, func(k int) error {
+		for i := 1439; i >= 0; i-- {
+			if err := wide.AddNoSumAt(ctx, now.Add(-time.Duration(i)*time.Minute), key(k), 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func(k int) []string { rk, _ := wide.RedisKey(key(k)); return []string{rk} })
+	// The tiers: one write per event updates both; a day of hourly events,
+	// then the last hour's minutes.
+	tiered := mk("tiered:", hour, store.WithTiers(day))
+	tieredFill := func(k int) error {
+		for h := 23; h >= 1; h-- {
+			if err := tiered.AddNoSumAt(ctx, now.Add(-time.Duration(h)*time.Hour), key(k), 1); err != nil {
+				return err
+			}
+		}
+		for m := 59; m >= 0; m-- {
+			if err := tiered.AddNoSumAt(ctx, now.Add(-time.Duration(m)*time.Minute), key(k), 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	measure("tiered", 1000, tieredFill, func(k int) []string {
+		a, _ := mk("tiered:", hour).RedisKey(key(k))
+		b, _ := mk("tiered:", day).RedisKey(key(k))
+		return []string{a, b}
+	})
+	sh, sd := mk("sep:", hour), mk("sep:", day)
+	measure("separate", 1000, func(k int) error {
+		for h := 23; h >= 0; h-- {
+			if err := sd.AddNoSumAt(ctx, now.Add(-time.Duration(h)*time.Hour), key(k), 1); err != nil {
+				return err
+			}
+		}
+		for m := 59; m >= 0; m-- {
+			if err := sh.AddNoSumAt(ctx, now.Add(-time.Duration(m)*time.Minute), key(k), 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func(k int) []string { a, _ := sh.RedisKey(key(k)); b, _ := sd.RedisKey(key(k)); return []string{a, b} })
+	alone := mk("alone:", hour)
+	measure("hour", 1000, func(k int) error {
+		for m := 59; m >= 0; m-- {
+			if err := alone.AddNoSumAt(ctx, now.Add(-time.Duration(m)*time.Minute), key(k), 1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, func(k int) []string { a, _ := alone.RedisKey(key(k)); return []string{a} })
+	// The day tier holds what was written: 23 hourly events and 60 minutes.
+	n, err := tiered.SumOverAt(ctx, now, key(0), 24*time.Hour)
+	require.NoError(t, err)
+	require.EqualValues(t, 83, n)
+}
+
+// TestEventIDMemory measures the memory of an event id: the growth of
+// used_memory over 30,000 AddEvent calls with ids of 20 bytes, on counters
+// that exist already (a delta of 0, so only the ids grow).
+func TestEventIDMemory(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []harness.Kind{harness.Redis70, harness.Redis80, harness.Valkey} {
+		t.Run(string(kind), func(t *testing.T) {
+			srv := harness.Fresh(t, kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			s, err := store.New(ctx, c, store.Window{Length: time.Hour, Bucket: time.Minute}, store.WithPrefix("ids:"))
+			require.NoError(t, err)
+			now := time.Now()
+			parallelKeys(t, 100, func(k int) error { _, err := s.AddAt(ctx, now, "u"+strconv.Itoa(k), 1); return err })
+			_, err = s.AddEventAt(ctx, now, store.Event{Key: "u0", ID: "warm-up-id-0000000000"})
+			require.NoError(t, err)
+			before := memoryInfo(t, c)
+			const ids = 30000
+			parallelKeys(t, ids, func(k int) error {
+				_, err := s.AddEventAt(ctx, now, store.Event{Key: "u" + strconv.Itoa(k%100), ID: fmt.Sprintf("evt-%016x", k)})
+				return err
+			})
+			after := memoryInfo(t, c)
+			per := float64(dataGrowth(t, before, after)) / ids
+			t.Logf("%s: %.1f bytes per event id", kind, per)
+			figures.Check(t, "ids/"+string(kind)+"/bytes", figures.Figure{Value: math.Round(per), Unit: "B"}, usedMemoryTolerance)
+		})
+	}
+}
+
+// TestDistinctError measures distinct counts at 100, 10,000 and 1,000,000
+// members spread over the 10 buckets of one counter: the relative error of
+// the count, and the memory of the HyperLogLog buckets against one exact set
+// of the same members (MEMORY USAGE). The members are fixed, and Redis's
+// HyperLogLog is deterministic, so the figures are exact.
+func TestDistinctError(t *testing.T) {
+	t.Parallel()
+	srv := harness.Fresh(t, harness.Redis70)
+	c := srv.Client(t)
+	ctx := ctxT(t)
+	w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
+	now := time.Now().Truncate(time.Second).Add(9500 * time.Millisecond)
+	for _, n := range []int{100, 10000, 1000000} {
+		s, err := store.New(ctx, c, w, store.WithPrefix(fmt.Sprintf("d%d:", n)))
+		require.NoError(t, err)
+		batch := min(1000, n/10)
+		var jobs [][2]int // bucket, first member: the members spread over the 10 buckets
+		for first := 0; first < n; first += batch {
+			jobs = append(jobs, [2]int{first / batch % 10, first})
+		}
+		parallelKeys(t, len(jobs), func(j int) error {
+			b, first := jobs[j][0], jobs[j][1]
+			members := make([]string, 0, batch)
+			for i := first; i < first+batch && i < n; i++ {
+				members = append(members, "member-"+strconv.Itoa(i))
+			}
+			_, err := s.AddDistinctAt(ctx, now.Add(-time.Duration(b)*time.Second), "k", members...)
+			return err
+		})
+		got, err := s.CountDistinctAt(ctx, now, "k")
+		require.NoError(t, err)
+		rel := math.Abs(float64(got)-float64(n)) / float64(n) * 100
+		t.Logf("%d distinct: counted %d, error %.3f%%", n, got, rel)
+		require.Less(t, rel, 3.0, "beyond 3 standard errors")
+		figures.Check(t, fmt.Sprintf("distinct/error/%d", n), figures.Figure{Value: math.Round(rel*100) / 100, Unit: "%"}, 0)
+		// Memory: the live HyperLogLog buckets against one SET of the members.
+		rk, err := s.RedisKey("k")
+		require.NoError(t, err)
+		var hll int64
+		code := s.Codec()
+		for b := 0; b < 10; b++ {
+			bk := rk + ":d:" + strconv.FormatInt(code.Code(now.Add(-time.Duration(b)*time.Second)), 10)
+			m, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(bk).Args("SAMPLES", "0").Build()).AsInt64()
+			if rueidis.IsRedisNil(err) {
+				continue // no member fell in that bucket
+			}
+			require.NoError(t, err)
+			hll += m
+		}
+		set := fmt.Sprintf("exactset%d", n)
+		for first := 0; first < n; first += 1000 {
+			cmd := c.B().Sadd().Key(set).Member("member-" + strconv.Itoa(first))
+			for i := first + 1; i < first+1000 && i < n; i++ {
+				cmd = cmd.Member("member-" + strconv.Itoa(i))
+			}
+			require.NoError(t, c.Do(ctx, cmd.Build()).Error())
+		}
+		// A set's hash table grows by incremental rehashing, one step per
+		// lookup: the SADD of the last members may leave it half done, both
+		// tables allocated (512 B more at 100 members). One lookup per member
+		// finishes it, so that the figure is the set's settled size.
+		for first := 0; first < n; first += 1000 {
+			cmd := c.B().Smismember().Key(set).Member("member-" + strconv.Itoa(first))
+			for i := first + 1; i < first+1000 && i < n; i++ {
+				cmd = cmd.Member("member-" + strconv.Itoa(i))
+			}
+			require.NoError(t, c.Do(ctx, cmd.Build()).Error())
+		}
+		sm, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(set).Args("SAMPLES", "0").Build()).AsInt64()
+		require.NoError(t, err)
+		t.Logf("%d distinct: HyperLogLog buckets %d B, exact set %d B", n, hll, sm)
+		figures.Check(t, fmt.Sprintf("distinct/hll/%d", n), figures.Figure{Value: float64(hll), Unit: "B"}, 0.02)
+		figures.Check(t, fmt.Sprintf("distinct/set/%d", n), figures.Figure{Value: float64(sm), Unit: "B"}, 0.02)
+	}
+}

@@ -1,0 +1,109 @@
+package tests
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/store"
+)
+
+// combined makes a Multi of per-10s, per-minute and per-hour sliding windows
+// with limits 6, 4 and 50, on one server.
+func combined(t *testing.T, tg target) (*limit.Multi, []*store.Store, []limit.Limiter) {
+	ss := policyStores(t, tg, store.Window{Length: 10 * time.Second, Bucket: time.Second},
+		store.Window{Length: time.Minute, Bucket: 5 * time.Second}, store.Window{Length: time.Hour, Bucket: time.Minute})
+	var ls []limit.Limiter
+	for i, lim := range []int64{6, 4, 50} {
+		l, err := limit.NewSlidingWindow(ss[i], []string{"per10s", "permin", "perhour"}[i], lim)
+		require.NoError(t, err)
+		ls = append(ls, l)
+	}
+	m, err := limit.Combine(ls...)
+	require.NoError(t, err)
+	return m, ss, ls
+}
+
+// TestCombineExact: 40 concurrent callers of a three-policy limiter admit
+// exactly the tightest limit; refusals name the refusing policy, change no
+// counter, and their retry-after is honest, on every backend.
+func TestCombineExact(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		m, ss, _ := combined(t, tg)
+		ctx := ctxT(t)
+		var ok atomic.Int64
+		var wg sync.WaitGroup
+		for i := 0; i < 40; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d, err := m.Allow(ctx, "u", 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if d.Allowed {
+					ok.Add(1)
+					return
+				}
+				assert.Equal(t, "permin", d.Policy)
+				assert.Len(t, d.Policies, 3)
+			}()
+		}
+		wg.Wait()
+		require.EqualValues(t, 4, ok.Load())
+		for i, s := range ss {
+			n, err := s.Sub([]string{"per10s", "permin", "perhour"}[i]).Sum(ctx, "u")
+			require.NoError(t, err)
+			require.EqualValues(t, 4, n, "policy %d", i)
+		}
+		// Retry-after, on a client clock: 4 events in the minute's first
+		// bucket, so the minute admits again when that bucket leaves.
+		t0 := time.Now().Truncate(time.Minute).Add(-10 * time.Minute)
+		for i := 0; i < 4; i++ {
+			d, err := m.AllowAt(ctx, t0.Add(time.Duration(i)*time.Second), "r", 1)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+		now := t0.Add(20 * time.Second)
+		d, err := m.AllowAt(ctx, now, "r", 2)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, "permin", d.Policy)
+		require.Equal(t, 40*time.Second, d.RetryAfter)
+		d, err = m.AllowAt(ctx, now.Add(d.RetryAfter-time.Millisecond), "r", 2)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		d, err = m.AllowAt(ctx, now.Add(40*time.Second), "r", 2)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	})
+}
+
+// TestMiddlewareAtomicRule: a rule with several sliding windows counts a
+// request in none of them when one refuses (the flaw of asking in order is
+// gone).
+func TestMiddlewareAtomicRule(t *testing.T) {
+	_, ss, ls := combined(t, targets[0])
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), Limiters: ls}})
+	require.NoError(t, err)
+	ts := httptest.NewServer(mw(okHandler()))
+	defer ts.Close()
+	codes := map[int]int{}
+	for i := 0; i < 10; i++ {
+		codes[get(t, ts.URL, map[string]string{"X-User": "u"}).StatusCode]++
+	}
+	require.Equal(t, map[int]int{200: 4, http.StatusTooManyRequests: 6}, codes)
+	ctx := ctxT(t)
+	for i, name := range []string{"per10s", "permin", "perhour"} {
+		n, err := ss[i].Sub(name).Sum(ctx, "api:h:u")
+		require.NoError(t, err)
+		require.EqualValues(t, 4, n, "%s counted refused requests", name)
+	}
+}
