@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
@@ -256,7 +255,7 @@ func TestCluster(t *testing.T) {
 		// stream is one sequence) has reached its replica. WAIT counts the
 		// writes of its own connection, so it follows a write of its own to
 		// the victim's slot, on one dedicated connection.
-		replicated := waitReplica(t, victim, rk+":wait", 2*time.Second) // rk's hash tag: its slot
+		replicated := victim.WaitReplicas(t, rk+":wait", 2*time.Second) // rk's hash tag: its slot
 		require.EqualValues(t, 1, replicated, "the replica did not acknowledge the writes within 2 s")
 		victim.Kill(t)
 		killed := time.Now()
@@ -293,28 +292,6 @@ func TestCluster(t *testing.T) {
 		}
 		require.Zero(t, missing, "counters written long before the kill had been replicated")
 	})
-}
-
-// waitReplica writes marker on n (it expires in a second), then runs WAIT 1
-// on the same connection,
-// and returns how many replicas acknowledged every write n made before it.
-func waitReplica(t *testing.T, n *harness.Server, marker string, timeout time.Duration) int64 {
-	t.Helper()
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{n.Addr}, DisableCache: true, ForceSingleClient: true})
-	require.NoError(t, err)
-	defer c.Close()
-	var got int64
-	err = c.Dedicated(func(d rueidis.DedicatedClient) error {
-		ctx := context.Background()
-		if err := d.Do(ctx, d.B().Set().Key(marker).Value("1").PxMilliseconds(1000).Build()).Error(); err != nil {
-			return err
-		}
-		var err error
-		got, err = d.Do(ctx, d.B().Wait().Numreplicas(1).Timeout(timeout.Milliseconds()).Build()).AsInt64()
-		return err
-	})
-	require.NoError(t, err)
-	return got
 }
 
 // statField reads one figure of an INFO line such as

@@ -106,10 +106,7 @@ func TestReplicationEventIDs(t *testing.T) {
 				_, err := ms.AddEvent(ctx, ev(i))
 				require.NoError(t, err)
 			}
-			mc := master.Client(t)
-			n, err := mc.Do(ctx, mc.B().Wait().Numreplicas(1).Timeout(5000).Build()).AsInt64()
-			require.NoError(t, err)
-			require.EqualValues(t, 1, n)
+			require.EqualValues(t, 1, master.WaitReplicas(t, harness.Prefix(t)+"wait", 5*time.Second), "the replica acknowledged the first 50 events")
 			rc := replica.Client(t)
 			require.NoError(t, rc.Do(ctx, rc.B().Replicaof().No().One().Build()).Error())
 			for i := 50; i < 80; i++ {

@@ -55,7 +55,7 @@ func TestReplication(t *testing.T) {
 		}
 		// WAIT 1 (after a write of its own on one connection): the replica has
 		// every write the master acknowledged.
-		require.EqualValues(t, 1, waitReplica(t, master, harness.Prefix(t)+"wait", 2*time.Second),
+		require.EqualValues(t, 1, master.WaitReplicas(t, harness.Prefix(t)+"wait", 2*time.Second),
 			"the replica did not acknowledge the writes within 2 s")
 
 		rs, err := store.New(ctx, rc, w, opts...)

@@ -45,16 +45,30 @@ func TestYearWrapRealTime(t *testing.T) {
 			require.NoError(t, err)
 			// The server's instant lies between before and after (the same
 			// host clock). When both are in one bucket, the model knows where
-			// the event went; when the call crossed a bucket's edge (a slow
-			// machine), the server's buckets tell which of the two got it.
+			// the event went; when the call crossed bucket edges (a slow or
+			// stalled machine: one or more), the server's buckets tell which
+			// bucket got it: the one holding one more than the model's count.
 			at := before
-			if _, b0, _ := codec.Bounds(before); !b0.Equal(bucketStart(codec, after)) {
-				b1 := bucketStart(codec, after)
-				for _, b := range snap.Buckets {
-					if b.Start.Equal(b1) && b.Value == bucketCount(codec, evs, b1)+1 {
-						at = b1
+			if !bucketStart(codec, before).Equal(bucketStart(codec, after)) {
+				// (A stall so long that the bucket has left the window
+				// by the snapshot: the one bucket whose model sum is
+				// the answer.)
+				found, bySum := false, []time.Time(nil)
+				for b := bucketStart(codec, before); !b.After(after) && !found; {
+					for _, sb := range snap.Buckets {
+						if sb.Start.Equal(b) && sb.Value == bucketCount(codec, evs, b)+1 {
+							at, found = b, true
+						}
 					}
+					if modelSum(codec, append(evs[:len(evs):len(evs)], event{b, 1}), b, w.Length) == got {
+						bySum = append(bySum, b)
+					}
+					_, _, b = codec.Bounds(b)
 				}
+				if !found && len(bySum) == 1 {
+					at, found = bySum[0], true
+				}
+				require.True(t, found, "add %d took from %v to %v: no one bucket of that span holds it (%+v)", i, before, after, snap.Buckets)
 				t.Logf("add %d crossed a bucket edge (%v to %v): counted in the bucket of %v", i, before, after, at)
 			}
 			evs = append(evs, event{at, 1})

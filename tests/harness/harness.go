@@ -329,6 +329,36 @@ func (s *Server) Client(t testing.TB) rueidis.Client {
 	return c
 }
 
+// WaitReplicas writes marker (a key that expires in a second) on the server,
+// then runs WAIT 1 on the same connection, and returns how many replicas
+// acknowledged every write the server took before the marker, on any
+// connection: 0 after timeout. WAIT counts only the writes of its own
+// connection, and rueidis sends a blocking command such as WAIT on a pooled
+// connection of its own, so WAIT alone, after writes made through another
+// client, proves nothing; the marker's place in the replication stream does.
+func (s *Server) WaitReplicas(t testing.TB, marker string, timeout time.Duration) int64 {
+	t.Helper()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{s.Addr}, DisableCache: true, ForceSingleClient: true})
+	if err != nil {
+		t.Fatalf("connect to %s (%s): %v", s.Kind, s.How, err)
+	}
+	defer c.Close()
+	var got int64
+	err = c.Dedicated(func(d rueidis.DedicatedClient) error {
+		ctx := context.Background()
+		if err := d.Do(ctx, d.B().Set().Key(marker).Value("1").PxMilliseconds(1000).Build()).Error(); err != nil {
+			return err
+		}
+		var err error
+		got, err = d.Do(ctx, d.B().Wait().Numreplicas(1).Timeout(timeout.Milliseconds()).Build()).AsInt64()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("WAIT on %s: %v", s.Addr, err)
+	}
+	return got
+}
+
 // Cmd runs one command on the server (a single node, even in a cluster)
 // through rueidis and returns its reply as text: a string or a number as
 // is, an array one element per line (nested arrays flattened), nil as "".
