@@ -239,7 +239,10 @@ local function ws_readgroup(H, i, k)
   i = i + 4
   for j = 1, n do
     local kind = ARGV[i]
-    local it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k]}
+    -- The fields set later are named here, as nil: the constructor sizes the
+    -- table for them, so that it never grows (and is rehashed) field by field.
+    local it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k], limit = nil, cost = nil, delta = nil,
+      members = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil}
     k = k + 1
     if kind == WS_IT_LIMIT then
       it.limit, it.cost = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])

@@ -19,21 +19,43 @@
 -- with the year-before range only within a window of January 1st, and the
 -- next-year range only within the tolerance of the next one.
 
--- ws_header reads ARGV's header.
+-- ws_memo keeps the last server-clock header, with the shapes computed for
+-- it (see ws_shape), from one call to the next. Under Redis Functions a
+-- library's upvalues live as long as the library, so the calls of one
+-- millisecond with the same years share them; under EVALSHA each call starts
+-- with an empty one. Nothing ever changes a header or a shape once made: a
+-- client-clock header, whose server time is read later if at all, is never
+-- kept.
+local ws_memo = {H = nil, a2 = nil, a3 = nil, a4 = nil, a5 = nil, a6 = nil, a7 = nil}
+
+-- ws_header reads ARGV's header. (Tables are built whole, by one
+-- constructor: a table that grows field by field is rehashed as it grows,
+-- and in a script that costs more than the arithmetic.)
 local function ws_header(a)
-  local H = {}
-  H.now, H.srv = ws_clock(a[1])
-  local y = {tonumber(a[2]), tonumber(a[3]), tonumber(a[4]), tonumber(a[5]), tonumber(a[6])}
-  local i = 0
-  for j = 2, 4 do
-    if y[j] <= H.now and H.now < y[j + 1] then i = j end
+  local now, srv = ws_clock(a[1])
+  local M = ws_memo
+  if srv ~= nil and M.H ~= nil and M.H.now == now and M.a3 == a[3] and M.a4 == a[4] and M.a5 == a[5] and
+      M.a2 == a[2] and M.a6 == a[6] and M.a7 == a[7] then
+    return M.H
   end
-  if i == 0 then
-    ws_err(WS_E_CLOCK, 'the server clock ' .. H.now .. ' is more than a year from the client clock')
+  local y2, y3, y4 = tonumber(a[3]), tonumber(a[4]), tonumber(a[5])
+  local prev, cur, nxt
+  if y2 <= now and now < y3 then
+    prev, cur, nxt = tonumber(a[2]), y2, y3
+  elseif y3 <= now and now < y4 then
+    prev, cur, nxt = y2, y3, y4
+  else
+    local y5 = tonumber(a[6])
+    if y4 <= now and now < y5 then
+      prev, cur, nxt = y3, y4, y5
+    else
+      ws_err(WS_E_CLOCK, 'the server clock ' .. now .. ' is more than a year from the client clock')
+    end
   end
-  H.prev, H.cur, H.nxt = y[i - 1], y[i], y[i + 1]
-  H.F = tonumber(a[7])
-  H.shapes = {}
+  local H = {now = now, srv = srv, prev = prev, cur = cur, nxt = nxt, F = tonumber(a[7]), shapes = {}}
+  if srv ~= nil then
+    M.H, M.a2, M.a3, M.a4, M.a5, M.a6, M.a7 = H, a[2], a[3], a[4], a[5], a[6], a[7]
+  end
   return H
 end
 
@@ -56,23 +78,25 @@ local function ws_shape(H, shape)
   local sep = string.find(shape, ':', 1, true)
   local b, w = tonumber(string.sub(shape, 1, sep - 1)), tonumber(string.sub(shape, sep + 1))
   local now, prev, cur, nxt = H.now, H.prev, H.cur, H.nxt
-  L = {H = H, b = b, w = w, now = now, prev = prev, cur = cur, nxt = nxt}
-  L.c = math.floor((now - cur) / b)
-  L.cstart = cur + L.c * b
-  L.field = string.format('%d', L.c)
+  local floor = math.floor
+  local c = floor((now - cur) / b)
+  local cstart = cur + c * b
+  local field = string.format('%d', c)
   local thr, top = now - w, now + H.F
+  local lo, plo, phi
   if thr >= cur then
-    L.lo, L.plo, L.phi = math.floor((thr - cur) / b) + 1, 1, 0
+    lo, plo, phi = floor((thr - cur) / b) + 1, 1, 0
   else
-    L.lo = 0
-    L.plo = math.floor((thr - prev) / b) + 1
-    L.phi = math.ceil((cur - prev) / b) - 1
+    lo, plo, phi = 0, floor((thr - prev) / b) + 1, math.ceil((cur - prev) / b) - 1
   end
-  L.hi = math.min(math.floor((top - cur) / b), math.ceil((nxt - cur) / b) - 1)
-  L.nhi = -1
-  if top >= nxt then L.nhi = math.floor((top - nxt) / b) end
-  if L.plo <= L.phi then L.low = prev + L.plo * b else L.low = cur + L.lo * b end
-  L.target = {field = L.field, start = L.cstart, current = true}
+  local hi = math.min(floor((top - cur) / b), math.ceil((nxt - cur) / b) - 1)
+  local nhi = -1
+  if top >= nxt then nhi = floor((top - nxt) / b) end
+  local low
+  if plo <= phi then low = prev + plo * b else low = cur + lo * b end
+  L = {H = H, b = b, w = w, now = now, prev = prev, cur = cur, nxt = nxt, c = c, cstart = cstart, field = field,
+    lo = lo, hi = hi, plo = plo, phi = phi, nhi = nhi, low = low,
+    target = {field = field, start = cstart, current = true}}
   H.shapes[shape] = L
   return L
 end

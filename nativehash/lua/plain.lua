@@ -54,7 +54,7 @@ local function ws_rebuild(L, key, B)
   local all = ws_read(key)
   local S = ws_scan(L, all, L.now - L.w, false)
   local sum, fits = ws_scansum(L, all, S, L.now - L.w)
-  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false}
+  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false, synced = nil, nsum = nil, nv = nil}
   for i = 1, #all, 2 do
     if all[i] == B.field then C.cur = all[i + 1] end
   end
@@ -72,7 +72,9 @@ local function ws_open(L, key, B)
   if m == nil or t == nil or m > low or t >= WS_BIG or t <= -WS_BIG then
     return ws_rebuild(L, key, B)
   end
-  local C = {sum = t, fits = true, cur = mt[3] or false, synced = m == low}
+  -- (The fields set later are named too, as nil: the constructor sizes the
+  -- table for them, so that it is not rehashed as it grows.)
+  local C = {sum = t, fits = true, cur = mt[3] or false, synced = m == low, dead = nil, nsum = nil, nv = nil}
   if C.synced then return C end
   local dead = ws_dead(L, m, low)
   if dead == nil then return ws_rebuild(L, key, B) end
@@ -97,18 +99,36 @@ end
 -- ws_commit then writes it: one HSET (with m when it moves), then the HDEL
 -- of the fields that left the window. A group prepares every write before it
 -- commits one, so that no item's overflow leaves another written.
+--
+-- The common case, a total, a bucket and a delta all below 2^53 whose sums
+-- stay there, is done on doubles inline (the hot path of Add and Allow); any
+-- other goes through ws_addsum and ws_bucketplus, exactly.
 local function ws_prepare(L, C, delta, B)
-  C.nsum = ws_addsum(C.sum, delta)
+  local s, d, cur = C.sum, tonumber(delta), C.cur
+  local v = 0
+  if cur then v = tonumber(cur) end
+  if type(s) == 'number' and v ~= nil and d ~= nil then
+    local n, nv = s + d, v + d
+    if n < WS_BIG and n > -WS_BIG and nv < WS_BIG and nv > -WS_BIG and d < WS_BIG and d > -WS_BIG and
+        v < WS_BIG and v > -WS_BIG then
+      C.nsum, C.nv = n, nv
+      return
+    end
+  end
+  C.nsum = ws_addsum(s, delta)
   -- A bucket that is not an integer raises WS_E_NOTCOUNTER (ws_split).
-  C.nv = ws_bucketplus(C.cur or '0', delta)
+  C.nv = ws_bucketplus(cur or '0', delta)
 end
 
 local function ws_commit(L, key, C, B)
   local sum, nv = C.nsum, C.nv
+  local fmt = string.format
+  local ts = type(sum) == 'number' and fmt('%d', sum) or sum
+  local vs = type(nv) == 'number' and fmt('%d', nv) or nv
   if C.synced then
-    redis.call('HSET', key, 't', ws_str(sum), B.field, ws_str(nv))
+    redis.call('HSET', key, 't', ts, B.field, vs)
   else
-    redis.call('HSET', key, 'm', string.format('%d', L.low), 't', ws_str(sum), B.field, ws_str(nv))
+    redis.call('HSET', key, 'm', fmt('%d', L.low), 't', ts, B.field, vs)
   end
   if C.dead ~= nil and #C.dead > 0 then ws_drop(key, C.dead) end
   if not C.cur then ws_touch(L, key, B) end
