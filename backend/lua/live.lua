@@ -66,7 +66,8 @@ local function ws_expiry(H, at)
 end
 
 -- ws_shape returns the live buckets of a window shape ("bucketms:windowms")
--- at the header's instant, computed once per shape and script call:
+-- at the header's instant, computed once per shape and header (a header may
+-- serve several calls: see ws_memo):
 --   b, w        bucket and window ms
 --   c, cstart   the current bucket's code and start; field, its field name
 --   lo..hi      live codes of this year; plo..phi of the year before; 0..nhi
