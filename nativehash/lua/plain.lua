@@ -122,13 +122,11 @@ end
 
 local function ws_commit(L, key, C, B)
   local sum, nv = C.nsum, C.nv
-  local fmt = string.format
-  local ts = type(sum) == 'number' and fmt('%d', sum) or sum
-  local vs = type(nv) == 'number' and fmt('%d', nv) or nv
+  local ts, vs = ws_str(sum), ws_str(nv)
   if C.synced then
     redis.call('HSET', key, 't', ts, B.field, vs)
   else
-    redis.call('HSET', key, 'm', fmt('%d', L.low), 't', ts, B.field, vs)
+    redis.call('HSET', key, 'm', string.format('%d', L.low), 't', ts, B.field, vs)
   end
   if C.dead ~= nil and #C.dead > 0 then ws_drop(key, C.dead) end
   if not C.cur then ws_touch(L, key, B) end
