@@ -159,7 +159,7 @@ local function ws_group(G)
       if it.B == nil or it.read then
         it.d = nil
       elseif kind == WS_IT_LIMIT then
-        if allowed and it.cost > 0 then it.d = string.format('%d', it.cost) end
+        if allowed and it.cost > 0 then it.d = it.delta end
       elseif kind == WS_IT_IFOK then
         if allowed and it.delta ~= '0' then it.d = it.delta end
       elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET then
@@ -245,7 +245,8 @@ local function ws_readgroup(H, i, k)
       members = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil}
     k = k + 1
     if kind == WS_IT_LIMIT then
-      it.limit, it.cost = tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+      it.limit, it.delta = tonumber(ARGV[i + 2]), ARGV[i + 3]
+      it.cost = tonumber(it.delta)
       i = i + 4
     elseif kind == WS_IT_DISTINCT then
       local m = tonumber(ARGV[i + 2])

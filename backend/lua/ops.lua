@@ -82,18 +82,20 @@ local function ws_add(L, key, delta, B)
   return (ws_put(L, key, C, delta, B))
 end
 
--- ws_allow counts cost (a number, at most 2^53, as is limit) in the current
--- bucket only if the window sum stays within limit. It answers {allowed, sum,
--- retry ms, reset ms}. A refusal writes nothing.
-local function ws_allow(L, key, limit, cost)
-  local B = L.target
+-- ws_allow counts cost (a canonical decimal string, as the client sends it; at
+-- most 2^53, as is limit, a number) in the current bucket only if the window
+-- sum stays within limit. It answers {allowed, sum, retry ms, reset ms}. A
+-- refusal writes nothing. (The cost's string is written as it came: no
+-- string.format on the hot path.)
+local function ws_allow(L, key, limit, costs)
+  local B, cost = L.target, tonumber(costs)
   local C = ws_open(L, key, B)
   ws_checked(C.sum, C.fits)
   if cost <= limit and ws_le(C.sum, limit - cost) then
     if cost == 0 then
       return {1, C.sum, 0, ws_reset(L, ws_detail(L, key, C))}
     end
-    local sum, v = ws_put(L, key, C, string.format('%d', cost), B)
+    local sum, v = ws_put(L, key, C, costs, B)
     if v ~= 0 then return {1, sum, 0, B.start + L.w - L.now} end
     return {1, sum, 0, ws_reset(L, ws_detail(L, key, nil))}
   end

@@ -27,7 +27,7 @@ local function ws_op(i, k)
     local L = ws_shape(H, ARGV[i + 1])
     return i + 3, k + 1, ws_addnosum, L, key, ARGV[i + 2], L.target
   elseif op == WS_OP_ALLOW then
-    return i + 4, k + 1, ws_allow, ws_shape(H, ARGV[i + 1]), key, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])
+    return i + 4, k + 1, ws_allow, ws_shape(H, ARGV[i + 1]), key, tonumber(ARGV[i + 2]), ARGV[i + 3]
   elseif op == WS_OP_GROUP then
     local ni, nk, G = ws_readgroup(H, i + 1, k)
     return ni, nk, ws_group, G
