@@ -64,7 +64,11 @@ for op in "${ops[@]}"; do
   bench=$!
   sleep 4
   "$cli" -p "$port" config resetstat >/dev/null
-  perf record -q -F 4999 -g -p "$pid" -o "$dir/$op.data" -- sleep 5 >/dev/null 2>&1
+  if ! perf record -q -F 4999 -g -p "$pid" -o "$dir/$op.data" -- sleep 5 >"$dir/perf.log" 2>&1; then
+    cat "$dir/perf.log" >&2
+    echo "profile: perf record failed (root, or sysctl kernel.perf_event_paranoid=1, lets it profile the server)" >&2
+    exit 1
+  fi
   calls=$("$cli" -p "$port" info commandstats | awk -F'[:=,]' '/^cmdstat_(fcall|evalsha):/ { n += $3 } END { print n + 0 }')
   wait "$bench"
   us=$(sed -n 's/.*"server_us_per_op":\([0-9.]*\).*/\1/p' "$dir/$op.json" | head -1)
