@@ -85,8 +85,8 @@ end
 -- ws_allow counts cost (a canonical decimal string, as the client sends it; at
 -- most 2^53, as is limit, a number) in the current bucket only if the window
 -- sum stays within limit. It answers {allowed, sum, retry ms, reset ms}. A
--- refusal writes nothing. (The cost's string is written as it came: no
--- string.format on the hot path.)
+-- refusal writes nothing. (The cost goes on to ws_put as the client's
+-- string: no string.format of it on the hot path.)
 local function ws_allow(L, key, limit, costs)
   local B, cost = L.target, tonumber(costs)
   local C = ws_open(L, key, B)
