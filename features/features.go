@@ -109,6 +109,9 @@ type Event struct {
 	// the buckets of its own time (store.Event.Time).
 	Time time.Time
 	// Entities are the event's entities: "user" -> "42", "ip" -> "1.2.3.4".
+	// An entity whose value is empty is the same as one the event does not
+	// have: the features keyed on it, or counting its distinct values, are
+	// left out (nothing is counted under an empty value).
 	Entities map[string]string
 	// Amount is what Sum features add, and what SpendAmount limits spend.
 	Amount int64
@@ -130,7 +133,9 @@ type Value struct {
 	Counted bool
 	// Allowed, Remaining and RetryAfter are a Limit's: whether it admits the
 	// event, what it has left in its tightest window, and when it would admit
-	// it again.
+	// it again. A duplicate answers the first recording's decision: Allowed
+	// false where this limit refused it then, with RetryAfter from now (0
+	// when a new event would be admitted now).
 	Allowed    bool
 	Remaining  int64
 	RetryAfter time.Duration
@@ -140,7 +145,8 @@ type Value struct {
 type Result struct {
 	// Allowed reports whether every limit admitted the event.
 	Allowed bool
-	// RefusedBy names the limit features that refused it.
+	// RefusedBy names the limit features that refused it (for a duplicate,
+	// those that refused its first recording), in the set's order.
 	RefusedBy []string
 	// RetryAfter is the longest of the refusing entities' waits until their
 	// limits admit the event (-1 when one never will); 0 when allowed.
@@ -293,7 +299,7 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 	// One batch per entity: its features' ops, in the set's order.
 	var entities []string
 	for _, f := range s.feats {
-		if _, ok := e.Entities[f.Entity]; ok && !slices.Contains(entities, f.Entity) {
+		if e.Entities[f.Entity] != "" && !slices.Contains(entities, f.Entity) {
 			entities = append(entities, f.Entity)
 		}
 	}
@@ -323,8 +329,8 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 				}
 				b.Ops = append(b.Ops, op)
 			case Distinct:
-				of, ok := e.Entities[f.Of]
-				if !ok && !read {
+				of := e.Entities[f.Of]
+				if of == "" && !read {
 					continue
 				}
 				op := store.Op{Store: f.st, Key: key, Kind: store.Distinct}
@@ -387,6 +393,8 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 		}
 		out.Duplicate = out.Duplicate && br.Duplicate
 	}
+	// The parts were made entity by entity; the values go in the set's order.
+	sort.SliceStable(parts, func(i, j int) bool { return parts[i].feat < parts[j].feat })
 	for _, p := range parts {
 		f := s.feats[p.feat]
 		br := res[p.batchAt]
@@ -394,7 +402,7 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 		v := Value{Feature: f.Name, Entity: p.entity, Kind: f.Kind}
 		switch f.Kind {
 		case Limit:
-			v.Allowed, v.Counted = true, br.Allowed && !br.Duplicate
+			v.Allowed, v.Counted = true, br.Allowed && !br.Duplicate && !read
 			v.Sums = make([]int64, len(f.Windows))
 			j := 0
 			for ti, lim := range f.Limits {
@@ -404,7 +412,7 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 				o := ops[j]
 				j++
 				v.Sums[ti] = o.Sum
-				if o.RetryAfter != 0 {
+				if o.Refused {
 					v.Allowed = false
 					if o.RetryAfter < 0 || v.RetryAfter >= 0 && o.RetryAfter > v.RetryAfter {
 						v.RetryAfter = o.RetryAfter
@@ -414,7 +422,7 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 					v.Remaining, v.Sum = o.Remaining, o.Sum
 				}
 			}
-			if !v.Allowed && !read && !br.Duplicate {
+			if !v.Allowed && !read {
 				out.RefusedBy = append(out.RefusedBy, f.Name)
 			}
 		default:

@@ -121,6 +121,10 @@ type Value struct {
 	// Result.
 	Limit, Remaining       int64
 	RetryAfter, ResetAfter time.Duration
+	// Refused reports that a Limit op refused its cost: for a duplicate,
+	// that it refused the first call (RetryAfter is then its wait from now,
+	// 0 when it would admit the cost now).
+	Refused bool
 }
 
 // Apply runs the batches, each atomically in one script call, all in one
@@ -415,29 +419,35 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 		a := v[2+j]
 		val := &r.Values[it.op]
 		o := p.ops[it.op]
-		if a.IsNil() { // a late event: this tier's bucket has left the window
-			if val.CountedTiers != nil {
-				val.CountedTiers[it.tier] = false
+		if it.kind != backend.ItemLimit {
+			if f, err := a.ToArray(); err == nil { // a late event: this tier's bucket has left the window
+				if len(f) != 1 {
+					return r, errors.New("unexpected group answer " + a.String())
+				}
+				a = f[0]
+				if val.CountedTiers != nil {
+					val.CountedTiers[it.tier] = false
+				}
+				if it.tier == o.Tier {
+					val.Counted = false
+				}
 			}
-			if it.tier == o.Tier {
-				val.Counted = false
-			}
-			continue
 		}
 		switch it.kind {
 		case backend.ItemLimit:
 			f, err := a.ToArray()
-			if err != nil || len(f) != 3 {
+			if err != nil || len(f) != 4 {
 				return r, errors.New("unexpected limit answer " + a.String())
 			}
 			sum, err1 := sumOf(f[0])
 			rt, err2 := f[1].AsInt64()
 			rs, err3 := f[2].AsInt64()
-			if err := errors.Join(err1, err2, err3); err != nil {
+			refused, err4 := f[3].AsInt64()
+			if err := errors.Join(err1, err2, err3, err4); err != nil {
 				return r, errors.New("unexpected limit answer " + a.String())
 			}
 			val.Sum, val.Limit, val.Remaining = sum, o.Limit, remaining(o.Limit, sum)
-			val.RetryAfter, val.ResetAfter = ms(rt), ms(rs)
+			val.RetryAfter, val.ResetAfter, val.Refused = ms(rt), ms(rs), refused == 1
 		default:
 			n, err := sumOf(a)
 			if err != nil {
@@ -451,12 +461,14 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 			}
 		}
 	}
-	if !r.Allowed && !r.Duplicate {
-		// The limit that decides: the one whose wait is the longest (never: -1).
+	if !r.Allowed {
+		// The limit that decides: the refusing one whose wait is the longest
+		// (never: -1). A duplicate's refusing limits are those of its first
+		// call, with their waits from now.
 		var worst time.Duration
 		for i, o := range p.ops {
 			ra := r.Values[i].RetryAfter
-			if o.Kind != Limit || ra == 0 {
+			if o.Kind != Limit || !r.Values[i].Refused {
 				continue
 			}
 			if r.RefusedBy < 0 || ra < 0 || (worst >= 0 && ra > worst) {

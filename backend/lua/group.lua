@@ -5,7 +5,9 @@
 --   WS_IT_QUIET    shape delta          add delta; answer 0 (AddNoSum)
 --   WS_IT_LIMIT    shape limit cost     a limit: count cost only if every
 --                                       limit of the group admits it; answer
---                                       {sum, retry ms, reset ms}
+--                                       {sum, retry ms, reset ms, refused}
+--                                       (refused: 1 when this limit refused,
+--                                       in a duplicate's first decision too)
 --   WS_IT_IFOK     shape delta          add delta only if the limits admit
 --                                       (the other tiers of a limited counter);
 --                                       answer the window sum
@@ -22,14 +24,17 @@
 -- The reply is {flags, retry ms, answer per item}: flags is 1 when the limits
 -- admitted (or there are none), plus 2 when the event id was seen before. A
 -- duplicate writes nothing, and answers the counters' state now and the first
--- call's decision. An event time places the writes (not the limits, which
--- decide now, nor the other tiers of a limited counter): an item whose bucket has already left its window counts
--- nothing and answers false, and when no item can count the event the
--- operation fails with WS_E_TOOOLD. An event beyond the future tolerance fails
--- with WS_E_FUTURE. Nothing is written before every check has passed. A
--- refused group without unconditional writes writes nothing, not even its id,
--- so that a retry is decided anew; otherwise the id is kept for its time to
--- live, with the decision.
+-- call's decision: which limits refused it then (the id's value records
+-- them), with their retry from now. An event time places the writes (not the
+-- limits, which decide now, nor the other tiers of a limited counter): an
+-- item whose bucket has already left its window counts nothing and answers
+-- {its value now} (an array of one, where a counted item answers the value
+-- itself), and when no item can count the event the operation fails with
+-- WS_E_TOOOLD. An event beyond the future tolerance fails with WS_E_FUTURE.
+-- Nothing is written before every check has passed. A refused group without
+-- unconditional writes writes nothing, not even its id, so that a retry is
+-- decided anew; otherwise the id is kept for its time to live, with the
+-- decision.
 
 -- HyperLogLog buckets: one key per bucket, the item's key plus ':' and the
 -- bucket's code, in the item key's slot.
@@ -104,6 +109,24 @@ local function ws_groupretry(limits)
   return -1
 end
 
+-- ws_refusedby marks the limits that refused an event the first time, from
+-- the decision its id recorded ('0,j,k...': the items j, k refused). A
+-- record without them ('0', from an older version) blames the limits that
+-- refuse now, or every limit when none does.
+local function ws_refusedby(items, limits, rec)
+  local any = false
+  for j in string.gmatch(rec, ',(%d+)') do
+    local it = items[tonumber(j)]
+    if it ~= nil and it.kind == WS_IT_LIMIT then it.refused, any = true, true end
+  end
+  if any then return end
+  for _, it in ipairs(limits) do
+    if not it.fits then it.refused, any = true, true end
+  end
+  if any then return end
+  for _, it in ipairs(limits) do it.refused = true end
+end
+
 local function ws_group(G)
   local items, limits = G.items, {}
   local seen = nil
@@ -141,8 +164,12 @@ local function ws_group(G)
   end
   local flags = 0
   if seen then
+    -- The first call's decision: '1', or '0' and the refusing items.
     allowed = seen == '1'
     flags = 2
+    if not allowed then ws_refusedby(items, limits, seen) end
+  else
+    for _, it in ipairs(limits) do it.refused = not it.fits end
   end
   if allowed then flags = flags + 1 end
   local retry = 0
@@ -189,7 +216,16 @@ local function ws_group(G)
   for j, it in ipairs(items) do
     local kind, ans = it.kind, false
     if it.B == nil then
-      ans = false
+      -- A late event whose bucket has left this item's window: it counts
+      -- nothing here, and answers {value now} (the array marks "not
+      -- counted"; the value is still the window's).
+      if kind == WS_IT_DISTINCT then
+        ans = {ws_dcount(it.L, it.key, it.L.now - it.L.w)}
+      elseif kind == WS_IT_QUIET then
+        ans = {0}
+      else
+        ans = {ws_sumover(it.L, it.key, it.L.w)}
+      end
     elseif kind == WS_IT_READ then
       ans = ws_sumover(it.L, it.key, it.L.w)
     elseif kind == WS_IT_DISTINCT then
@@ -202,12 +238,12 @@ local function ws_group(G)
         if v ~= 0 then reset = it.B.start + it.L.w - it.L.now end
       end
       local r = 0
-      if not it.fits and not seen then r = ws_retry(it.L, it.S, it.cost, it.limit) end
+      if it.refused then r = ws_retry(it.L, it.S, it.cost, it.limit) end
       if reset == nil then
         if it.d ~= nil then reset = ws_reset(it.L, ws_detail(it.L, it.key, nil))
         else reset = ws_reset(it.L, it.S or ws_detail(it.L, it.key, it.C)) end
       end
-      ans = {sum, r, reset}
+      ans = {sum, r, reset, it.refused and 1 or 0}
     elseif it.d == nil then
       if it.C ~= nil then ans = it.C.sum else ans = 0 end
     elseif kind == WS_IT_QUIET then
@@ -220,7 +256,14 @@ local function ws_group(G)
     out[j + 2] = ans
   end
   if G.idkey ~= nil and not seen and wrote then
-    redis.call('SET', G.idkey, allowed and '1' or '0', 'PX', G.ttl)
+    local rec = '1'
+    if not allowed then
+      rec = '0'
+      for j, it in ipairs(items) do
+        if it.refused then rec = rec .. ',' .. j end
+      end
+    end
+    redis.call('SET', G.idkey, rec, 'PX', G.ttl)
   end
   return out
 end
@@ -242,7 +285,7 @@ local function ws_readgroup(H, i, k)
     -- The fields set later are named here, as nil: the constructor sizes the
     -- table for them, so that it never grows (and is rehashed) field by field.
     local it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k], limit = nil, cost = nil, delta = nil,
-      members = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil}
+      members = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil}
     k = k + 1
     if kind == WS_IT_LIMIT then
       it.limit, it.delta = tonumber(ARGV[i + 2]), ARGV[i + 3]
