@@ -273,7 +273,7 @@ func TestDistinctKeysExpire(t *testing.T) {
 				pttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
 				require.NoError(t, err)
 				want := start.Add(w.Length).UnixMilli() - at.UnixMilli() // when the bucket leaves the window (the scripts see whole ms)
-				slack := time.Since(t0).Milliseconds() + 3 // whole ms, on both clocks
+				slack := time.Since(t0).Milliseconds() + 3               // whole ms, on both clocks
 				require.LessOrEqual(t, pttl, want, "tier %d key %s: TTL past the bucket's life", ti, key)
 				require.Greater(t, pttl, want-slack, "tier %d key %s: TTL %d ms, the bucket lives %d ms more", ti, key, pttl, want)
 				seen[key] = true
