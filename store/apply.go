@@ -134,13 +134,28 @@ type Value struct {
 // batch). A batch that breaks the rules (keys of several slots, an op twice
 // on one counter, a limit out of range) fails with ErrInvalid before
 // anything is sent.
-func Apply(ctx context.Context, batches ...Batch) ([]BatchResult, error) {
+func Apply(ctx context.Context, batches ...Batch) (_ []BatchResult, err error) {
+	ctx, end := observe(ctx, batches, "apply")
+	defer func() { end(err) }()
 	return apply(ctx, nil, batches)
 }
 
 // ApplyAt is Apply at instant now on the client's clock.
-func ApplyAt(ctx context.Context, now time.Time, batches ...Batch) ([]BatchResult, error) {
+func ApplyAt(ctx context.Context, now time.Time, batches ...Batch) (_ []BatchResult, err error) {
+	ctx, end := observe(ctx, batches, "apply")
+	defer func() { end(err) }()
 	return apply(ctx, &now, batches)
+}
+
+// observe starts an operation for the observer of the first op's store (a
+// no-op without one). The exported entry points observe; apply, which they
+// and the other operations share, does not, so that each call the caller
+// makes is observed once.
+func observe(ctx context.Context, batches []Batch, op string) (context.Context, func(error)) {
+	if len(batches) > 0 && len(batches[0].Ops) > 0 && batches[0].Ops[0].Store != nil {
+		return batches[0].Ops[0].Store.start(ctx, op)
+	}
+	return ctx, noEnd
 }
 
 // plan is a batch turned into one group operation.
@@ -159,12 +174,7 @@ type planItem struct {
 	kind     string
 }
 
-func apply(ctx context.Context, at *time.Time, batches []Batch) (_ []BatchResult, err error) {
-	if len(batches) > 0 && len(batches[0].Ops) > 0 && batches[0].Ops[0].Store != nil {
-		var end func(error)
-		ctx, end = batches[0].Ops[0].Store.start(ctx, "apply")
-		defer func() { end(err) }()
-	}
+func apply(ctx context.Context, at *time.Time, batches []Batch) ([]BatchResult, error) {
 	out := make([]BatchResult, len(batches))
 	errs := make([]error, len(batches))
 	failed := false

@@ -46,23 +46,31 @@ type Added struct {
 
 // AddEvent adds e.Delta to key's counter like Add, with an event id and an
 // event time when e has them (see Event).
-func (s *Store) AddEvent(ctx context.Context, e Event) (Added, error) {
+func (s *Store) AddEvent(ctx context.Context, e Event) (_ Added, err error) {
+	ctx, end := s.start(ctx, "add")
+	defer func() { end(err) }()
 	return s.addEvent(ctx, nil, e, Count)
 }
 
 // AddEventAt is AddEvent at instant now on the client's clock.
-func (s *Store) AddEventAt(ctx context.Context, now time.Time, e Event) (Added, error) {
+func (s *Store) AddEventAt(ctx context.Context, now time.Time, e Event) (_ Added, err error) {
+	ctx, end := s.start(ctx, "add")
+	defer func() { end(err) }()
 	return s.addEvent(ctx, &now, e, Count)
 }
 
 // AddNoSumEvent is AddEvent without the sums, as AddNoSum is Add without
 // them. With an id it still reads the id's marker.
-func (s *Store) AddNoSumEvent(ctx context.Context, e Event) (Added, error) {
+func (s *Store) AddNoSumEvent(ctx context.Context, e Event) (_ Added, err error) {
+	ctx, end := s.start(ctx, "add")
+	defer func() { end(err) }()
 	return s.addEvent(ctx, nil, e, CountQuiet)
 }
 
 // AddNoSumEventAt is AddNoSumEvent at instant now on the client's clock.
-func (s *Store) AddNoSumEventAt(ctx context.Context, now time.Time, e Event) (Added, error) {
+func (s *Store) AddNoSumEventAt(ctx context.Context, now time.Time, e Event) (_ Added, err error) {
+	ctx, end := s.start(ctx, "add")
+	defer func() { end(err) }()
 	return s.addEvent(ctx, &now, e, CountQuiet)
 }
 
@@ -89,7 +97,9 @@ func (s *Store) AllowEventAt(ctx context.Context, now time.Time, e Event, limit 
 	return s.allowEvent(ctx, &now, e, limit)
 }
 
-func (s *Store) allowEvent(ctx context.Context, at *time.Time, e Event, limit int64) (Result, error) {
+func (s *Store) allowEvent(ctx context.Context, at *time.Time, e Event, limit int64) (_ Result, err error) {
+	ctx, end := s.start(ctx, "allow")
+	defer func() { end(err) }()
 	if !e.Time.IsZero() {
 		return Result{}, invalid("allow", e.Key, "an event time has no place in Allow, which decides now")
 	}
@@ -134,13 +144,26 @@ type PolicyResult struct {
 // policy admits the cost, if nothing else is counted meanwhile: a retry then
 // succeeds, one a millisecond earlier fails. Policies has every policy's
 // own figures, in order, and RefusedBy the index of the deciding refusal.
-func AllowAll(ctx context.Context, cost int64, policies ...Policy) (Result, error) {
+func AllowAll(ctx context.Context, cost int64, policies ...Policy) (_ Result, err error) {
+	ctx, end := observePolicies(ctx, policies)
+	defer func() { end(err) }()
 	return allowAll(ctx, nil, "", cost, policies)
 }
 
 // AllowAllAt is AllowAll at instant now on the client's clock.
-func AllowAllAt(ctx context.Context, now time.Time, cost int64, policies ...Policy) (Result, error) {
+func AllowAllAt(ctx context.Context, now time.Time, cost int64, policies ...Policy) (_ Result, err error) {
+	ctx, end := observePolicies(ctx, policies)
+	defer func() { end(err) }()
 	return allowAll(ctx, &now, "", cost, policies)
+}
+
+// observePolicies starts an "allow" for the observer of the first policy's
+// store.
+func observePolicies(ctx context.Context, policies []Policy) (context.Context, func(error)) {
+	if len(policies) > 0 && policies[0].Store != nil {
+		return policies[0].Store.start(ctx, "allow")
+	}
+	return ctx, noEnd
 }
 
 func allowAll(ctx context.Context, at *time.Time, id string, cost int64, policies []Policy) (Result, error) {

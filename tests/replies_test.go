@@ -1,8 +1,10 @@
 package tests
 
 import (
+	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -290,4 +292,61 @@ func TestDistinctKeysExpire(t *testing.T) {
 			require.NotContains(t, k, ":d:", "a bucket key is left once the window has passed")
 		}
 	})
+}
+
+// opLog records the operations an observer is told of.
+type opLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (o *opLog) Start(ctx context.Context, op string) (context.Context, func(error)) {
+	o.mu.Lock()
+	o.ops = append(o.ops, op)
+	o.mu.Unlock()
+	return ctx, func(error) {}
+}
+
+func (o *opLog) Call(string, int, time.Duration, error) {}
+
+func (o *opLog) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := o.ops
+	o.ops = nil
+	return out
+}
+
+// TestObserverOncePerCall: the observer hears of each call the caller makes
+// once, under its own name, whatever path it takes inside (a tiered Add or
+// Allow, an event, a distinct count, AllowAll, Apply).
+func TestObserverOncePerCall(t *testing.T) {
+	log := &opLog{}
+	w := store.Window{Length: time.Minute, Bucket: time.Second}
+	s, _ := newStore(t, targets[0], w, store.WithObserver(log), store.WithTiers(store.Window{Length: time.Hour, Bucket: time.Minute}))
+	ctx := ctxT(t)
+	for _, c := range []struct {
+		want string
+		call func() error
+	}{
+		{"add", func() error { _, err := s.Add(ctx, "k", 1); return err }},
+		{"add", func() error { return s.AddNoSum(ctx, "k", 1) }},
+		{"add", func() error { _, err := s.AddEvent(ctx, store.Event{Key: "k", Delta: 1, ID: "e"}); return err }},
+		{"allow", func() error { _, err := s.Allow(ctx, "k", 100, 1); return err }},
+		{"allow", func() error { _, err := s.AllowEvent(ctx, store.Event{Key: "k", Delta: 1, ID: "f"}, 100); return err }},
+		{"allow", func() error {
+			_, err := store.AllowAll(ctx, 1, store.Policy{Store: s, Key: "k", Limit: 100}, store.Policy{Store: s, Tier: 1, Key: "k", Limit: 100})
+			return err
+		}},
+		{"apply", func() error {
+			_, err := store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s, Key: "k", Delta: 1}}})
+			return err
+		}},
+		{"add distinct", func() error { _, err := s.AddDistinct(ctx, "d", "m"); return err }},
+		{"count distinct", func() error { _, err := s.CountDistinct(ctx, "d"); return err }},
+		{"sum", func() error { _, err := s.Sum(ctx, "k"); return err }},
+	} {
+		require.NoError(t, c.call())
+		require.Equal(t, []string{c.want}, log.take())
+	}
 }
