@@ -73,16 +73,34 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ Snapshot, err error)
 		t, _ := vals[i+2].AsInt64()
 		b.TTL = ttl(t)
 		if code, err := fieldcodec.Decode(b.Field); err == nil {
-			if st, ok := live.StartOf(code); ok {
-				b.Start, b.Live = time.UnixMilli(st), true
-			} else if st, err := s.codec.Start(code, snap.Now); err == nil {
-				b.Start = st
-			}
+			b.Start, b.Live = s.bucketStart(live, code)
 		}
 		snap.Buckets = append(snap.Buckets, b)
 	}
 	slices.SortStableFunc(snap.Buckets, func(x, y Bucket) int { return x.Start.Compare(y.Start) })
 	return snap, nil
+}
+
+// bucketStart is when the bucket with code starts, as the scripts see it at
+// live.Now: a live bucket (inside the window, or ahead of the clock by at
+// most the future tolerance, as a client whose clock is a little ahead
+// writes it), or else the most recent bucket of that code before now. The
+// zero time for a code no bucket has.
+func (s *Store) bucketStart(live fieldcodec.Live, code int64) (time.Time, bool) {
+	if st, ok := live.StartOf(code); ok {
+		return time.UnixMilli(st), true
+	}
+	top := live.Now + s.futureMs
+	if st := live.Year + code*live.BucketMs; code > live.Code && st <= top && st < live.NextYear {
+		return time.UnixMilli(st), true
+	}
+	if st := live.NextYear + code*live.BucketMs; code >= 0 && st <= top {
+		return time.UnixMilli(st), true
+	}
+	if st, err := s.codec.Start(code, time.UnixMilli(live.Now)); err == nil {
+		return st, false
+	}
+	return time.Time{}, false
 }
 
 func ttl(ms int64) time.Duration {
