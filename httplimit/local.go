@@ -11,7 +11,8 @@ import (
 // can never make the middleware admit more than the limits: at worst it
 // refuses a smaller request that the server would have let through early.
 //
-// It holds at most Size keys (default 100,000); when full it forgets expired
+// It holds at most the number of keys given to NewLocalTier (default
+// 100,000); when full it forgets expired
 // entries, and if none have expired it stops remembering new ones. The zero
 // value is not usable; create one with NewLocalTier. It is safe for concurrent
 // use.

@@ -260,7 +260,7 @@ func transient(ctx context.Context, err error) bool {
 	return !errors.Is(err, context.Canceled)
 }
 
-// maxGroupTiers bounds the tiers of one counter (see WithTiers).
+// maxTiers bounds the windows of one counter: its Window and WithTiers's.
 const maxTiers = 8
 
 func makePlan(b Batch, at *time.Time) (*plan, error) {

@@ -77,10 +77,11 @@ func (s *Store) SumManyAt(ctx context.Context, t time.Time, keys []string) ([]in
 	return s.sumMany(ctx, &t, keys)
 }
 
-// ManyError is the error of SumMany when some keys fail.
+// ManyError is the error of a call on several keys or batches when some of
+// them fail: SumMany, CountDistinctMany and Apply.
 type ManyError struct {
-	// Errs has one entry per key given to SumMany: nil where the key's sum was
-	// read, else why not.
+	// Errs has one entry per key (SumMany, CountDistinctMany) or batch
+	// (Apply), in order: nil where it succeeded, else why not.
 	Errs []error
 }
 

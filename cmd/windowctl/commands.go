@@ -68,7 +68,7 @@ func init() {
 			summary: "the server's backend, and why",
 			details: "Connects, detects the best backend the server offers (or checks the one\n" +
 				"--backend forces) and prints it with the server's name, version and modules.",
-			json:  `{"backend":"nativehash","field_ttl":false,"server":"redis","version":"7.0.15","modules":[],"reason":"…"}`,
+			json:  `{"backend":"nativehash-plain","field_ttl":false,"server":"redis","version":"7.0.15","modules":[],"reason":"…"}`,
 			setup: noArgs("detect", func(ctx context.Context, c *cli) error { return c.detect(ctx) }),
 		},
 		{

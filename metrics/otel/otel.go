@@ -4,7 +4,7 @@
 // core stays free of the OpenTelemetry API.
 //
 //	obs, err := otel.NewObserver(otel.WithMeterProvider(mp), otel.WithTracerProvider(tp))
-//	s, err := store.New(client, store.WithObserver(obs))
+//	s, err := store.New(ctx, client, window, store.WithObserver(obs))
 //	l, err := limit.NewGCRA(client, "perip", 10, time.Second, 20, limit.WithObserver(obs))
 //
 //	rec, err := otel.NewRecorder(otel.WithMeterProvider(mp))
