@@ -4,7 +4,7 @@
 //
 //   - SlidingWindow: the bucketed window of package store. Memory is one hash
 //     field per bucket, whatever the rate; precision is one bucket.
-//   - Log: the seed documents' exact sliding log on a sorted set, done right:
+//   - Log: the common exact sliding log on a sorted set, done right:
 //     unique members (a random nonce per call, so two requests in one
 //     millisecond never collide), refused requests never recorded, the check
 //     and the add in one script, and a key that expires with its newest event.

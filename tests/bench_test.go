@@ -118,7 +118,7 @@ func BenchmarkStore(b *testing.B) {
 }
 
 // BenchmarkBaseline measures, on the same server, the floor of server work
-// (raw HINCRBY and HGETALL, auto-pipelined) and the seed documents' naive
+// (raw HINCRBY and HGETALL, auto-pipelined) and the textbook naive
 // window script: the references for the ratios in the README.
 func BenchmarkBaseline(b *testing.B) {
 	for _, buckets := range []int{10, 60} {

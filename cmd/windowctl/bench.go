@@ -62,7 +62,7 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
   allow       Store.Allow                allow3    store.AllowAll, 3 policies
   record6     features.Set.Record of a 6-feature event (2 entities)
   distinct    Store.AddDistinct of one member
-  naive       the seed documents' window script (HINCRBY, EXPIRE, HGETALL, sum, HDEL)
+  naive       the textbook hash window script (HINCRBY, EXPIRE, HGETALL, sum, HDEL)
   zsetlog     the exact sliding log on a ZSET (limit.NewLog)
   gcra        limit.NewGCRA: GCRA, one script on a string per key
   redisrate   go-redis/redis_rate's GCRA (AllowN), through go-redis

@@ -1,5 +1,6 @@
 // Package baseline holds the references that benchmarks compare windowstore
-// with: the seed documents' naive window script, and how to fill its counters.
+// with: the textbook naive window script (a hash of second-buckets summed by
+// HGETALL), and how to fill its counters.
 // It is shared by `windowctl bench` and the Go benchmarks of the test suite.
 package baseline
 
@@ -10,7 +11,7 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// Naive is the seed documents' design in one script: HINCRBY the current
+// Naive is that textbook design in one script: HINCRBY the current
 // second-bucket, EXPIRE, HGETALL, sum the live fields and HDEL the stale ones.
 // ARGV: now (Unix seconds), bucket seconds, buckets.
 var Naive = rueidis.NewLuaScript(`
