@@ -73,8 +73,10 @@ type degradeOptions struct {
 }
 
 // WithInstances sets how many instances share the limit (default 1): while
-// degraded, each instance admits at most limit / n (rounded down) per
-// window, so that together they admit no more than the limit.
+// degraded, each instance admits at most limit / n (rounded down: 10 / 3 is
+// 3, and 3 / 4 is 0, nothing) per window, so that n instances that all
+// decide in process for a whole window admit no more than the limit in it.
+// A window that spans an outage holds more: see Degraded.
 func WithInstances(n int) DegradeOption { return func(o *degradeOptions) { o.instances = n } }
 
 // WithFailures sets how many consecutive transient failures open the breaker
@@ -121,7 +123,13 @@ func WithOnStateChange(fn func(from, to BreakerState)) DegradeOption {
 // What is admitted in process is not counted on the server, and the server's
 // counts are not seen in process: after a failure an instance starts its
 // share afresh. The in-process log is kept across recoveries, so an instance
-// that flaps admits at most its share per window in process.
+// that flaps admits at most its share per window in process. So N instances
+// admit at most the limit L together only in a window that they spend all
+// in process (N x (L / N) <= L). In a window that spans an outage they admit
+// what the server admits in that window plus at most N x (L / N) in
+// process: at most L + N x (L / N) <= 2L when the server admits at most L
+// per window and keeps its counts through the outage, and L more for each
+// restart that loses them (a server without persistence counts afresh).
 //
 // Create one with Degrade. A Degraded limiter is safe for concurrent use if
 // the limiter it wraps is.
@@ -139,9 +147,9 @@ var _ HealthChecker = (*Degraded)(nil)
 
 // Degrade returns l with an in-process stand-in and a circuit breaker (see
 // Degraded). l may be any limiter: a Multi (Combine) falls back on every one
-// of its policies, all or nothing; a GCRA on rate / N per period; a shadow
-// limiter (Shadow) keeps watching without enforcing. It fails with ErrInvalid
-// for a nil l or an option out of range.
+// of its policies, all or nothing; a GCRA on rate / N per period (its burst
+// plays no part); a shadow limiter (Shadow) keeps watching without
+// enforcing. It fails with ErrInvalid for a nil l or an option out of range.
 func Degrade(l Limiter, opts ...DegradeOption) (*Degraded, error) {
 	if l == nil {
 		return nil, newError("degrade", ErrInvalid, "nil limiter")

@@ -397,3 +397,53 @@ type multiStub struct {
 }
 
 func (m *multiStub) Policies() []Policy { return m.ps }
+
+// TestDegradeShareRoundsDown: a degraded instance's share is limit / N
+// rounded down, for limits that N does not divide (10 / 3 is 3, not 4; 3 / 4
+// is 0: that instance admits nothing in process), for a sliding-window
+// policy and for a GCRA's, whose share is rate / N per period (its burst
+// plays no part). Each instance admits exactly its share in a window, is
+// refused the next unit, and admits its share again once the window has
+// passed; the decisions report the share as their Limit. Rounding the share
+// up (or taking a GCRA's burst) admits more and fails.
+func TestDegradeShareRoundsDown(t *testing.T) {
+	for _, tt := range []struct {
+		p     Policy
+		n     int
+		share int64
+	}{
+		{Policy{Name: "p", Limit: 10, Window: time.Second, Algorithm: "log"}, 3, 3},
+		{Policy{Name: "p", Limit: 7, Window: time.Second, Algorithm: "sliding-window"}, 2, 3},
+		{Policy{Name: "p", Limit: 11, Window: time.Second, Algorithm: "sliding-window"}, 4, 2},
+		{Policy{Name: "p", Limit: 3, Window: time.Second, Algorithm: "log"}, 4, 0},
+		// A GCRA's Policy, as NewGCRA reports it: Limit rate, Window period.
+		{Policy{Name: "g", Limit: 10, Window: time.Second, Burst: 7, Algorithm: "gcra"}, 3, 3},
+		{Policy{Name: "g", Limit: 5, Window: time.Second, Burst: 20, Algorithm: "gcra"}, 2, 2},
+	} {
+		name := fmt.Sprintf("%s %d/%d", tt.p.Algorithm, tt.p.Limit, tt.n)
+		f := &flaky{p: tt.p}
+		f.set(refused)
+		clk := newClock()
+		d, err := Degrade(f, WithInstances(tt.n), WithFailures(1), WithBreakerClock(clk.now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for round := 0; round < 2; round++ {
+			admitted := int64(0)
+			for i := int64(0); i <= tt.share; i++ {
+				dec := allow1(t, d)
+				if !dec.Degraded || dec.Limit != tt.share {
+					t.Fatalf("%s: %+v, want a degraded decision with Limit %d", name, dec, tt.share)
+				}
+				if dec.Allowed {
+					admitted++
+				}
+				clk.add(10 * time.Millisecond)
+			}
+			if admitted != tt.share {
+				t.Fatalf("%s, window %d: %d admitted of %d calls, want the share %d", name, round, admitted, tt.share+1, tt.share)
+			}
+			clk.add(tt.p.Window)
+		}
+	}
+}

@@ -12,9 +12,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/metrics/prom"
+	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
@@ -181,5 +183,242 @@ func TestDegradedServerDown(t *testing.T) {
 	require.Equal(t, "21", srv.Cmd(t, "ZCARD", "rl:{k}:perwin"))
 	if errors.Is(d.Health(), limit.ErrUnavailable) {
 		t.Fatal("unhealthy after recovery")
+	}
+}
+
+// fleetLimiters build, on one client, the limiters of the fleet tests: 10
+// per hour (a GCRA: rate 10 per hour, burst 10), a window longer than any
+// run of the tests, so that every admission of a test falls in one window.
+var fleetLimiters = []struct {
+	name string
+	make func(t *testing.T, c rueidis.Client) limit.Limiter
+}{
+	{"sliding-window", func(t *testing.T, c rueidis.Client) limit.Limiter {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := store.New(ctx, c, store.Window{Length: fleetWindow, Bucket: time.Minute})
+		require.NoError(t, err)
+		l, err := limit.NewSlidingWindow(st, "sw", fleetLimit)
+		require.NoError(t, err)
+		return l
+	}},
+	{"log", func(t *testing.T, c rueidis.Client) limit.Limiter {
+		l, err := limit.NewLog(c, "log", fleetLimit, fleetWindow)
+		require.NoError(t, err)
+		return l
+	}},
+	{"gcra", func(t *testing.T, c rueidis.Client) limit.Limiter {
+		l, err := limit.NewGCRA(c, "gcra", fleetLimit, fleetWindow, fleetLimit)
+		require.NoError(t, err)
+		return l
+	}},
+}
+
+// The fleet tests' limit L, shared by N instances: the share is L / N
+// rounded down, 3; N x share = 9 < L.
+const (
+	fleetLimit     = 10
+	fleetInstances = 3
+	fleetShare     = fleetLimit / fleetInstances
+	fleetWindow    = time.Hour
+)
+
+// fleet is N application instances of one limit, as separate application
+// servers run them: each with its own client of the one server and its own
+// limiter, wrapped by its own Degraded (WithInstances(N)). Every call is on
+// key "k", one at a time, and every admission is counted: per instance, those
+// decided in process; per life of the server (from a start to the next
+// kill), those the server decided.
+type fleet struct {
+	ds          []*limit.Degraded
+	local       []int     // per instance: admitted in process
+	server      []int     // per server life: admitted by the server
+	first, last time.Time // the first admission and the last
+}
+
+func newFleet(t *testing.T, srv *harness.Server, mk func(*testing.T, rueidis.Client) limit.Limiter) *fleet {
+	f := &fleet{local: make([]int, fleetInstances), server: []int{0}}
+	for i := 0; i < fleetInstances; i++ {
+		d, err := limit.Degrade(mk(t, srv.Client(t)), limit.WithInstances(fleetInstances),
+			limit.WithFailures(1), limit.WithCooldown(100*time.Millisecond))
+		require.NoError(t, err)
+		f.ds = append(f.ds, d)
+	}
+	return f
+}
+
+// call has instance i ask for one unit, and counts an admission.
+func (f *fleet) call(t *testing.T, i int) limit.Decision {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	dec, err := f.ds[i].Allow(ctx, "k", 1)
+	require.NoError(t, err, "instance %d", i)
+	if dec.Allowed {
+		if f.first.IsZero() {
+			f.first = time.Now()
+		}
+		f.last = time.Now()
+		if dec.Degraded {
+			f.local[i]++
+		} else {
+			f.server[len(f.server)-1]++
+		}
+	}
+	return dec
+}
+
+// fill has the instances call in turn until the server refuses one. A call
+// decided in process here is one that failed on a connection left over from
+// the killed server (EOF) after the breaker closed, which opened it again:
+// it is counted like any other, and the instance calls again until the
+// server decides.
+func (f *fleet) fill(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for n := 0; ; n++ {
+		require.Less(t, n, 10*fleetLimit, "the server never refused")
+		i := n % len(f.ds)
+		dec := f.call(t, i)
+		if dec.Degraded {
+			t.Logf("instance %d, the server up, decided in process: %v", i, f.ds[i].Health())
+		}
+		for dec.Degraded {
+			require.True(t, time.Now().Before(deadline), "instance %d: the breaker never closed: %v", i, f.ds[i].Health())
+			time.Sleep(20 * time.Millisecond)
+			dec = f.call(t, i)
+		}
+		if !dec.Allowed {
+			return
+		}
+	}
+}
+
+// degrade has each instance, in turn, call until it refuses in process, with
+// the server unreachable: every decision is made in process, and each
+// instance's breaker is open by the end.
+func (f *fleet) degrade(t *testing.T) {
+	t.Helper()
+	for i, d := range f.ds {
+		for n := 0; ; n++ {
+			require.Less(t, n, 10*fleetLimit, "instance %d never refused", i)
+			dec := f.call(t, i)
+			require.True(t, dec.Degraded, "instance %d: a decision of the server while it was unreachable: %+v", i, dec)
+			if !dec.Allowed {
+				break
+			}
+		}
+		require.NotEqual(t, limit.BreakerClosed, d.State(), "instance %d", i)
+	}
+}
+
+// recover has each instance call, with the server reachable again, until its
+// breaker closes: a probe answered by the server (its admission, if any, is
+// counted). The calls before it are decided in process.
+func (f *fleet) recover(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for i, d := range f.ds {
+		for f.call(t, i).Degraded {
+			require.True(t, time.Now().Before(deadline), "instance %d: the breaker never closed: %v", i, d.Health())
+			time.Sleep(20 * time.Millisecond)
+		}
+		require.Equal(t, limit.BreakerClosed, d.State(), "instance %d", i)
+	}
+}
+
+// check asserts the bound on one window: the fleet admitted at most what
+// the server admitted in it, at most L per life of the server, plus N x
+// share in process (share = L / N rounded down, at most the share per
+// instance however often it degraded), and exactly that: the bound is
+// reached. It returns the total.
+func (f *fleet) check(t *testing.T) int {
+	t.Helper()
+	require.Less(t, f.last.Sub(f.first), fleetWindow, "the admissions span more than one window")
+	total := 0
+	for life, n := range f.server {
+		require.LessOrEqual(t, n, fleetLimit, "the server admitted more than the limit in its life %d", life)
+		total += n
+	}
+	for i, n := range f.local {
+		require.LessOrEqual(t, n, fleetShare, "instance %d admitted more than its share in process in one window", i)
+		total += n
+	}
+	bound := len(f.server)*fleetLimit + fleetInstances*fleetShare
+	require.LessOrEqual(t, total, bound, "server lives %d, per life %v, in process %v", len(f.server), f.server, f.local)
+	require.Equal(t, bound, total, "the bound is not reached: per server life %v, in process %v", f.server, f.local)
+	t.Logf("one window: %d admitted (the limit is %d): by the server, per life, %v; in process, per instance, %v",
+		total, fleetLimit, f.server, f.local)
+	return total
+}
+
+// TestDegradedFleetRestart: N = 3 instances (their own limiters and
+// clients) share a limit of L = 10 per hour on one real server, for a
+// sliding window, a Log and a GCRA, all within one window. The server admits
+// L; it is killed (SIGKILL: its data is lost), every breaker opens and each
+// instance admits its share, 10 / 3 rounded down = 3, in process; the server
+// is started again, every breaker closes, and the server, empty, admits L
+// again; killed and started again in the same window, the instances admit
+// nothing more in process (their share of the window is spent: the
+// in-process log outlives a recovery), and the server admits L a third time.
+//
+// So "N instances admit at most the limit together" does not hold across a
+// transition: in one window the fleet admits what the server admits plus N
+// x share in process, and a server that restarts without its data counts
+// afresh, L per life. The test asserts the bound lives x L + N x share and
+// that it is reached (3 x 10 + 9 = 39); each instance's in-process
+// admissions in the window are at most its share, and the server's per life
+// at most L. Rounding the share up, or starting the in-process log afresh on
+// a recovery, breaks it.
+func TestDegradedFleetRestart(t *testing.T) {
+	for _, fl := range fleetLimiters {
+		t.Run(fl.name, func(t *testing.T) {
+			srv := harness.Fresh(t, harness.Redis70)
+			harness.Use(t, harness.AreaFaults)
+			f := newFleet(t, srv, fl.make)
+			f.fill(t)
+			if fl.name == "log" {
+				// The server recorded what the instances saw it admit.
+				require.Equal(t, strconv.Itoa(fleetLimit), srv.Cmd(t, "ZCARD", "rl:{k}:log"))
+			}
+			for outage := 0; outage < 2; outage++ {
+				srv.Kill(t)
+				f.degrade(t)
+				srv.Start(t)
+				f.server = append(f.server, 0)
+				f.recover(t)
+				f.fill(t)
+			}
+			require.Equal(t, []int{fleetLimit, fleetLimit, fleetLimit}, f.server)
+			require.Greater(t, f.check(t), fleetLimit)
+		})
+	}
+}
+
+// TestDegradedFleetPause: as TestDegradedFleetRestart, but the server keeps
+// its data: CLIENT PAUSE WRITE stalls every limiter call until it times out
+// (a transient failure: the breakers open), and CLIENT UNPAUSE lets them
+// close. The server admits L; paused, each instance admits its share in
+// process; unpaused, the server, which kept its count, refuses; paused again
+// in the same window, the instances admit nothing more in process. The
+// fleet admits L + N x share in the window, 10 + 9 = 19: the bound with a
+// server that keeps its counts, reached, and at most 2L.
+func TestDegradedFleetPause(t *testing.T) {
+	for _, fl := range fleetLimiters {
+		t.Run(fl.name, func(t *testing.T) {
+			srv := harness.Fresh(t, harness.Redis70)
+			harness.Use(t, harness.AreaFaults)
+			f := newFleet(t, srv, fl.make)
+			f.fill(t)
+			for outage := 0; outage < 2; outage++ {
+				srv.Cmd(t, "CLIENT", "PAUSE", "600000", "WRITE")
+				f.degrade(t)
+				srv.Cmd(t, "CLIENT", "UNPAUSE")
+				f.recover(t)
+				f.fill(t)
+			}
+			require.Equal(t, []int{fleetLimit}, f.server)
+			require.Equal(t, fleetLimit+fleetInstances*fleetShare, f.check(t))
+		})
 	}
 }
