@@ -219,11 +219,13 @@ func apply(ctx context.Context, at *time.Time, batches []Batch) ([]BatchResult, 
 
 // run sends one write operation through the batcher; with retry (an
 // operation with an event id, safe to send again) it resends it after a
-// connection error, up to the store's retries, while ctx lasts.
+// connection error, up to the store's retries, while ctx lasts. Any
+// operation is resent after TRYAGAIN, which says that nothing ran (a
+// cluster slot is moving).
 func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ...string) (rueidis.RedisMessage, error) {
 	for attempt := 0; ; attempt++ {
 		msg, err := s.writes.do(ctx, keys, hdr, args...)
-		if err == nil || !retry || attempt >= s.retries || !transient(ctx, err) {
+		if err == nil || attempt >= s.retries || ctx.Err() != nil || !(retry && transient(ctx, err) || tryAgain(err)) {
 			return msg, err
 		}
 		select {
@@ -243,6 +245,14 @@ func retryBackoff(attempt int) time.Duration {
 		return maxBackoff
 	}
 	return min(time.Duration(10<<attempt)*time.Millisecond, maxBackoff)
+}
+
+// tryAgain reports whether err is the server's TRYAGAIN: a cluster slot is
+// being migrated and the operation did not run (the server refused it, or
+// the script raised it before writing anything), so it may be sent again.
+func tryAgain(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	return ok && re.IsTryAgain()
 }
 
 // maxBackoff caps the wait between two sends of a write with an event id.

@@ -9,15 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
 // TestCluster runs the store on a real 3-master, 3-replica Redis Cluster:
-// counters across many slots, a batch read spanning every node, a slot moved
-// under load (MOVED and ASK), and a master killed.
+// counters across many slots, a batch read spanning every node, every
+// operation the README names on keys of every master (see clusterOps), a slot
+// moved under load (MOVED and ASK), and a master killed.
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	cl := harness.NewCluster(t)
@@ -91,6 +94,8 @@ func TestCluster(t *testing.T) {
 		require.Greater(t, len(slots), 90, "the user's braces chose the slot")
 		require.Len(t, masters, 3)
 	})
+
+	t.Run("every operation across slots", func(t *testing.T) { clusterOps(t, cl, c) })
 
 	t.Run("a slot moves under load", func(t *testing.T) {
 		u := s.Entity("hot")
@@ -277,6 +282,11 @@ func TestCluster(t *testing.T) {
 		t.Logf("FAILOVER: operations on the killed master's slots resumed %v after the kill (cluster-node-timeout %v; bound %v)",
 			resumed, harness.ClusterNodeTimeout, resumeBound)
 		require.Less(t, resumed, resumeBound, "failover took too long")
+		// The nodes learn of the failover by gossip: the one CLUSTER SLOTS
+		// reaches may not have yet when the first write succeeds.
+		for deadline := time.Now().Add(5 * time.Second); cl.Master(t, c, slot) == victim && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
 		require.NotEqual(t, victim, cl.Master(t, c, slot), "the slot has a new master")
 		// Reads, once the client's pool has seen the new topology.
 		var sums []int64
@@ -347,5 +357,690 @@ func TestWindowctlCluster(t *testing.T) {
 	require.Len(t, lines, 30)
 	for i, l := range lines {
 		require.EqualValues(t, i, jsonLine(t, l)["sum"])
+	}
+}
+
+// slotOf returns the cluster slot of a Redis key, as the server computes it.
+func slotOf(t *testing.T, c rueidis.Client, rk string) int64 {
+	t.Helper()
+	slot, err := c.Do(context.Background(), c.B().ClusterKeyslot().Key(rk).Build()).AsInt64()
+	require.NoError(t, err)
+	return slot
+}
+
+// holds reports whether server n itself holds key rk (asked directly, with
+// no redirect), and requires that rk then expires: every key the store
+// writes has a TTL.
+func holds(t *testing.T, n *harness.Server, rk string) bool {
+	t.Helper()
+	pttl, err := strconv.ParseInt(n.Cmd(t, "PTTL", rk), 10, 64)
+	require.NoError(t, err)
+	if pttl == -2 {
+		return false
+	}
+	require.Positive(t, pttl, "%s on %s has no expiry, or one already due (PTTL %d)", rk, n.Addr, pttl)
+	return true
+}
+
+// clusterOps runs every operation the README names on keys spread over the
+// three masters, each checked against an exact model computed here: Allow,
+// AllowAll (a minute and an hour policy on one key), AddEvent and AllowEvent
+// with ids (a resend answers Duplicate and counts nothing; a refused
+// AllowEvent keeps no id), AddDistinct and CountDistinct(Many), a
+// multi-resolution store (WithTiers: every tier's SumOver, an event id and a
+// distinct count on tiers), features.Set.Record with entities in different
+// slots (and its resend), and Inspect. It also checks where the keys the
+// scripts build themselves land: an id key and the HyperLogLog buckets
+// ("<counter key>:d:<code>") are in the counter's slot, on the master that
+// serves it, and expire.
+func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
+	ctx := ctxT(t)
+	s, err := store.New(ctx, c, store.Window{Length: 5 * time.Minute, Bucket: time.Second})
+	require.NoError(t, err)
+	const n = 24
+	// spans requires that the counters of keys span every master.
+	spans := func(t *testing.T, st *store.Store, keys []string) {
+		t.Helper()
+		ms := map[string]bool{}
+		for _, k := range keys {
+			rk, err := st.RedisKey(k)
+			require.NoError(t, err)
+			ms[cl.Master(t, c, slotOf(t, c, rk)).Addr] = true
+		}
+		require.Len(t, ms, 3, "the keys must span every master")
+	}
+	named := func(p string) []string {
+		ks := make([]string, n)
+		for i := range ks {
+			ks[i] = p + strconv.Itoa(i)
+		}
+		return ks
+	}
+
+	t.Run("Allow", func(t *testing.T) {
+		keys := named("allow:")
+		spans(t, s, keys)
+		for i, k := range keys {
+			limit := int64(i%4 + 1)
+			for j := int64(1); j <= 5; j++ {
+				r, err := s.Allow(ctx, k, limit, 1)
+				require.NoError(t, err)
+				want := min(j, limit)
+				require.Equal(t, j <= limit, r.Allowed, "%s call %d", k, j)
+				require.Equal(t, want, r.Sum, "%s call %d", k, j)
+				require.Equal(t, limit-want, r.Remaining, "%s call %d", k, j)
+				if !r.Allowed {
+					require.Positive(t, r.RetryAfter, "%s call %d", k, j)
+				}
+			}
+		}
+		sums, err := s.SumMany(ctx, keys)
+		require.NoError(t, err)
+		for i, got := range sums {
+			require.EqualValues(t, min(5, i%4+1), got, keys[i])
+		}
+	})
+
+	t.Run("AllowAll", func(t *testing.T) {
+		perMin, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second})
+		require.NoError(t, err)
+		perHour, err := store.New(ctx, c, store.Window{Length: time.Hour, Bucket: time.Minute})
+		require.NoError(t, err)
+		keys := named("aa:")
+		spans(t, perMin, keys)
+		for i, k := range keys {
+			pre := int64(i % 3) // already in the hour
+			_, err := perHour.Add(ctx, k, pre)
+			require.NoError(t, err)
+			var allowed int64
+			for j := 0; j < 4; j++ {
+				r, err := store.AllowAll(ctx, 1, store.Policy{Store: perMin, Key: k, Limit: 2},
+					store.Policy{Store: perHour, Key: k, Limit: 3})
+				require.NoError(t, err)
+				fits := allowed+1 <= 2 && pre+allowed+1 <= 3
+				require.Equal(t, fits, r.Allowed, "%s call %d", k, j)
+				if fits {
+					allowed++
+				} else {
+					require.GreaterOrEqual(t, r.RefusedBy, 0)
+				}
+				require.Len(t, r.Policies, 2)
+				require.Equal(t, allowed, r.Policies[0].Sum, "%s call %d: the minute", k, j)
+				require.Equal(t, pre+allowed, r.Policies[1].Sum, "%s call %d: the hour", k, j)
+			}
+			require.Equal(t, min(2, 3-pre), allowed, k)
+			m, err := perMin.Sum(ctx, k)
+			require.NoError(t, err)
+			h, err := perHour.Sum(ctx, k)
+			require.NoError(t, err)
+			require.Equal(t, []int64{allowed, pre + allowed}, []int64{m, h}, k)
+		}
+	})
+
+	t.Run("events with ids", func(t *testing.T) {
+		keys := named("ev:")
+		spans(t, s, keys)
+		for i, k := range keys {
+			rk, _ := s.RedisKey(k)
+			master := cl.Master(t, c, slotOf(t, c, rk))
+			var sum int64
+			for j := 0; j < 3; j++ {
+				e := store.Event{Key: k, Delta: int64(i + 1), ID: "e-" + strconv.Itoa(i) + "-" + strconv.Itoa(j)}
+				a, err := s.AddEvent(ctx, e)
+				require.NoError(t, err)
+				sum += e.Delta
+				require.False(t, a.Duplicate)
+				require.Equal(t, sum, a.Sum, "%s %s", k, e.ID)
+				idk := rk + ":id:" + e.ID
+				require.Equal(t, slotOf(t, c, rk), slotOf(t, c, idk))
+				require.True(t, holds(t, master, idk), "the id key %s is not on %s, the master of its slot", idk, master.Addr)
+				a, err = s.AddEvent(ctx, e) // the resend
+				require.NoError(t, err)
+				require.True(t, a.Duplicate, "%s %s: the resend", k, e.ID)
+				require.Equal(t, sum, a.Sum, "%s %s: the resend counted", k, e.ID)
+			}
+			got, err := s.Sum(ctx, k)
+			require.NoError(t, err)
+			require.Equal(t, sum, got, k)
+		}
+		keys = named("ae:")
+		spans(t, s, keys)
+		for _, k := range keys {
+			rk, _ := s.RedisKey(k)
+			master := cl.Master(t, c, slotOf(t, c, rk))
+			for j := 0; j < 3; j++ { // limit 2: allowed, allowed, refused
+				e := store.Event{Key: k, Delta: 1, ID: "a-" + strconv.Itoa(j)}
+				r, err := s.AllowEvent(ctx, e, 2)
+				require.NoError(t, err)
+				require.False(t, r.Duplicate)
+				require.Equal(t, j < 2, r.Allowed, "%s %s", k, e.ID)
+				require.EqualValues(t, min(j+1, 2), r.Sum, "%s %s", k, e.ID)
+				r, err = s.AllowEvent(ctx, e, 2)
+				require.NoError(t, err)
+				require.EqualValues(t, min(j+1, 2), r.Sum, "%s %s: the resend", k, e.ID)
+				if j < 2 {
+					require.True(t, r.Duplicate, "%s %s: the resend", k, e.ID)
+					require.True(t, r.Allowed, "%s %s: a duplicate answers the first decision", k, e.ID)
+					require.True(t, holds(t, master, rk+":id:"+e.ID), "%s %s: no id key on the slot's master", k, e.ID)
+				} else {
+					require.False(t, r.Duplicate, "%s %s: a refused event keeps no id", k, e.ID)
+					require.False(t, r.Allowed, "%s %s", k, e.ID)
+					require.False(t, holds(t, master, rk+":id:"+e.ID), "%s %s: a refused event kept its id", k, e.ID)
+				}
+			}
+		}
+	})
+
+	t.Run("distinct counts", func(t *testing.T) {
+		keys := named("dc:")
+		spans(t, s, keys)
+		want := make([]int64, len(keys))
+		for i, k := range keys {
+			m := i%7 + 1
+			var members []string
+			for j := 0; j < m; j++ {
+				members = append(members, "m"+strconv.Itoa(j))
+			}
+			got, err := s.AddDistinct(ctx, k, members[:(m+1)/2]...)
+			require.NoError(t, err)
+			require.EqualValues(t, (m+1)/2, got, k)
+			got, err = s.AddDistinct(ctx, k, members...) // half of them again
+			require.NoError(t, err)
+			require.EqualValues(t, m, got, k)
+			want[i] = int64(m)
+			got, err = s.CountDistinct(ctx, k)
+			require.NoError(t, err)
+			require.EqualValues(t, m, got, k)
+			rk, _ := s.RedisKey(k)
+			master := cl.Master(t, c, slotOf(t, c, rk))
+			bks := strings.Fields(master.Cmd(t, "KEYS", rk+":d:*"))
+			require.NotEmpty(t, bks, "no HyperLogLog bucket of %s on %s, the master of its slot", rk, master.Addr)
+			for _, bk := range bks {
+				require.Equal(t, slotOf(t, c, rk), slotOf(t, c, bk), bk)
+				require.True(t, holds(t, master, bk))
+			}
+		}
+		got, err := s.CountDistinctMany(ctx, keys)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	})
+
+	t.Run("tiers", func(t *testing.T) {
+		ws := []store.Window{{Length: time.Minute, Bucket: time.Second}, {Length: 10 * time.Minute, Bucket: time.Minute},
+			{Length: time.Hour, Bucket: 10 * time.Minute}}
+		st, err := store.New(ctx, c, ws[0], store.WithTiers(ws[1:]...))
+		require.NoError(t, err)
+		keys := named("tier:")
+		spans(t, st, keys)
+		for i, k := range keys {
+			var sum int64
+			for j := 0; j <= i%3; j++ {
+				n, err := st.Add(ctx, k, int64(i+j))
+				require.NoError(t, err)
+				sum += int64(i + j)
+				require.Equal(t, sum, n, k)
+			}
+			e := store.Event{Key: k, Delta: 5, ID: "t-" + k}
+			a, err := st.AddEvent(ctx, e)
+			require.NoError(t, err)
+			sum += 5
+			require.Equal(t, []int64{sum, sum, sum}, a.Sums, k)
+			a, err = st.AddEvent(ctx, e)
+			require.NoError(t, err)
+			require.True(t, a.Duplicate, k)
+			require.Equal(t, []int64{sum, sum, sum}, a.Sums, "%s: the resend counted", k)
+			for _, w := range ws {
+				got, err := st.SumOver(ctx, k, w.Length)
+				require.NoError(t, err)
+				require.Equal(t, sum, got, "%s over %v", k, w.Length)
+			}
+			got, err := st.AddDistinct(ctx, k, "x", "y", "x")
+			require.NoError(t, err)
+			require.EqualValues(t, 2, got, k)
+			got, err = st.CountDistinctWithin(ctx, k, time.Hour)
+			require.NoError(t, err)
+			require.EqualValues(t, 2, got, "%s: the hour tier's distinct count", k)
+			// Every tier's key is in the key's slot, on its master.
+			rk, _ := st.RedisKey(k)
+			master := cl.Master(t, c, slotOf(t, c, rk))
+			for _, w := range ws {
+				tk := strings.TrimSuffix(rk, ws[0].Tag()) + w.Tag()
+				require.Equal(t, slotOf(t, c, rk), slotOf(t, c, tk), tk)
+				require.True(t, holds(t, master, tk), "tier key %s is not on %s", tk, master.Addr)
+			}
+		}
+	})
+
+	t.Run("features Record", func(t *testing.T) {
+		minute, hour := store.Window{Length: time.Minute, Bucket: time.Second}, store.Window{Length: time.Hour, Bucket: time.Minute}
+		set, err := features.New(ctx, c, []features.Feature{
+			{Name: "logins", Entity: "user", Kind: features.Count, Windows: []store.Window{minute, hour}},
+			{Name: "login_limit", Entity: "user", Kind: features.Limit, Windows: []store.Window{minute}, Limits: []int64{3}},
+			{Name: "spend", Entity: "card", Kind: features.Sum, Windows: []store.Window{hour}},
+			{Name: "cards", Entity: "device", Kind: features.Distinct, Of: "card", Windows: []store.Window{hour}},
+		})
+		require.NoError(t, err)
+		// The entities' slots span every master.
+		ms := map[string]bool{}
+		for _, e := range []string{"user:u0", "user:u1", "user:u2", "user:u3", "card:c0", "card:c1", "card:c2", "device:d0", "device:d1"} {
+			ms[cl.Master(t, c, slotOf(t, c, "fx:{"+e+"}")).Addr] = true
+		}
+		require.Len(t, ms, 3, "the entities must span every master")
+		logins, limited, spend := map[string]int64{}, map[string]int64{}, map[string]int64{}
+		cards := map[string]map[string]bool{}
+		type rec struct {
+			ev  features.Event
+			res features.Result
+		}
+		var recs []rec
+		for i := 0; i < 30; i++ {
+			u, cd, d := "u"+strconv.Itoa(i%4), "c"+strconv.Itoa(i%3), "d"+strconv.Itoa(i%2)
+			ev := features.Event{ID: "f-" + strconv.Itoa(i), Amount: int64(10 + i),
+				Entities: map[string]string{"user": u, "card": cd, "device": d}}
+			res, err := set.Record(ctx, ev)
+			require.NoError(t, err)
+			require.False(t, res.Duplicate)
+			logins[u]++
+			allowed := limited[u] < 3
+			if allowed {
+				limited[u]++
+			}
+			spend[cd] += ev.Amount
+			if cards[d] == nil {
+				cards[d] = map[string]bool{}
+			}
+			cards[d][cd] = true
+			require.Equal(t, allowed, res.Allowed, "event %d", i)
+			for name, want := range map[string]int64{"logins": logins[u], "login_limit": limited[u], "spend": spend[cd], "cards": int64(len(cards[d]))} {
+				v, ok := res.Get(name)
+				require.True(t, ok, name)
+				require.Equal(t, want, v.Sum, "event %d: %s", i, name)
+			}
+			v, _ := res.Get("logins")
+			require.Equal(t, []int64{logins[u], logins[u]}, v.Sums, "event %d: logins over both windows", i)
+			recs = append(recs, rec{ev, res})
+		}
+		// Every resend is a duplicate for every entity, decided as the first
+		// time, and counts nothing.
+		for _, r := range recs {
+			res, err := set.Record(ctx, r.ev)
+			require.NoError(t, err)
+			require.True(t, res.Duplicate, r.ev.ID)
+			require.Equal(t, r.res.Allowed, res.Allowed, r.ev.ID)
+			u, cd, d := r.ev.Entities["user"], r.ev.Entities["card"], r.ev.Entities["device"]
+			for name, want := range map[string]int64{"logins": logins[u], "login_limit": limited[u], "spend": spend[cd], "cards": int64(len(cards[d]))} {
+				v, _ := res.Get(name)
+				require.Equal(t, want, v.Sum, "%s resent: %s", r.ev.ID, name)
+			}
+		}
+		// The id keys are in each entity's slot, on its master.
+		for _, e := range []string{"fx:{user:u0}:logins:1m/1s", "fx:{card:c0}:spend:1h/1m", "fx:{device:d0}:cards:1h/1m:d"} {
+			master := cl.Master(t, c, slotOf(t, c, e))
+			require.True(t, holds(t, master, e+":id:f-0"), "the id key of %s is not on %s", e, master.Addr)
+		}
+	})
+
+	t.Run("Inspect", func(t *testing.T) {
+		keys := named("in:")
+		spans(t, s, keys)
+		for i, k := range keys {
+			for _, d := range []int64{int64(i + 1), -1, int64(2 * i)} {
+				_, err := s.Add(ctx, k, d)
+				require.NoError(t, err)
+			}
+			snap, err := s.Inspect(ctx, k)
+			require.NoError(t, err)
+			rk, _ := s.RedisKey(k)
+			require.Equal(t, rk, snap.RedisKey)
+			require.Positive(t, snap.KeyTTL, k)
+			var live int64
+			for _, b := range snap.Buckets {
+				if b.Live {
+					live += b.Value
+				}
+			}
+			require.EqualValues(t, 3*i, live, "%s: the live buckets of its snapshot", k)
+		}
+	})
+}
+
+// TestClusterSlotMigration moves one entity's slot to another master
+// (harness.MigrateSlot: CLUSTER SETSLOT IMPORTING and MIGRATING, MIGRATE of
+// its keys two at a time, CLUSTER SETSLOT NODE on every master) while four
+// writers record events with ids and a distinct count against that entity
+// (features.Set.Record: a count over two windows and distinct cards, one
+// script per event), another adds members to the entity's store-level
+// distinct count (AddDistinct) and a reader counts them (CountDistinct);
+// a write that failed is resent, as a client would. It proves:
+//   - the migration itself goes through: no write reaches the target under
+//     a key name the source still holds (MIGRATE would refuse it, BUSYKEY);
+//   - every key of the entity ends on the new master and none stays on the
+//     old one: the counters, every event id that was acknowledged, and the
+//     HyperLogLog buckets the script names itself ("<counter key>:d:<code>"),
+//     each with an expiry;
+//   - nothing is lost or counted twice: each total lies within what the
+//     writes' answers allow (every acknowledged write counted; a failed one
+//     may have: [certain, certain+uncertain]), the distinct count never goes
+//     down, and after the move a resend of every event answers Duplicate
+//     where the event was acknowledged and leaves the totals exactly at the
+//     model (every event once, every card and member once).
+func TestClusterSlotMigration(t *testing.T) {
+	t.Parallel()
+	cl := harness.NewCluster(t)
+	c := cl.Client(t)
+	ctx := ctxT(t)
+	w, hour := store.Window{Length: 5 * time.Minute, Bucket: time.Second}, store.Window{Length: time.Hour, Bucket: time.Minute}
+	set, err := features.New(ctx, c, []features.Feature{
+		{Name: "events", Entity: "user", Kind: features.Count, Windows: []store.Window{w, hour}},
+		{Name: "cards", Entity: "user", Kind: features.Distinct, Of: "card", Windows: []store.Window{w}},
+	})
+	require.NoError(t, err)
+	const (
+		tag     = "fx:{user:hot}:"
+		events  = tag + "events:5m/1s" // the batch's first key: its ids are events:5m/1s:id:<id>
+		buckets = tag + "cards:5m/1s:d:"
+	)
+	slot := slotOf(t, c, events)
+	src := cl.Master(t, c, slot)
+	var dst *harness.Server
+	for _, n := range cl.Nodes[:3] {
+		if n != src {
+			dst = n
+			break
+		}
+	}
+
+	// The model: every event sent, and whether one of its writes succeeded.
+	var mu sync.Mutex
+	sent := map[string]features.Event{}
+	acked := map[string]bool{}
+	errMsgs := map[string]int{}
+	record := func(ev features.Event) error {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := set.Record(cctx, ev)
+		mu.Lock()
+		defer mu.Unlock()
+		sent[ev.ID] = ev
+		if err == nil {
+			acked[ev.ID] = true
+		} else {
+			errMsgs[err.Error()]++
+		}
+		return err
+	}
+	event := func(id string, card int) features.Event {
+		return features.Event{ID: id, Entities: map[string]string{"user": "hot", "card": "c" + strconv.Itoa(card%40)}}
+	}
+	for i := 0; i < 20; i++ { // keys to migrate: counters, ids, buckets
+		require.NoError(t, record(event("pre-"+strconv.Itoa(i), i)))
+	}
+
+	// The same entity's store-level distinct count: AddDistinct (no id: a
+	// member added twice is still one) and CountDistinct, all at one instant
+	// t0 of the client's clock, so that every write goes to one HyperLogLog
+	// bucket, which the source holds when the migration starts (the preload)
+	// and MigrateSlot moves last (its name sorts after the features' keys).
+	t0 := time.Now()
+	st, err := store.New(ctx, c, hour)
+	require.NoError(t, err)
+	ent := st.Entity("user:hot")
+	seen, err := ent.RedisKey("seen")
+	require.NoError(t, err)
+	require.Equal(t, slot, slotOf(t, c, seen))
+	members, ackedMembers := map[string]bool{}, map[string]bool{}
+	for i := 0; i < 10; i++ {
+		m := "m" + strconv.Itoa(i)
+		_, err := ent.AddDistinctAt(ctx, t0, "seen", m)
+		require.NoError(t, err)
+		members[m], ackedMembers[m] = true, true
+	}
+
+	var attempts, fails atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	halt := func() { stopOnce.Do(func() { close(stop) }); wg.Wait() }
+	t.Cleanup(func() { // before the cluster goes, also when the test fails early
+		halt()
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("errors the writers and readers saw: %v", errMsgs)
+			mu.Unlock()
+		}
+	})
+	wg.Add(2)
+	go func() { // AddDistinct, resent after a failure
+		defer wg.Done()
+		for i := 10; ; i++ {
+			m := "m" + strconv.Itoa(i%60)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				attempts.Add(1)
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				_, err := ent.AddDistinctAt(cctx, t0, "seen", m)
+				cancel()
+				mu.Lock()
+				members[m] = true
+				if err == nil {
+					ackedMembers[m] = true
+				} else {
+					errMsgs[err.Error()]++
+				}
+				mu.Unlock()
+				if err == nil {
+					break
+				}
+				fails.Add(1)
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	go func() { // CountDistinct never goes down: a read that missed buckets would
+		defer wg.Done()
+		var last int64
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			attempts.Add(1)
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			n, err := ent.CountDistinctAt(cctx, t0, "seen")
+			cancel()
+			if err != nil {
+				fails.Add(1)
+				mu.Lock()
+				errMsgs[err.Error()]++
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			if n < last {
+				t.Errorf("CountDistinct went down from %d to %d during the migration", last, n)
+			}
+			last = n
+		}
+	}()
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				ev := event("w"+strconv.Itoa(g)+"-"+strconv.Itoa(i), g*7+i)
+				for try := 0; ; try++ { // a failed write is resent, as a client would
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					attempts.Add(1)
+					if record(ev) == nil {
+						break
+					}
+					fails.Add(1)
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+		}(g)
+	}
+	var splitAttempts int64
+	split := false
+	cl.MigrateSlot(t, slot, src, dst, 2, func(onSrc, onDst int) {
+		if !split {
+			split = true
+			t.Logf("MIGRATION: slot %d split: %d keys on the source, %d on the target", slot, onSrc, onDst)
+		}
+		a0 := attempts.Load()
+		time.Sleep(50 * time.Millisecond) // let writes run against the split slot
+		splitAttempts += attempts.Load() - a0
+	})
+	mu.Lock()
+	n0 := len(acked)
+	mu.Unlock()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > n0+100 }, 20*time.Second, 10*time.Millisecond,
+		"writes did not resume after the move")
+	halt()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("MIGRATION: %d events sent, %d acknowledged; %d attempts in all, %d while the slot was split, %d failed: %v",
+		len(sent), len(acked), attempts.Load(), splitAttempts, fails.Load(), errMsgs)
+	require.True(t, split, "the slot was never split between the two nodes")
+	require.Positive(t, splitAttempts, "no write ran while the slot was split")
+
+	// Every key of the slot is on the new master, each with an expiry.
+	sl := strconv.FormatInt(slot, 10)
+	require.Equal(t, dst, cl.Master(t, c, slot))
+	require.Equal(t, "0", src.Cmd(t, "CLUSTER", "COUNTKEYSINSLOT", sl), "keys left behind on the source")
+	require.Empty(t, strings.Fields(src.Cmd(t, "KEYS", tag+"*")), "keys left behind on the source")
+	for _, k := range strings.Fields(dst.Cmd(t, "KEYS", tag+"*")) {
+		holds(t, dst, k)
+	}
+	for _, k := range []string{events, tag + "events:1h/1m"} {
+		require.True(t, holds(t, dst, k), "the counter %s is not on the new master", k)
+	}
+	require.NotEmpty(t, strings.Fields(dst.Cmd(t, "KEYS", buckets+"*")), "no HyperLogLog bucket on the new master")
+	for id := range acked {
+		require.True(t, holds(t, dst, events+":id:"+id), "the id of acknowledged event %s is not on the new master", id)
+	}
+	require.NotEmpty(t, strings.Fields(dst.Cmd(t, "KEYS", seen+":d:*")), "no HyperLogLog bucket of %s on the new master", seen)
+	require.Empty(t, strings.Fields(src.Cmd(t, "KEYS", "*{user:hot}*")), "keys left behind on the source")
+
+	// Within what the answers allow.
+	certainCards, allCards := map[string]bool{}, map[string]bool{}
+	for id, ev := range sent {
+		allCards[ev.Entities["card"]] = true
+		if acked[id] {
+			certainCards[ev.Entities["card"]] = true
+		}
+	}
+	read := func() (sums []int64, cards int64) {
+		res, err := set.Read(ctx, map[string]string{"user": "hot"})
+		require.NoError(t, err)
+		v, ok := res.Get("events")
+		require.True(t, ok)
+		d, ok := res.Get("cards")
+		require.True(t, ok)
+		return v.Sums, d.Sum
+	}
+	certain, uncertain := int64(len(acked)), int64(len(sent)-len(acked))
+	sums, cards := read()
+	for i, n := range sums {
+		require.GreaterOrEqual(t, n, certain, "window %d: acknowledged events were lost", i)
+		require.LessOrEqual(t, n, certain+uncertain, "window %d: events counted twice", i)
+	}
+	require.GreaterOrEqual(t, cards, int64(len(certainCards)), "acknowledged cards were lost")
+	require.LessOrEqual(t, cards, int64(len(allCards)), "cards that were never sent")
+
+	n, err := ent.CountDistinctAt(ctx, t0, "seen")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, n, int64(len(ackedMembers)), "acknowledged members were lost")
+	require.LessOrEqual(t, n, int64(len(members)), "members that were never sent")
+
+	// A resend of every event counts each exactly once.
+	for id, ev := range sent {
+		res, err := set.Record(ctx, ev)
+		require.NoError(t, err, "resend of %s", id)
+		if acked[id] {
+			require.True(t, res.Duplicate, "the resend of acknowledged event %s is no duplicate", id)
+		}
+	}
+	sums, cards = read()
+	require.Equal(t, []int64{int64(len(sent)), int64(len(sent))}, sums,
+		"after resending every event (%d acknowledged, %d uncertain): some counted twice or not at all", certain, uncertain)
+	require.EqualValues(t, len(allCards), cards, "distinct cards after resending every event")
+	for m := range members {
+		_, err := ent.AddDistinctAt(ctx, t0, "seen", m)
+		require.NoError(t, err)
+	}
+	n, err = ent.CountDistinctAt(ctx, t0, "seen")
+	require.NoError(t, err)
+	require.EqualValues(t, len(members), n, "distinct members after resending every member")
+}
+
+// TestClusterTryAgainResent: an operation that meets a slot on the move
+// (TRYAGAIN: nothing ran) is sent again by the store, within its retries,
+// id or not: an AddDistinct without an id, held up while the slot is split
+// between two nodes, succeeds once the slot has moved, after the server
+// refused it at least once; with no retries it fails with TRYAGAIN.
+func TestClusterTryAgainResent(t *testing.T) {
+	t.Parallel()
+	cl := harness.NewCluster(t)
+	c := cl.Client(t)
+	ctx := ctxT(t)
+	hour := store.Window{Length: time.Hour, Bucket: time.Minute}
+	for _, retries := range []int{20, 0} {
+		refused := &callErrors{}
+		st, err := store.New(ctx, c, hour, store.WithRetries(retries), store.WithObserver(refused),
+			store.WithPrefix("ta"+strconv.Itoa(retries)+":"))
+		require.NoError(t, err)
+		ent := st.Entity("dev:1")
+		_, err = ent.Add(ctx, "a", 1) // a second key in the slot, so that it can be split
+		require.NoError(t, err)
+		_, err = ent.AddDistinct(ctx, "cards", "c0")
+		require.NoError(t, err)
+		rk, err := ent.RedisKey("a")
+		require.NoError(t, err)
+		slot := slotOf(t, c, rk)
+		src := cl.Master(t, c, slot)
+		var dst *harness.Server
+		for _, n := range cl.Nodes[:3] {
+			if n != src {
+				dst = n
+				break
+			}
+		}
+		var n int64
+		var addErr error
+		done := make(chan struct{})
+		started := false
+		cl.MigrateSlot(t, slot, src, dst, 1, func(onSrc, onDst int) {
+			if started {
+				return
+			}
+			started = true
+			go func() {
+				defer close(done)
+				n, addErr = ent.AddDistinct(ctx, "cards", "c1")
+			}()
+			// Hold the slot split until the server has refused the call.
+			for i := 0; i < 200 && refused.n.Load() == 0; i++ {
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+		require.True(t, started, "the slot was never split")
+		<-done
+		require.Positive(t, refused.n.Load(), "retries %d: the server never refused the call while the slot moved", retries)
+		if retries == 0 {
+			require.ErrorContains(t, addErr, "TRYAGAIN")
+			continue
+		}
+		require.NoError(t, addErr, "retries %d", retries)
+		require.EqualValues(t, 2, n)
 	}
 }

@@ -50,7 +50,21 @@ local function ws_dkeys(L, key, lthr)
   return keys
 end
 
+-- ws_dstable raises TRYAGAIN, before anything is written, while the slot of
+-- a distinct count is being migrated: its buckets are keys the script names
+-- itself, which the cluster checks only as the script runs. The probe names
+-- the declared key (which never exists) with another: a migrating node
+-- refuses a missing key (ASK), an importing one several keys of which one is
+-- missing (TRYAGAIN); a stable slot reads them.
+local function ws_dstable(key)
+  local r = redis.pcall('EXISTS', key, key .. ':')
+  if type(r) == 'table' and r.err then
+    ws_err('TRYAGAIN', 'the slot of ' .. key .. ' is being migrated; nothing was written')
+  end
+end
+
 local function ws_dcount(L, key, lthr)
+  ws_dstable(key)
   local keys = ws_dkeys(L, key, lthr)
   if #keys == 0 then return 0 end
   return redis.call('PFCOUNT', unpack(keys))
@@ -130,6 +144,9 @@ end
 local function ws_group(G)
   local items, limits = G.items, {}
   local seen = nil
+  for _, it in ipairs(items) do
+    if it.kind == WS_IT_DISTINCT then ws_dstable(it.key) end
+  end
   if G.idkey ~= nil then
     seen = redis.call('GET', G.idkey)
   end

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,3 +219,44 @@ func (s *Server) ID(t testing.TB) string {
 
 // String names the server in messages.
 func (s *Server) String() string { return fmt.Sprintf("%s %s (%s)", s.Kind, s.Addr, s.How) }
+
+// MigrateSlot moves slot from src to dst as redis-cli --cluster reshard
+// does: CLUSTER SETSLOT IMPORTING on dst and MIGRATING on src, MIGRATE of
+// the slot's keys, one by one, batch between two calls of split, in the
+// order of their names (so that a test knows which move last), until src has
+// none, then CLUSTER SETSLOT NODE on the first three nodes (the masters of a
+// cluster that has not failed over). After every MIGRATE that left keys on both nodes, split is called
+// (nil: not at all) with how many each holds, so that a test can let its
+// load run against the split slot. A MIGRATE the servers refuse fails the
+// test with the key and their reply: BUSYKEY means that a write reached the
+// target under a name the source still held.
+func (cl *Cluster) MigrateSlot(t testing.TB, slot int64, src, dst *Server, batch int, split func(onSrc, onDst int)) {
+	t.Helper()
+	sl := strconv.FormatInt(slot, 10)
+	dst.Cmd(t, "CLUSTER", "SETSLOT", sl, "IMPORTING", src.ID(t))
+	src.Cmd(t, "CLUSTER", "SETSLOT", sl, "MIGRATING", dst.ID(t))
+	for {
+		all := strings.Fields(src.Cmd(t, "CLUSTER", "GETKEYSINSLOT", sl, "100000"))
+		if len(all) == 0 {
+			break
+		}
+		slices.Sort(all)
+		for _, k := range all[:min(batch, len(all))] { // one at a time: a refusal names its key
+			_, err := src.Try(context.Background(), "MIGRATE", "127.0.0.1", strconv.Itoa(dst.Port()), "", "0", "5000", "KEYS", k)
+			if err != nil {
+				t.Fatalf("slot %s: MIGRATE of %s from %s to %s: %v", sl, k, src.Addr, dst.Addr, err)
+			}
+		}
+		onSrc, _ := strconv.Atoi(src.Cmd(t, "CLUSTER", "COUNTKEYSINSLOT", sl))
+		onDst, _ := strconv.Atoi(dst.Cmd(t, "CLUSTER", "COUNTKEYSINSLOT", sl))
+		if split != nil && onSrc > 0 && onDst > 0 {
+			split(onSrc, onDst)
+		}
+	}
+	dstID := dst.ID(t)
+	for _, n := range cl.Nodes[:3] {
+		if n.Up() {
+			n.Cmd(t, "CLUSTER", "SETSLOT", sl, "NODE", dstID)
+		}
+	}
+}
