@@ -57,6 +57,7 @@ func TestTierMemory(t *testing.T) {
 	srv := harness.Fresh(t, harness.Redis70)
 	c := srv.Client(t)
 	ctx := ctxT(t)
+	server := srv.Version(t)
 	hour, day := store.Window{Length: time.Hour, Bucket: time.Minute}, store.Window{Length: 24 * time.Hour, Bucket: time.Hour}
 	now := time.Now().Truncate(time.Minute).Add(-time.Second)
 	measure := func(name string, counters int, fill func(k int) error, keys func(k int) []string) {
@@ -72,8 +73,8 @@ func TestTierMemory(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %.0f bytes per counter, listpack %v", name, per, listpack == 1)
-		figures.Check(t, "tiers/"+name+"/bytes", figures.Figure{Value: math.Round(per), Unit: "B"}, usedMemoryTolerance)
-		figures.Check(t, "tiers/"+name+"/listpack", figures.Figure{Value: listpack}, 0)
+		figures.Check(t, "tiers/"+name+"/bytes", figures.Figure{Value: math.Round(per), Unit: "B", Server: server}, usedMemoryTolerance)
+		figures.Check(t, "tiers/"+name+"/listpack", figures.Figure{Value: listpack, Server: server}, 0)
 	}
 	key := func(k int) string { return "c" + strconv.Itoa(k) }
 	mk := func(prefix string, w store.Window, opts ...store.Option) *store.Store {
@@ -166,7 +167,7 @@ func TestEventIDMemory(t *testing.T) {
 			after := memoryInfo(t, c)
 			per := float64(dataGrowth(t, before, after)) / ids
 			t.Logf("%s: %.1f bytes per event id", kind, per)
-			figures.Check(t, "ids/"+string(kind)+"/bytes", figures.Figure{Value: math.Round(per), Unit: "B"}, usedMemoryTolerance)
+			figures.Check(t, "ids/"+string(kind)+"/bytes", figures.Figure{Value: math.Round(per), Unit: "B", Server: srv.Version(t)}, usedMemoryTolerance)
 		})
 	}
 }
@@ -181,6 +182,7 @@ func TestDistinctError(t *testing.T) {
 	srv := harness.Fresh(t, harness.Redis70)
 	c := srv.Client(t)
 	ctx := ctxT(t)
+	server := srv.Version(t)
 	w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
 	now := time.Now().Truncate(time.Second).Add(9500 * time.Millisecond)
 	for _, n := range []int{100, 10000, 1000000} {
@@ -205,7 +207,7 @@ func TestDistinctError(t *testing.T) {
 		rel := math.Abs(float64(got)-float64(n)) / float64(n) * 100
 		t.Logf("%d distinct: counted %d, error %.3f%%", n, got, rel)
 		require.Less(t, rel, 3.0, "beyond 3 standard errors")
-		figures.Check(t, fmt.Sprintf("distinct/error/%d", n), figures.Figure{Value: math.Round(rel*100) / 100, Unit: "%"}, 0)
+		figures.Check(t, fmt.Sprintf("distinct/error/%d", n), figures.Figure{Value: math.Round(rel*100) / 100, Unit: "%", Server: server}, 0)
 		// Memory: the live HyperLogLog buckets against one SET of the members.
 		rk, err := s.RedisKey("k")
 		require.NoError(t, err)
@@ -242,7 +244,7 @@ func TestDistinctError(t *testing.T) {
 		sm, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(set).Args("SAMPLES", "0").Build()).AsInt64()
 		require.NoError(t, err)
 		t.Logf("%d distinct: HyperLogLog buckets %d B, exact set %d B", n, hll, sm)
-		figures.Check(t, fmt.Sprintf("distinct/hll/%d", n), figures.Figure{Value: float64(hll), Unit: "B"}, 0.02)
-		figures.Check(t, fmt.Sprintf("distinct/set/%d", n), figures.Figure{Value: float64(sm), Unit: "B"}, 0.02)
+		figures.Check(t, fmt.Sprintf("distinct/hll/%d", n), figures.Figure{Value: float64(hll), Unit: "B", Server: server}, 0.02)
+		figures.Check(t, fmt.Sprintf("distinct/set/%d", n), figures.Figure{Value: float64(sm), Unit: "B", Server: server}, 0.02)
 	}
 }

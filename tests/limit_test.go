@@ -197,6 +197,7 @@ func TestLimiterMemory(t *testing.T) {
 	srv := harness.Shared(t, harness.Redis70)
 	c := srv.Client(t)
 	ctx := ctxT(t)
+	server := srv.Version(t)
 	for _, events := range []int{100, 1000, 10000} {
 		size := map[string]int64{}
 		for _, lk := range append(slices.Clip(limiterKinds), gcraKind) {
@@ -212,13 +213,13 @@ func TestLimiterMemory(t *testing.T) {
 			size[lk.name] = n
 			t.Logf("%s: %d events in the window: MEMORY USAGE %d bytes (%.1f per event)", lk.name, events, n, float64(n)/float64(events))
 			figures.Check(t, fmt.Sprintf("limiters/%s/%d", lk.name, events), figures.Figure{Value: float64(n), Unit: "B",
-				How: "MEMORY USAGE SAMPLES 0 of one key, events spread over a one-hour window, Redis 7.0.15"}, 0.03)
+				How: "MEMORY USAGE SAMPLES 0 of one key, events spread over a one-hour window", Server: server}, 0.03)
 		}
 		ratio := float64(size["log"]) / float64(size["sliding-window"])
 		t.Logf("%d events: the log takes %.0fx the sliding window's memory", events, ratio)
 		if events == 1000 {
 			require.GreaterOrEqual(t, size["log"], 100*size["sliding-window"])
-			figures.Check(t, "limiters/log-vs-sliding/1000", figures.Figure{Value: math.Round(ratio), Unit: "x"}, 0.03)
+			figures.Check(t, "limiters/log-vs-sliding/1000", figures.Figure{Value: math.Round(ratio), Unit: "x", Server: server}, 0.03)
 		}
 	}
 }

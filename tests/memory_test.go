@@ -64,6 +64,7 @@ func TestMemoryPerCounter(t *testing.T) {
 		srv := harness.Fresh(t, tg.kind)
 		c := srv.Client(t)
 		ctx := ctxT(t)
+		server := srv.Version(t)
 		for _, buckets := range []int{10, 60, 600} {
 			w := store.Window{Length: time.Duration(buckets) * time.Minute, Bucket: time.Minute}
 			s, err := store.New(ctx, c, w, store.WithBackend(tg.backend), store.WithPrefix(fmt.Sprintf("m%d:", buckets)))
@@ -108,7 +109,8 @@ func TestMemoryPerCounter(t *testing.T) {
 				tol = firstStageTolerance
 			}
 			figures.Check(t, fmt.Sprintf("memory/%s/%s/%d", tg.kind, tg.wantBackend, buckets), figures.Figure{Value: math.Round(per), Unit: "B",
-				How: "growth of used_memory (less the clients' buffers and the script cache) over full counters on a fresh server, per counter"}, tol)
+				How:    "growth of used_memory (less the clients' buffers and the script cache) over full counters on a fresh server, per counter",
+				Server: server}, tol)
 		}
 	})
 }

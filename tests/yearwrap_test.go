@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -12,7 +13,10 @@ import (
 // TestYearWrapRealTime crosses a code wrap in real time, on the server's clock:
 // a calendar whose year begins two seconds from now makes the codes restart at
 // 0 while counting goes on. Every sum must match the model, and the buckets of
-// the old year must be counted, then leave, like any others.
+// the old year must be counted, then leave, like any others. It proves that it
+// crossed: the buckets the server wrote (on its own clock) carry codes of the
+// old year's last buckets and of the new year's first ones, and the adds ran
+// on both sides of the boundary; a run that stays within one year fails.
 func TestYearWrapRealTime(t *testing.T) {
 	t.Parallel()
 	forEach(t, func(t *testing.T, tg target) {
@@ -25,8 +29,19 @@ func TestYearWrapRealTime(t *testing.T) {
 		ctx := ctxT(t)
 		codec := s.Codec()
 
+		// The codes of the old year's last buckets and of the new year's
+		// first ones, as far as the adds below can reach even on a stalled
+		// machine (reach buckets, 500 s): the year's last code is some 63
+		// million at 500 ms buckets, far from the first.
+		const reach = 1000
+		lastOld := codec.Code(wrap.Add(-time.Millisecond))
+		require.Greater(t, lastOld, int64(100*reach), "the old year's last code")
+		require.EqualValues(t, 0, codec.Code(wrap), "the new year's first code")
+		oldTail := func(c int64) bool { return c > lastOld-reach && c <= lastOld }
+		newHead := func(c int64) bool { return c >= 0 && c < reach }
 		var evs []event
-		sawOld, sawNew := false, false
+		sawOld, sawNew := map[int64]bool{}, map[int64]bool{}
+		addedBefore, addedAfter := false, false
 		for i := 0; i < 20; i++ {
 			// Act in the middle of a bucket so that the server's clock and ours
 			// (the same host clock) agree on the bucket.
@@ -73,13 +88,20 @@ func TestYearWrapRealTime(t *testing.T) {
 			}
 			evs = append(evs, event{at, 1})
 			require.Equal(t, modelSum(codec, evs, at, w.Length), got, "add %d at %v..%v (wrap at %v)", i, before, after, wrap)
+			// after is no later than the server's instant of the add when
+			// the add ran before the wrap, and before, no earlier, after it.
+			addedBefore = addedBefore || after.Before(wrap)
+			addedAfter = addedAfter || !before.Before(wrap)
 			for _, b := range snap.Buckets {
 				code, err := fieldcodec.Decode(b.Field)
 				require.NoError(t, err)
-				if code < 10 {
-					sawNew = true
-				} else {
-					sawOld = true
+				switch {
+				case oldTail(code):
+					sawOld[code] = true
+				case newHead(code):
+					sawNew[code] = true
+				default:
+					t.Fatalf("bucket %s (code %d) is neither among the old year's last %d codes (to %d) nor the new year's first", b.Field, code, reach, lastOld)
 				}
 			}
 			if at.After(wrap.Add(w.Length)) {
@@ -92,8 +114,21 @@ func TestYearWrapRealTime(t *testing.T) {
 				}
 			}
 		}
-		require.True(t, sawOld && sawNew, "the test never saw both years' codes")
+		require.True(t, addedBefore && addedAfter, "the adds did not run on both sides of the year end at %v", wrap)
+		require.NotEmpty(t, sawOld, "no bucket of the old year's end (codes %d to %d) was written", lastOld-reach+1, lastOld)
+		require.NotEmpty(t, sawNew, "no bucket of the new year's start (codes 0 to %d) was written", reach-1)
+		t.Logf("%s: buckets written at the old year's end %v, at the new year's start %v", tg.name, sortedCodes(sawOld), sortedCodes(sawNew))
 	})
+}
+
+// sortedCodes returns a set's codes, sorted.
+func sortedCodes(m map[int64]bool) []int64 {
+	out := make([]int64, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func bucketStart(c *fieldcodec.Codec, t time.Time) time.Time {

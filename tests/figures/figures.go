@@ -34,6 +34,10 @@ type Figure struct {
 	Unit  string  `json:"unit,omitempty"`
 	// How says how it was measured, for the README's readers.
 	How string `json:"how,omitempty"`
+	// Server is the server that measured it, as INFO server names it
+	// ("Redis 7.0.15", "Valkey 8.1.1": harness's Server.Version): the
+	// README's tables name the server from here, never by hand.
+	Server string `json:"server,omitempty"`
 }
 
 // File is the file's content: figures by name ("memory/redis70/plain/60").
@@ -67,15 +71,20 @@ func Load(path string) (File, error) {
 func Updating() bool { return os.Getenv("WINDOWSTORE_FIGURES") == "update" }
 
 // Check compares a measured figure with the committed one: it fails the test
-// when they differ by more than tol (a fraction: 0.05 is 5%; 0 means equal)
-// and tells how to record the new value. With WINDOWSTORE_FIGURES=update it
-// records the value instead.
+// when they differ by more than tol (a fraction: 0.05 is 5%; 0 means equal),
+// or when the committed figure names another server than the one that
+// measured it now (f.Server, which must be set), and tells how to record the
+// new value. With WINDOWSTORE_FIGURES=update it records the value, with its
+// server, instead.
 func Check(t testing.TB, name string, f Figure, tol float64) {
 	t.Helper()
+	if f.Server == "" {
+		t.Fatalf("figure %s names no server: set Figure.Server to the measuring server's Version", name)
+	}
 	mu.Lock()
 	measured[name] = f
 	mu.Unlock()
-	t.Logf("FIGURE %s = %g %s", name, f.Value, f.Unit)
+	t.Logf("FIGURE %s = %g %s (%s)", name, f.Value, f.Unit, f.Server)
 	if Updating() {
 		return
 	}
@@ -87,6 +96,11 @@ func Check(t testing.TB, name string, f Figure, tol float64) {
 	if !ok {
 		t.Fatalf("figure %s (%g %s) is not in tests/figures.json: record it with WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, "+
 			"then go run ./tests/cmd/figures", name, f.Value, f.Unit, t.Name())
+	}
+	if c.Server != f.Server {
+		t.Errorf("figure %s was recorded on %q, and this run measured it on %q: the README would name a server that did not "+
+			"measure it: record it with WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, then go run ./tests/cmd/figures",
+			name, c.Server, f.Server, t.Name())
 	}
 	if !Close(c.Value, f.Value, tol) {
 		t.Errorf("figure %s drifted: measured %g %s, the README says %g (tolerance %.0f%%): if the change is meant, record it with "+

@@ -359,6 +359,33 @@ func (s *Server) WaitReplicas(t testing.TB, marker string, timeout time.Duration
 	return got
 }
 
+// Version names the server as it names itself in INFO server: "Valkey
+// 8.1.1" (valkey_version), else "Redis 7.0.15" (redis_version, which Valkey
+// also reports, as the Redis version it is compatible with). The figures a
+// test measures carry it (package figures), so that the README names the
+// server that measured them.
+func (s *Server) Version(t testing.TB) string {
+	t.Helper()
+	var redis, valkey string
+	for _, l := range strings.Split(s.Cmd(t, "INFO", "server"), "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(l), ":")
+		switch k {
+		case "redis_version":
+			redis = v
+		case "valkey_version":
+			valkey = v
+		}
+	}
+	switch {
+	case valkey != "":
+		return "Valkey " + valkey
+	case redis != "":
+		return "Redis " + redis
+	}
+	t.Fatalf("%s: INFO server has neither redis_version nor valkey_version", s.Addr)
+	return ""
+}
+
 // Cmd runs one command on the server (a single node, even in a cluster)
 // through rueidis and returns its reply as text: a string or a number as
 // is, an array one element per line (nested arrays flattened), nil as "".

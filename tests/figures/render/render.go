@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/windowstore/windowstore/tests/figures"
@@ -79,6 +80,22 @@ func thousands(v float64) string {
 	return b.String()
 }
 
+// server names the server that measured the figures of names, as recorded
+// with them (Figure.Server, read from the server's INFO): one name, or
+// several joined by " / " when they differ, or "server not recorded".
+func server(f figures.File, names ...string) string {
+	var out []string
+	for _, n := range names {
+		if v, ok := f[n]; ok && v.Server != "" && !slices.Contains(out, v.Server) {
+			out = append(out, v.Server)
+		}
+	}
+	if len(out) == 0 {
+		return "server not recorded"
+	}
+	return strings.Join(out, " / ")
+}
+
 func bytes(f figures.File, name string) string {
 	v, ok := f[name]
 	if !ok {
@@ -92,17 +109,17 @@ func memory(f figures.File) string {
 	var b strings.Builder
 	b.WriteString("| backend, server | 10 buckets | 60 buckets | 600 buckets |\n|---|---|---|---|\n")
 	rows := []struct{ name, key string }{
-		{"plain hash, Redis 7.0.15", "redis70/nativehash-plain"},
-		{"plain hash, Valkey 8.1.1", "valkey/nativehash-plain"},
-		{"plain hash, Redis 8.0.2", "redis80/nativehash-plain"},
-		{"field TTL, Redis 8.0.2", "redis80/nativehash-fieldttl"},
-		{"TairHash (SORT mode), Redis 7.0.15", "tairhash/tairhash"},
+		{"plain hash", "redis70/nativehash-plain"},
+		{"plain hash", "valkey/nativehash-plain"},
+		{"plain hash", "redis80/nativehash-plain"},
+		{"field TTL", "redis80/nativehash-fieldttl"},
+		{"TairHash (SORT mode)", "tairhash/tairhash"},
 	}
 	for _, r := range rows {
 		if _, ok := f["memory/"+r.key+"/10"]; !ok {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s |", r.name)
+		fmt.Fprintf(&b, "| %s, %s |", r.name, server(f, f.Names("memory/"+r.key+"/")...))
 		for _, n := range []int{10, 60, 600} {
 			name := fmt.Sprintf("memory/%s/%d", r.key, n)
 			cell := bytes(f, name)
@@ -124,7 +141,8 @@ func memory(f figures.File) string {
 // limiters is the trade-off table of the limiters.
 func limiters(f figures.File) string {
 	var b strings.Builder
-	b.WriteString("| algorithm | constructor | precision | memory per key (`MEMORY USAGE`, Redis 7.0.15) | commands per decision (one script, +`TIME`) |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| algorithm | constructor | precision | memory per key (`MEMORY USAGE`, %s) | commands per decision (one script, +`TIME`) |\n|---|---|---|---|---|\n",
+		server(f, f.Names("limiters/")...))
 	ev := func(kind string) string {
 		var parts []string
 		for _, n := range []int{100, 1000, 10000} {
@@ -169,8 +187,8 @@ func tiers(f figures.File) string {
 	if t, ok1 := f["tiers/tiered/bytes"]; ok1 {
 		if h, ok2 := f["tiers/hour/bytes"]; ok2 {
 			fmt.Fprintf(&b, "\nThe counter with both tiers costs %.2fx the hour tier alone (the target: at most 2x), and each tier "+
-				"stays a listpack. Plain hash, Redis 7.0.15, growth of `used_memory` over 1,000 full counters (200 at 1,440 "+
-				"buckets) (`TestTierMemory`).\n", t.Value/h.Value)
+				"stays a listpack. Plain hash, %s, growth of `used_memory` over 1,000 full counters (200 at 1,440 "+
+				"buckets) (`TestTierMemory`).\n", t.Value/h.Value, server(f, f.Names("tiers/")...))
 		}
 	}
 	return b.String()
@@ -180,8 +198,9 @@ func tiers(f figures.File) string {
 func ids(f figures.File) string {
 	var b strings.Builder
 	b.WriteString("| server | memory per event id (a key with an expiry) |\n|---|---|\n")
-	for _, s := range []struct{ name, key string }{{"Redis 7.0.15", "redis70"}, {"Redis 8.0.2", "redis80"}, {"Valkey 8.1.1", "valkey"}} {
-		fmt.Fprintf(&b, "| %s | %s |\n", s.name, bytes(f, "ids/"+s.key+"/bytes"))
+	for _, k := range []string{"redis70", "redis80", "valkey"} {
+		name := "ids/" + k + "/bytes"
+		fmt.Fprintf(&b, "| %s | %s |\n", server(f, name), bytes(f, name))
 	}
 	b.WriteString("\n(Growth of `used_memory` over 30,000 ids of 20 bytes, `TestEventIDMemory`; the id key's name repeats the counter's key.)\n")
 	return b.String()
@@ -195,9 +214,9 @@ func distinct(f figures.File) string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", thousands(float64(n)), get(f, fmt.Sprintf("distinct/error/%d", n), "%.2f%%"),
 			bytes(f, fmt.Sprintf("distinct/hll/%d", n)), bytes(f, fmt.Sprintf("distinct/set/%d", n)))
 	}
-	b.WriteString("\nOne counter of 10 buckets, the members spread over them; the exact set is one `SET` of the same members " +
-		"(`TestDistinctError`, Redis 7.0.15, `MEMORY USAGE`). The error is that of Redis's HyperLogLog (0.81% standard error), " +
-		"the same for any member set of that size.\n")
+	fmt.Fprintf(&b, "\nOne counter of 10 buckets, the members spread over them; the exact set is one `SET` of the same members "+
+		"(`TestDistinctError`, %s, `MEMORY USAGE`). The error is that of Redis's HyperLogLog (0.81%% standard error), "+
+		"the same for any member set of that size.\n", server(f, f.Names("distinct/")...))
 	return b.String()
 }
 
