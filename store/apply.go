@@ -368,6 +368,9 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 			}
 			items = append(items, it)
 			keys = append(keys, trk)
+			if o.Kind == Distinct {
+				keys = append(keys, distinctGuard(trk))
+			}
 			p.items = append(p.items, planItem{op: i, tier: ti, kind: it[0]})
 		}
 	}
@@ -410,6 +413,15 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 	}
 	return p, nil
 }
+
+// distinctGuard is the second key a distinct count declares besides dk (its
+// ":d" key): dk + ":", which never exists (a bucket's key is dk + ":" + its
+// code). The scripts name the HyperLogLog buckets themselves; while a slot
+// is being migrated, the cluster refuses a call that declares several keys
+// of which some are missing before it runs (TRYAGAIN), where with one key it
+// would let the target node run it and create a bucket that the source
+// still holds, which breaks the migration (MIGRATE: BUSYKEY).
+func distinctGuard(dk string) string { return dk + ":" }
 
 // result reads a group's reply into a BatchResult.
 func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {

@@ -121,7 +121,7 @@ func (s *Store) countDistinct(ctx context.Context, at *time.Time, keys []string,
 		}
 		go func() {
 			defer close(r.done)
-			msg, err := s.run(ctx, []string{rk + ":d"}, hdr, false, backend.OpDCount, t.shape, lb)
+			msg, err := s.run(ctx, []string{rk + ":d", distinctGuard(rk + ":d")}, hdr, false, backend.OpDCount, t.shape, lb)
 			if err == nil {
 				r.n, err = msg.AsInt64()
 			}

@@ -13,7 +13,8 @@
 --                                       answer the window sum
 --   WS_IT_DISTINCT shape n member...    add members to the bucket's
 --                                       HyperLogLog (none: only read); answer
---                                       the distinct count
+--                                       the distinct count (two keys: see
+--                                       ws_dkeys)
 --   WS_IT_READ     shape                answer the window sum; write nothing
 --
 -- After the operation's code, ARGV holds: the number of items, the event id
@@ -37,7 +38,13 @@
 -- decision.
 
 -- HyperLogLog buckets: one key per bucket, the item's key plus ':' and the
--- bucket's code, in the item key's slot.
+-- bucket's code, in the item key's slot. The scripts name the buckets
+-- themselves, so a distinct item (and WS_OP_DCOUNT) declares two keys: its
+-- key, and a guard, its key plus ':', that never exists. While the slot is
+-- being migrated, a call that declares keys of which some are missing is
+-- refused by the cluster before it runs (ASK from the source, TRYAGAIN from
+-- the target), so no bucket is ever created on the target while the source
+-- still holds it; with one declared key the target would run it.
 local function ws_dkeys(L, key, lthr)
   local keys = {}
   for k = L.lo, L.hi do
@@ -50,22 +57,7 @@ local function ws_dkeys(L, key, lthr)
   return keys
 end
 
--- ws_dstable raises TRYAGAIN, before anything is written, while the slot of
--- a distinct count is being migrated: its buckets are keys the script names
--- itself, which the cluster checks only as the script runs. The probe names
--- the declared key (which never exists) with another: a migrating node
--- refuses a missing key (ASK), an importing one several keys of which one is
--- missing (TRYAGAIN); a stable slot counts them, as empty. (PFCOUNT, which
--- the distinct counts' ACL rule already allows.)
-local function ws_dstable(key)
-  local r = redis.pcall('PFCOUNT', key, key .. ':')
-  if type(r) == 'table' and r.err then
-    ws_err('TRYAGAIN', 'the slot of ' .. key .. ' is being migrated; nothing was written')
-  end
-end
-
 local function ws_dcount(L, key, lthr)
-  ws_dstable(key)
   local keys = ws_dkeys(L, key, lthr)
   if #keys == 0 then return 0 end
   return redis.call('PFCOUNT', unpack(keys))
@@ -145,9 +137,6 @@ end
 local function ws_group(G)
   local items, limits = G.items, {}
   local seen = nil
-  for _, it in ipairs(items) do
-    if it.kind == WS_IT_DISTINCT then ws_dstable(it.key) end
-  end
   if G.idkey ~= nil then
     seen = redis.call('GET', G.idkey)
   end
@@ -312,7 +301,7 @@ local function ws_readgroup(H, i, k)
     elseif kind == WS_IT_DISTINCT then
       local m = tonumber(ARGV[i + 2])
       it.members = {unpack(ARGV, i + 3, i + 2 + m)}
-      i = i + 3 + m
+      i, k = i + 3 + m, k + 1 -- past the item's guard key (see ws_dkeys)
     elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
       it.delta = ARGV[i + 2]
       i = i + 3
