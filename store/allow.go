@@ -90,7 +90,7 @@ func (s *Store) allow(ctx context.Context, at *time.Time, key string, limit, cos
 	if err != nil {
 		return Result{}, rename(err, "allow")
 	}
-	msg, err := s.writes.do(ctx, []string{rk}, s.header(at), backend.OpAllow, s.shape,
+	msg, err := s.run(ctx, []string{rk}, s.header(at), false, backend.OpAllow, s.shape,
 		strconv.FormatInt(limit, 10), strconv.FormatInt(cost, 10))
 	if err != nil {
 		return Result{}, fail("allow", key, s.be.Write, err)

@@ -217,11 +217,11 @@ func apply(ctx context.Context, at *time.Time, batches []Batch) ([]BatchResult, 
 	return out, nil
 }
 
-// run sends one write operation through the batcher; with retry (an
-// operation with an event id, safe to send again) it resends it after a
-// connection error, up to the store's retries, while ctx lasts. Any
-// operation is resent after TRYAGAIN, which says that nothing ran (a
-// cluster slot is moving).
+// run sends one write operation through the batcher: every write goes
+// through it. With retry (an operation with an event id, safe to send
+// again) it resends it after a connection error, up to the store's retries,
+// while ctx lasts. Any write is resent after TRYAGAIN, which says that
+// nothing ran (a cluster slot is moving).
 func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ...string) (rueidis.RedisMessage, error) {
 	for attempt := 0; ; attempt++ {
 		msg, err := s.writes.do(ctx, keys, hdr, args...)

@@ -121,7 +121,7 @@ func WithTiers(windows ...Window) Option {
 // context lasts: such a write counts once however often it is sent. The
 // default is DefaultRetries (3); 0 turns retries off. Writes without an id
 // are never sent again after a connection error, since they could count
-// twice. Any operation, with an id or not, is sent again (as often) after
-// the server's TRYAGAIN, which says that nothing ran: a Redis Cluster slot
-// it touches is being migrated.
+// twice. Any write, with an id or not, is sent again (as often) after the
+// server's TRYAGAIN, which says that nothing ran: a Redis Cluster slot it
+// touches is being migrated.
 func WithRetries(n int) Option { return func(c *config) { c.retries = max(n, 0) } }

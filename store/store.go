@@ -211,7 +211,7 @@ func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64)
 	if err != nil {
 		return 0, rename(err, "add")
 	}
-	msg, err := s.writes.do(ctx, []string{rk}, s.header(at), backend.OpAdd, s.shape, strconv.FormatInt(delta, 10))
+	msg, err := s.run(ctx, []string{rk}, s.header(at), false, backend.OpAdd, s.shape, strconv.FormatInt(delta, 10))
 	if err != nil {
 		return 0, fail("add", key, s.be.Write, err)
 	}
@@ -248,7 +248,7 @@ func (s *Store) addNoSum(ctx context.Context, at *time.Time, key string, delta i
 	if err != nil {
 		return rename(err, "add")
 	}
-	_, err = s.writes.do(ctx, []string{rk}, s.header(at), backend.OpAddNoSum, s.shape, strconv.FormatInt(delta, 10))
+	_, err = s.run(ctx, []string{rk}, s.header(at), false, backend.OpAddNoSum, s.shape, strconv.FormatInt(delta, 10))
 	return fail("add", key, s.be.Write, err)
 }
 
