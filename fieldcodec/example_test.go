@@ -7,33 +7,24 @@ import (
 	"github.com/windowstore/windowstore/fieldcodec"
 )
 
+// A one-minute bucket's code is its index within its UTC year: 00:02:30 on
+// January 1st is in bucket 2, and the last minute of 2024, a leap year, is
+// bucket 366*24*60 - 1.
 func Example() {
-	c, err := fieldcodec.New(time.Minute, nil) // UTC years
+	c, err := fieldcodec.New(time.Minute)
 	if err != nil {
 		panic(err)
 	}
 	at := time.Date(2025, 1, 1, 0, 2, 30, 0, time.UTC)
 	fmt.Println("field:", c.Field(at))
 
-	// Ten minutes back from 00:02:30 reaches into 2024, a leap year.
-	live, _ := c.Live(at, 10*time.Minute)
-	fmt.Println("live in 2025:", live.Current.Lo, "to", live.Current.Hi)
-	fmt.Println("live in 2024:", live.Previous.Lo, "to", live.Previous.Hi)
-	start, _ := c.Start(live.Previous.Hi, at)
-	fmt.Println("last bucket of 2024 starts", start.UTC().Format(time.RFC3339))
+	start, _ := c.Start(527039, at)
+	fmt.Println("bucket 527039 before then starts", start.UTC().Format(time.RFC3339))
+
+	code, err := fieldcodec.Decode("0042")
+	fmt.Println(code, err)
 	// Output:
 	// field: 2
-	// live in 2025: 0 to 2
-	// live in 2024: 527033 to 527039
-	// last bucket of 2024 starts 2024-12-31T23:59:00Z
-}
-
-func ExampleCheckWindow() {
-	fmt.Println(fieldcodec.CheckWindow(time.Minute, 7*time.Second))
-	fmt.Println(fieldcodec.CheckWindow(365*24*time.Hour, 24*time.Hour))
-	fmt.Println(fieldcodec.CheckWindow(10*time.Minute, time.Minute))
-	// Output:
-	// fieldcodec: invalid argument: bucket 7s does not divide window 1m0s
-	// fieldcodec: invalid argument: window 8760h0m0s is longer than the maximum 4320h0m0s
-	// <nil>
+	// bucket 527039 before then starts 2024-12-31T23:59:00Z
+	// 0 fieldcodec: invalid argument: field "0042" is not a bucket code
 }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/backend"
-	"github.com/windowstore/windowstore/keyspace"
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 // ErrUnavailable reports a server that a Degraded limiter cannot reach and

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 // flaky is a Limiter stub that admits everything, or fails with err, on

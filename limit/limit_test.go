@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windowstore/windowstore/backend"
 	"github.com/windowstore/windowstore/internal/acldoc"
+	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/resptest"
 )
 

@@ -34,16 +34,13 @@ package nativehash
 import (
 	"embed"
 
-	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 //go:embed lua/*.lua
 var lua embed.FS
 
 func frag(name string) backend.Fragment { return backend.Embedded(lua, "nativehash", name) }
-
-// Family is the name both modes share, for store.WithBackend.
-const Family = "nativehash"
 
 // Plain is the backend for servers without hash-field TTL. Besides the
 // buckets, its hash keeps a running total (field t) of the buckets that start
@@ -65,7 +62,7 @@ const Family = "nativehash"
 // and t (a new counter) is read whole once (HGETALL) and its total rebuilt.
 var Plain = backend.New(backend.Spec{
 	Name:     "nativehash-plain",
-	Family:   Family,
+	Family:   "nativehash",
 	Requires: []string{"hincrby"},
 	Reserved: []string{"m", "t"},
 	Why:      "the plain native hash works on any Redis or Valkey: writes delete the buckets that left the window",
@@ -79,7 +76,7 @@ var Plain = backend.New(backend.Spec{
 // field TTLs are there to prevent.
 var FieldTTL = backend.New(backend.Spec{
 	Name:     "nativehash-fieldttl",
-	Family:   Family,
+	Family:   "nativehash",
 	Requires: []string{"hincrby", "hpexpireat"},
 	FieldTTL: true,
 	Why:      "the server has hash-field TTL (HPEXPIREAT): buckets expire per field",

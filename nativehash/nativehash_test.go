@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/windowstore/windowstore/backend"
 	"github.com/windowstore/windowstore/internal/acldoc"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 // TestACLRules: the README's ACL rule for each mode allows every command its
@@ -72,7 +72,7 @@ func TestPlainCommitOrder(t *testing.T) {
 
 // TestSpecs: the two modes are one family, under names of their own.
 func TestSpecs(t *testing.T) {
-	if Plain.Name == FieldTTL.Name || Plain.Family != Family || FieldTTL.Family != Family {
+	if Plain.Name == FieldTTL.Name || Plain.Family != "nativehash" || FieldTTL.Family != "nativehash" {
 		t.Errorf("names %q %q, families %q %q", Plain.Name, FieldTTL.Name, Plain.Family, FieldTTL.Family)
 	}
 }

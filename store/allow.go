@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 // maxExact is 2^53: the largest limit and cost Allow takes.

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/backend"
-	"github.com/windowstore/windowstore/keyspace"
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 // Kind is what an Op does to its counter.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/backend"
-	"github.com/windowstore/windowstore/keyspace"
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 var errShortReply = errors.New("the batch reply has the wrong number of entries")

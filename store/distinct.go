@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 // Distinct counts: how many different members (cards, accounts, devices) a

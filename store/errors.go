@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/errmsg"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 )
 
 // Snapshot is what Inspect saw of one counter.
@@ -72,7 +72,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ Snapshot, err error)
 		b.Value, _ = strconv.ParseInt(v, 10, 64)
 		t, _ := vals[i+2].AsInt64()
 		b.TTL = ttl(t)
-		if code, err := fieldcodec.Decode(b.Field); err == nil {
+		if code, err := codec.Decode(b.Field); err == nil {
 			b.Start, b.Live = s.bucketStart(live, code)
 		}
 		snap.Buckets = append(snap.Buckets, b)
@@ -86,7 +86,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ Snapshot, err error)
 // most the future tolerance, as a client whose clock is a little ahead
 // writes it), or else the most recent bucket of that code before now. The
 // zero time for a code no bucket has.
-func (s *Store) bucketStart(live fieldcodec.Live, code int64) (time.Time, bool) {
+func (s *Store) bucketStart(live codec.Live, code int64) (time.Time, bool) {
 	if st, ok := live.StartOf(code); ok {
 		return time.UnixMilli(st), true
 	}

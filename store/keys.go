@@ -3,7 +3,7 @@ package store
 import (
 	"errors"
 
-	"github.com/windowstore/windowstore/keyspace"
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 // MaxKeyLen is the longest key (before the prefix) that the store accepts.

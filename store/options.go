@@ -3,7 +3,7 @@ package store
 import (
 	"time"
 
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 )
 
 // DefaultPrefix is prepended to every counter key unless WithPrefix says otherwise.
@@ -30,7 +30,7 @@ type config struct {
 	prefix     string
 	backend    Backend
 	now        func() time.Time
-	cal        fieldcodec.Calendar
+	cal        codec.Calendar
 	batchOps   int
 	batchCalls int
 	future     time.Duration
@@ -99,9 +99,9 @@ func WithBatching(ops, calls int) Option {
 func WithFutureTolerance(d time.Duration) Option { return func(c *config) { c.future = d } }
 
 // WithCalendar sets where years begin, and so where field codes wrap to 0. The
-// default is fieldcodec.UTC. It exists for tests (fieldcodec.Shifted); every
+// default is codec.UTC. It exists for tests (codec.Shifted); every
 // client of a counter must use the same calendar.
-func WithCalendar(cal fieldcodec.Calendar) Option { return func(c *config) { c.cal = cal } }
+func WithCalendar(cal codec.Calendar) Option { return func(c *config) { c.cal = cal } }
 
 // WithTiers makes every counter of the store a multi-resolution counter: it
 // keeps the store's Window and each of these windows, each at its own bucket

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 // TestRegistry: every backend has a unique name, declares what it requires,

@@ -39,9 +39,9 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/backend"
-	"github.com/windowstore/windowstore/fieldcodec"
-	"github.com/windowstore/windowstore/keyspace"
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 // Store keeps window counters of one Window shape in one server (or cluster).
@@ -53,7 +53,7 @@ type Store struct {
 	client   rueidis.Client
 	runner   *backend.Runner // runs the backend's scripts: as functions, or EVALSHA
 	win      Window
-	codec    *fieldcodec.Codec
+	codec    *codec.Codec
 	be       *backend.Backend
 	det      Detection
 	space    keyspace.Space
@@ -106,7 +106,7 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 	if cfg.future < 0 || cfg.future > time.Hour || cfg.future%time.Millisecond != 0 {
 		return nil, invalid("new", "", "future tolerance "+cfg.future.String()+" is not whole milliseconds between 0 and 1h")
 	}
-	codec, err := fieldcodec.New(w.Bucket, cfg.cal)
+	codec, err := codec.New(w.Bucket, cfg.cal)
 	if err != nil {
 		return nil, invalid("new", "", err.Error())
 	}
@@ -168,7 +168,7 @@ func (s *Store) Detection() Detection { return s.det }
 func (s *Store) Functions() bool { return s.runner.Functions() }
 
 // Codec returns the field codec of the store's buckets.
-func (s *Store) Codec() *fieldcodec.Codec { return s.codec }
+func (s *Store) Codec() *codec.Codec { return s.codec }
 
 // Client returns the client the store uses.
 func (s *Store) Client() rueidis.Client { return s.client }

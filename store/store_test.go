@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 )
 
 func TestWindowValidate(t *testing.T) {
@@ -22,7 +22,7 @@ func TestWindowValidate(t *testing.T) {
 		{Window{-time.Minute, time.Second}, "store: window: invalid argument: window length -1m0s is not positive"},
 		{Window{time.Minute, 7 * time.Second}, "store: window: invalid argument: bucket 7s does not divide window 1m0s"},
 		{Window{time.Minute, time.Hour}, "store: window: invalid argument: bucket 1h0m0s does not divide window 1m0s"},
-		{Window{fieldcodec.MaxWindow + time.Hour, time.Hour}, "store: window: invalid argument: window 4321h0m0s is longer than the maximum 4320h0m0s"},
+		{Window{codec.MaxWindow + time.Hour, time.Hour}, "store: window: invalid argument: window 4321h0m0s is longer than the maximum 4320h0m0s"},
 	}
 	for _, tt := range tests {
 		err := tt.w.Validate()
@@ -35,7 +35,7 @@ func TestWindowValidate(t *testing.T) {
 		if err == nil || err.Error() != tt.msg {
 			t.Errorf("%v.Validate() = %v, want %q", tt.w, err, tt.msg)
 		}
-		if !errors.Is(err, ErrInvalid) || !errors.Is(err, fieldcodec.ErrInvalid) {
+		if !errors.Is(err, ErrInvalid) || !errors.Is(err, codec.ErrInvalid) {
 			t.Errorf("%v: %v does not wrap both sentinels", tt.w, err)
 		}
 	}

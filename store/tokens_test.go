@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windowstore/windowstore/backend"
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/resptest"
 	"github.com/windowstore/windowstore/nativehash"
 )
@@ -60,7 +60,7 @@ func tokenStore(t *testing.T, fieldTTL bool, reply resptest.Reply, opts ...Optio
 }
 
 func years(at time.Time) []string {
-	c, _ := fieldcodec.New(time.Second, nil)
+	c, _ := codec.New(time.Second, nil)
 	var out []string
 	for _, y := range c.YearStarts(at) {
 		out = append(out, strconv.FormatInt(y, 10))

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 )
 
 // Window is the shape of a sliding window: its length, cut into buckets.
@@ -27,7 +27,7 @@ import (
 //
 // The zero value is not a valid window. Length and Bucket must be whole
 // milliseconds, Bucket must divide Length, and Length is at most
-// fieldcodec.MaxWindow (180 days) with at most fieldcodec.MaxBuckets buckets.
+// codec.MaxWindow (180 days) with at most codec.MaxBuckets buckets.
 //
 // The window's shape is part of every counter's Redis key ("ws:{user:42}:10m/1m"),
 // so stores of different shapes never share a counter, even under one prefix
@@ -38,11 +38,11 @@ type Window struct {
 }
 
 // Validate reports whether w is a supported window. Its errors wrap ErrInvalid
-// (and fieldcodec.ErrInvalid).
+// (and codec.ErrInvalid).
 func (w Window) Validate() error {
-	if err := fieldcodec.CheckWindow(w.Length, w.Bucket); err != nil {
+	if err := codec.CheckWindow(w.Length, w.Bucket); err != nil {
 		e := &Error{Op: "window", Key: "", Kind: ErrInvalid, Detail: err.Error(), Err: err}
-		var ie *fieldcodec.InvalidError
+		var ie *codec.InvalidError
 		if errors.As(err, &ie) {
 			e.Detail = ie.Reason
 		}

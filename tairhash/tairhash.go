@@ -39,7 +39,7 @@ package tairhash
 import (
 	"embed"
 
-	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 //go:embed lua/*.lua

@@ -14,7 +14,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -27,7 +27,7 @@ type event struct {
 // modelSum is the reference window sum: every event at or before now whose
 // bucket starts after now - lookback. Bucket starts come from the codec, whose
 // own tests check it against a brute-force walk of the calendar.
-func modelSum(c *fieldcodec.Codec, evs []event, now time.Time, lookback time.Duration) int64 {
+func modelSum(c *codec.Codec, evs []event, now time.Time, lookback time.Duration) int64 {
 	var sum int64
 	for _, e := range evs {
 		_, start, _ := c.Bounds(e.at)

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -18,12 +18,12 @@ import (
 // value of every bucket ever written, by bucket start. It knows nothing of
 // doubles, running totals or sweeps.
 type exactModel struct {
-	codec   *fieldcodec.Codec
+	codec   *codec.Codec
 	w       store.Window
 	buckets map[int64]*big.Int // bucket start (Unix ms) -> value
 }
 
-func newExactModel(c *fieldcodec.Codec, w store.Window) *exactModel {
+func newExactModel(c *codec.Codec, w store.Window) *exactModel {
 	return &exactModel{codec: c, w: w, buckets: map[int64]*big.Int{}}
 }
 

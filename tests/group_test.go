@@ -13,7 +13,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -474,8 +474,8 @@ func TestApplyRules(t *testing.T) {
 	require.EqualValues(t, 2, res[1].Values[0].Sum)
 }
 
-func mustCodec(t *testing.T, b time.Duration) *fieldcodec.Codec {
-	c, err := fieldcodec.New(b, nil)
+func mustCodec(t *testing.T, b time.Duration) *codec.Codec {
+	c, err := codec.New(b, nil)
 	require.NoError(t, err)
 	return c
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -154,7 +154,7 @@ func TestReplicaFieldTTLExpiredNotDeleted(t *testing.T) {
 
 // nextBucket waits for the next bucket to start, and returns an instant 1 ms
 // into it.
-func nextBucket(c *fieldcodec.Codec) time.Time {
+func nextBucket(c *codec.Codec) time.Time {
 	_, _, end := c.Bounds(time.Now())
 	at := end.Add(time.Millisecond)
 	time.Sleep(time.Until(at))
@@ -162,7 +162,7 @@ func nextBucket(c *fieldcodec.Codec) time.Time {
 }
 
 // inBucket tells whether now is still in the bucket of at.
-func inBucket(c *fieldcodec.Codec, at time.Time) bool {
+func inBucket(c *codec.Codec, at time.Time) bool {
 	_, _, end := c.Bounds(at)
 	return time.Now().Before(end)
 }

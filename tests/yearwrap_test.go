@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -23,20 +23,20 @@ func TestYearWrapRealTime(t *testing.T) {
 		w := store.Window{Length: 2 * time.Second, Bucket: 500 * time.Millisecond}
 		// The wrap falls on a bucket edge 2 s (plus alignment) from now.
 		wrap := time.Now().Truncate(time.Second).Add(2 * time.Second)
-		_, next := fieldcodec.UTC.Year(wrap)
-		cal := fieldcodec.Shifted(wrap.Sub(next))
+		_, next := codec.UTC.Year(wrap)
+		cal := codec.Shifted(wrap.Sub(next))
 		s, _ := newStore(t, tg, w, store.WithCalendar(cal))
 		ctx := ctxT(t)
-		codec := s.Codec()
+		cd := s.Codec()
 
 		// The codes of the old year's last buckets and of the new year's
 		// first ones, as far as the adds below can reach even on a stalled
 		// machine (reach buckets, 500 s): the year's last code is some 63
 		// million at 500 ms buckets, far from the first.
 		const reach = 1000
-		lastOld := codec.Code(wrap.Add(-time.Millisecond))
+		lastOld := cd.Code(wrap.Add(-time.Millisecond))
 		require.Greater(t, lastOld, int64(100*reach), "the old year's last code")
-		require.EqualValues(t, 0, codec.Code(wrap), "the new year's first code")
+		require.EqualValues(t, 0, cd.Code(wrap), "the new year's first code")
 		oldTail := func(c int64) bool { return c > lastOld-reach && c <= lastOld }
 		newHead := func(c int64) bool { return c >= 0 && c < reach }
 		var evs []event
@@ -46,7 +46,7 @@ func TestYearWrapRealTime(t *testing.T) {
 			// Act in the middle of a bucket so that the server's clock and ours
 			// (the same host clock) agree on the bucket.
 			now := time.Now()
-			_, start, _ := codec.Bounds(now)
+			_, start, _ := cd.Bounds(now)
 			mid := start.Add(w.Bucket / 2)
 			if mid.Before(now) {
 				mid = mid.Add(w.Bucket)
@@ -64,21 +64,21 @@ func TestYearWrapRealTime(t *testing.T) {
 			// stalled machine: one or more), the server's buckets tell which
 			// bucket got it: the one holding one more than the model's count.
 			at := before
-			if !bucketStart(codec, before).Equal(bucketStart(codec, after)) {
+			if !bucketStart(cd, before).Equal(bucketStart(cd, after)) {
 				// (A stall so long that the bucket has left the window
 				// by the snapshot: the one bucket whose model sum is
 				// the answer.)
 				found, bySum := false, []time.Time(nil)
-				for b := bucketStart(codec, before); !b.After(after) && !found; {
+				for b := bucketStart(cd, before); !b.After(after) && !found; {
 					for _, sb := range snap.Buckets {
-						if sb.Start.Equal(b) && sb.Value == bucketCount(codec, evs, b)+1 {
+						if sb.Start.Equal(b) && sb.Value == bucketCount(cd, evs, b)+1 {
 							at, found = b, true
 						}
 					}
-					if modelSum(codec, append(evs[:len(evs):len(evs)], event{b, 1}), b, w.Length) == got {
+					if modelSum(cd, append(evs[:len(evs):len(evs)], event{b, 1}), b, w.Length) == got {
 						bySum = append(bySum, b)
 					}
-					_, _, b = codec.Bounds(b)
+					_, _, b = cd.Bounds(b)
 				}
 				if !found && len(bySum) == 1 {
 					at, found = bySum[0], true
@@ -87,13 +87,13 @@ func TestYearWrapRealTime(t *testing.T) {
 				t.Logf("add %d crossed a bucket edge (%v to %v): counted in the bucket of %v", i, before, after, at)
 			}
 			evs = append(evs, event{at, 1})
-			require.Equal(t, modelSum(codec, evs, at, w.Length), got, "add %d at %v..%v (wrap at %v)", i, before, after, wrap)
+			require.Equal(t, modelSum(cd, evs, at, w.Length), got, "add %d at %v..%v (wrap at %v)", i, before, after, wrap)
 			// after is no later than the server's instant of the add when
 			// the add ran before the wrap, and before, no earlier, after it.
 			addedBefore = addedBefore || after.Before(wrap)
 			addedAfter = addedAfter || !before.Before(wrap)
 			for _, b := range snap.Buckets {
-				code, err := fieldcodec.Decode(b.Field)
+				code, err := codec.Decode(b.Field)
 				require.NoError(t, err)
 				switch {
 				case oldTail(code):
@@ -108,7 +108,7 @@ func TestYearWrapRealTime(t *testing.T) {
 				// No bucket that had left the window at the add's instant
 				// is kept (the snapshot, taken a little later, may already
 				// see one more bucket leave).
-				low := bucketStart(codec, at).Add(-w.Length)
+				low := bucketStart(cd, at).Add(-w.Length)
 				for _, b := range snap.Buckets {
 					require.True(t, b.Start.After(low), "stale bucket %s (start %v) after the wrap, at %v", b.Field, b.Start, at)
 				}
@@ -131,13 +131,13 @@ func sortedCodes(m map[int64]bool) []int64 {
 	return out
 }
 
-func bucketStart(c *fieldcodec.Codec, t time.Time) time.Time {
+func bucketStart(c *codec.Codec, t time.Time) time.Time {
 	_, start, _ := c.Bounds(t)
 	return start
 }
 
 // bucketCount is the model's count in the bucket that starts at start.
-func bucketCount(c *fieldcodec.Codec, evs []event, start time.Time) int64 {
+func bucketCount(c *codec.Codec, evs []event, start time.Time) int64 {
 	var n int64
 	for _, e := range evs {
 		if bucketStart(c, e.at).Equal(start) {

@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/windowstore/windowstore/backend"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 // Rules reads the README's ACL block: the fenced block after the line that

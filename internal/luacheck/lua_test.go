@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windowstore/windowstore/backend"
-	"github.com/windowstore/windowstore/fieldcodec"
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/nativehash"
 	"github.com/windowstore/windowstore/tairhash"
@@ -123,7 +123,7 @@ func call(t *testing.T, L *lua.LState, fns *lua.LTable, name string, nret int, a
 func num(v lua.LValue) int64 { return int64(v.(lua.LNumber)) }
 
 // TestLiveMatchesCodec checks the Lua's live buckets (live.lua) against
-// fieldcodec.Live, whose own tests walk the calendar by brute force: at
+// codec.Live, whose own tests walk the calendar by brute force: at
 // instants around year ends (after a leap year and not), on leap days, with
 // buckets that do and do not divide the year, on the client's clock and on
 // the server's.
@@ -141,7 +141,7 @@ func TestLiveMatchesCodec(t *testing.T) {
 	for _, a := range anchors {
 		base, _ := time.Parse(time.RFC3339, a)
 		for _, sh := range shapes {
-			codec, err := fieldcodec.New(sh.b, nil)
+			codec, err := codec.New(sh.b, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -173,7 +173,7 @@ func TestLiveMatchesCodec(t *testing.T) {
 						t.Fatalf("%s: hi %d, want the current code %d", where, get("hi"), live.Code)
 					}
 					// Every code's start as the Lua maps it, against the codec's.
-					for _, r := range []fieldcodec.Range{live.Current, live.Previous} {
+					for _, r := range []codec.Range{live.Current, live.Previous} {
 						for k := r.Lo; k <= r.Hi && k < r.Lo+50; k++ {
 							want, _ := live.StartOf(k)
 							got := call(t, L, fns, "ws_start", 1, S, lua.LNumber(k))[0]

@@ -1,57 +1,7 @@
-// Package fieldcodec names the buckets of a sliding window with compact,
-// "year-stripped" hash field codes.
-//
-// A bucket of length b that starts at time t has the code
-//
-//	floor((t - start of t's year) / b)
-//
-// where years are UTC calendar years unless a [Calendar] says otherwise. Codes
-// restart at 0 on January 1st, so they stay short (at most 11 digits, for 1 ms
-// buckets) and need no year in them. When b does not divide the year, the
-// year's last bucket is short: it ends at the next year start, and the next
-// year's bucket 0 starts there.
-//
-//	            year Y-1                 |               year Y
-//	... | K-2  | K-1  |  K  |K+1 (short)| 0    | 1    | 2    | ...
-//	                                     ^ next year start: codes wrap to 0
-//	               <------------ lookback ------------>
-//	                 live buckets: start > now - lookback     ^ now
-//
-// # Which buckets are live
-//
-// A bucket is live at instant now, for a lookback L, when it starts after
-// now - L and no later than now. With buckets that divide L, that is exactly
-// the L/b buckets up to and including the current one; across a year end it
-// may be one more, because the last bucket of a year is short. The live codes
-// form at most two ranges, one in now's year and one in the year before
-// ([Live]). Codes are unique among live buckets as long as L is at most
-// [MaxWindow], which is far less than a year.
-//
-// # Encoding
-//
-// A code is written as its decimal digits, with no sign and no leading zero
-// ([Encode]). Redis stores a small hash (listpack) field that is a decimal
-// integer as an integer, which made it the most compact encoding measured. The
-// figures were measured once, when the encoding was chosen: MEMORY USAGE
-// (SAMPLES 0) on Redis 7.0.15 of one hash of 60 fields with values 1..60, for
-// codes near 4,852,800 (6 s buckets in late November) and near 8,000 (1 h
-// buckets in late November):
-//
-//	encoding                    codes ~4.85M    codes ~8,000
-//	decimal digits ("4852800")  496 B (8.3/f)   432 B (7.2/f)
-//	base-62 ("kmKe")            560 B           496 B
-//	4 raw big-endian bytes      560 B           560 B
-//	8 raw big-endian bytes      816 B           816 B
-//
-// (An empty hash with one field costs 64 B; the rest is about 7 to 8 bytes a
-// bucket.) Decimal also costs the scripts nothing: it is what Lua's tostring
-// writes, and it reads plainly in redis-cli. What a counter written by the
-// store costs on each backend, measured by the integration tests on every
-// run, is in the README's memory table.
-//
-// The zero value of [Codec] is not usable; create one with [New]. A Codec is
-// immutable and safe for concurrent use.
-package fieldcodec
+// Package codec is the implementation of package fieldcodec, with the parts
+// the store and its backends need (live ranges, year starts, calendars for
+// tests); fieldcodec exports what a user needs. See fieldcodec for the design.
+package codec
 
 import (
 	"errors"

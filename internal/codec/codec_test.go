@@ -1,4 +1,4 @@
-package fieldcodec
+package codec
 
 import (
 	"errors"
