@@ -172,7 +172,7 @@ func TestGCRATokens(t *testing.T) {
 // TestACLRules: the README's rules for the log and the fixed window allow
 // every command their scripts call, and nothing they do not.
 func TestACLRules(t *testing.T) {
-	rules, err := acldoc.Rules("../README.md")
+	rules, err := acldoc.Rules("../docs/acl.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,13 +17,12 @@ import (
 type Kind int
 
 const (
-	// Count adds Delta to the counter (every tier of its store), like Add.
+	// Count adds Delta to the counter (every tier of its store), like Add;
+	// with NoSum it answers no sum.
 	Count Kind = iota
-	// CountQuiet adds Delta like Count, and answers no sum, like AddNoSum.
-	CountQuiet
-	// Limit is a limit on the counter's window (the tier Tier of its store):
-	// Delta is the cost, counted only if every Limit of the batch admits its
-	// own cost, all or nothing.
+	// Limit is a limit on the counter's window (the Store's, or its Over
+	// view's tier): Delta is the cost, counted (in every tier) only if every
+	// Limit of the batch admits its own cost, all or nothing.
 	Limit
 	// Distinct adds Members to the counter's distinct count (a HyperLogLog
 	// per bucket) and answers the number of distinct members in the window.
@@ -31,6 +30,8 @@ const (
 	Distinct
 	// Read answers the counter's window sums and writes nothing.
 	Read
+	// countQuiet is a Count with NoSum.
+	countQuiet Kind = -1
 )
 
 // An Op is one counter's part in a Batch.
@@ -42,18 +43,17 @@ type Op struct {
 	Key string
 	// Kind is what the op does.
 	Kind Kind
-	// Tier is, for a Limit, which of the store's windows the limit applies
-	// to: 0 for the store's Window, i for the i-th window of WithTiers. The
-	// cost is counted in every tier of the counter, when admitted. For the
-	// other kinds it chooses the window whose sum Value.Sum reports.
-	Tier int
-	// Delta is the amount to add (Count, CountQuiet), or the cost (Limit:
-	// from 0 to 2^53).
+	// Delta is the amount to add (Count), or the cost (Limit: from 0 to
+	// 2^53).
 	Delta int64
+	// NoSum makes a Count answer no sum: the cheapest write (see Event.NoSum).
+	NoSum bool
 	// Limit is the limit of a Limit op: from 0 to 2^53.
 	Limit int64
 	// Members are the members a Distinct op adds: at least one.
 	Members []string
+
+	tier int // the tier of the Store's Over view: the window a Limit limits, or whose sum Value.Sum is
 }
 
 // A Batch is a set of operations on counters of one Redis Cluster slot (one
@@ -107,18 +107,17 @@ type Value struct {
 	// event whose bucket had left the window, for a refused Limit, and for a
 	// duplicate.
 	Counted bool
-	// Sum is the window sum after the op of the window Tier (Count, Limit),
-	// or the number of distinct members in the window (Distinct). 0 for
-	// CountQuiet.
+	// Sum is the window sum after the op (Count, Limit, Read), of the
+	// Store's window or its Over view's, or the number of distinct members in
+	// the window (Distinct). 0 for a Count with NoSum.
 	Sum int64
-	// Sums has the sum of every tier of the counter, Tier 0 first, and
+	// Sums has the sum of every tier of the counter, the Window first, and
 	// CountedTiers whether each tier counted the delta (false where a late
-	// event's bucket had left that tier's window): Count, CountQuiet and
-	// Distinct.
+	// event's bucket had left that tier's window): Count and Distinct.
 	Sums         []int64
 	CountedTiers []bool
 	// Limit, Remaining, RetryAfter and ResetAfter are a Limit op's, as in
-	// Result.
+	// Decision.
 	Limit, Remaining       int64
 	RetryAfter, ResetAfter time.Duration
 	// Refused reports that a Limit op refused its cost: for a duplicate,
@@ -133,18 +132,17 @@ type Value struct {
 // succeeded are returned with an error that is a *ManyError (one entry per
 // batch). A batch that breaks the rules (keys of several slots, an op twice
 // on one counter, a limit out of range) fails with ErrInvalid before
-// anything is sent.
+// anything is sent. A batch runs at the instant of its ops' stores: the
+// store's clock, or the instant of their At view (all ops of a batch must
+// agree).
+//
+// Apply is the building block of package features, for callers who need
+// several counters in one atomic step; most callers should use the Store's
+// methods, or AllowAll for several limits.
 func Apply(ctx context.Context, batches ...Batch) (_ []BatchResult, err error) {
 	ctx, end := observe(ctx, batches, "apply")
 	defer func() { end(err) }()
-	return apply(ctx, nil, batches)
-}
-
-// ApplyAt is Apply at instant now on the client's clock.
-func ApplyAt(ctx context.Context, now time.Time, batches ...Batch) (_ []BatchResult, err error) {
-	ctx, end := observe(ctx, batches, "apply")
-	defer func() { end(err) }()
-	return apply(ctx, &now, batches)
+	return apply(ctx, batches)
 }
 
 // observe starts an operation for the observer of the first op's store (a
@@ -174,7 +172,7 @@ type planItem struct {
 	kind     string
 }
 
-func apply(ctx context.Context, at *time.Time, batches []Batch) ([]BatchResult, error) {
+func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 	out := make([]BatchResult, len(batches))
 	errs := make([]error, len(batches))
 	failed := false
@@ -187,7 +185,7 @@ func apply(ctx context.Context, at *time.Time, batches []Batch) ([]BatchResult, 
 	}
 	var calls []*call
 	for i, b := range batches {
-		p, err := makePlan(b, at)
+		p, err := makePlan(b)
 		if err != nil {
 			errs[i], failed = err, true
 			continue
@@ -199,7 +197,7 @@ func apply(ctx context.Context, at *time.Time, batches []Batch) ([]BatchResult, 
 	for _, c := range calls {
 		go func() {
 			defer close(c.done)
-			c.msg, c.err = c.p.st.run(ctx, c.p.keys, c.p.st.header(at), c.p.retry, c.p.args...)
+			c.msg, c.err = c.p.st.run(ctx, c.p.keys, c.p.st.header(c.p.st.at), c.p.retry, c.p.args...)
 		}()
 	}
 	for _, c := range calls {
@@ -273,7 +271,7 @@ func transient(ctx context.Context, err error) bool {
 // maxTiers bounds the windows of one counter: its Window and WithTiers's.
 const maxTiers = 8
 
-func makePlan(b Batch, at *time.Time) (*plan, error) {
+func makePlan(b Batch) (*plan, error) {
 	bad := func(format string, a ...any) error {
 		key := ""
 		if len(b.Ops) > 0 {
@@ -284,9 +282,26 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 	if len(b.Ops) == 0 {
 		return nil, bad("a batch needs at least one op")
 	}
-	p := &plan{st: b.Ops[0].Store, ops: b.Ops, retry: b.ID != ""}
+	p := &plan{st: b.Ops[0].Store, ops: make([]Op, len(b.Ops)), retry: b.ID != ""}
 	if p.st == nil {
 		return nil, bad("op 0 has no store")
+	}
+	copy(p.ops, b.Ops)
+	for i := range p.ops {
+		o := &p.ops[i]
+		if o.Kind == Count && o.NoSum {
+			o.Kind = countQuiet
+		}
+		if o.Kind == countQuiet && !o.NoSum {
+			return nil, bad("op %d has an unknown kind", i)
+		}
+		if o.Store != nil {
+			t, err := o.Store.overTier()
+			if err != nil {
+				return nil, bad("op %d: %s", i, err)
+			}
+			o.tier = t
+		}
 	}
 	type counter struct{ limited, counted bool }
 	counters := map[string]*counter{} // by the counter's primary Redis key
@@ -295,7 +310,7 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 	var ttl int64
 	var items [][]string // per item: kind, shape, args
 	var keys []string
-	for i, o := range b.Ops {
+	for i, o := range p.ops {
 		st := o.Store
 		switch {
 		case st == nil:
@@ -304,8 +319,8 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 			return nil, bad("op %d uses another client", i)
 		case st.be != p.st.be:
 			return nil, bad("op %d uses another backend", i)
-		case o.Tier < 0 || o.Tier >= len(st.tiers):
-			return nil, bad("op %d: tier %d of a store with %d windows", i, o.Tier, len(st.tiers))
+		case !sameInstant(st.at, p.st.at):
+			return nil, bad("op %d is at another instant than op 0 (see Store.At)", i)
 		}
 		rk, err := st.redisKey(o.Key, st.tiers[0].tag)
 		if err != nil {
@@ -325,7 +340,7 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 			ttl = max(ttl, t.winMs+t.bucketMs)
 		}
 		switch o.Kind {
-		case Count, CountQuiet, Distinct, Read:
+		case Count, countQuiet, Distinct, Read:
 			if c.counted || c.limited {
 				return nil, bad("op %d: counter %q is in the batch twice", i, o.Key)
 			}
@@ -338,9 +353,9 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 			if o.Limit < 0 || o.Limit > maxExact || o.Delta < 0 || o.Delta > maxExact {
 				return nil, bad("op %d: limit %d and cost %d must be within [0, 2^53]", i, o.Limit, o.Delta)
 			}
-			tk := rk + "#" + strconv.Itoa(o.Tier)
+			tk := rk + "#" + strconv.Itoa(o.tier)
 			if limitedTiers[tk] {
-				return nil, bad("op %d: window %v of counter %q is limited twice", i, st.tiers[o.Tier].win, o.Key)
+				return nil, bad("op %d: window %v of counter %q is limited twice", i, st.tiers[o.tier].win, o.Key)
 			}
 			limitedTiers[tk] = true
 		default:
@@ -353,7 +368,7 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 			switch o.Kind {
 			case Count:
 				it = []string{backend.ItemCount, t.shape, d}
-			case CountQuiet:
+			case countQuiet:
 				it = []string{backend.ItemQuiet, t.shape, d}
 			case Distinct:
 				trk += ":d"
@@ -361,7 +376,7 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 			case Read:
 				it = []string{backend.ItemRead, t.shape}
 			case Limit:
-				if ti != o.Tier {
+				if ti != o.tier {
 					continue // added below, once per counter
 				}
 				it = []string{backend.ItemLimit, t.shape, strconv.FormatInt(o.Limit, 10), d}
@@ -376,7 +391,7 @@ func makePlan(b Batch, at *time.Time) (*plan, error) {
 	}
 	// The tiers of a limited counter that no limit names count the cost when
 	// the limits admit it.
-	for i, o := range b.Ops {
+	for i, o := range p.ops {
 		if o.Kind != Limit {
 			continue
 		}
@@ -460,7 +475,7 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 				if val.CountedTiers != nil {
 					val.CountedTiers[it.tier] = false
 				}
-				if it.tier == o.Tier {
+				if it.tier == o.tier {
 					val.Counted = false
 				}
 			}
@@ -488,7 +503,7 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 			if val.Sums != nil {
 				val.Sums[it.tier] = n
 			}
-			if it.tier == o.Tier {
+			if it.tier == o.tier {
 				val.Sum = n
 			}
 		}
@@ -516,4 +531,10 @@ func ms(v int64) time.Duration {
 		return -1
 	}
 	return time.Duration(v) * time.Millisecond
+}
+
+// sameInstant reports whether two At views' instants are the same (nil: the
+// store's clock).
+func sameInstant(a, b *time.Time) bool {
+	return a == b || (a != nil && b != nil && a.Equal(*b))
 }

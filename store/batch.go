@@ -14,7 +14,7 @@ import (
 
 var errShortReply = errors.New("the batch reply has the wrong number of entries")
 
-// batcher coalesces concurrent writes (Add, AddNoSum, Allow) into few script
+// batcher coalesces concurrent writes (Add, Allow, Record without id or time) into few script
 // calls: one Write script runs a batch of operations, each atomic on its own.
 //
 // It never waits on a timer. A write that finds fewer than calls script calls

@@ -12,7 +12,7 @@ import (
 	"github.com/windowstore/windowstore/tairhash"
 )
 
-// registry lists every backend, best first: Auto picks the first one whose
+// registry lists every backend, best first: "auto" picks the first one whose
 // commands the server has. The last one must work on any server: it is the
 // choice when the server will not say what it has. Adding a backend is one
 // package of its own and one line here.
@@ -22,52 +22,31 @@ var registry = []*backend.Backend{
 	nativehash.Plain,
 }
 
-// Backend names a backend, or a family of backends, for WithBackend. Any name
-// that Backends lists is valid; the constants are the common ones.
-type Backend string
-
-const (
-	// Auto picks the best backend the server offers: TairHash, then the native
-	// hash with field TTL, then the plain native hash. It is the default.
-	Auto Backend = "auto"
-	// TairHash keeps counters in TairHash (exHash) keys with per-field expiry.
-	TairHash Backend = "tairhash"
-	// NativeHash is the family of native hashes: with hash-field TTL where the
-	// server has it (Redis >= 7.4, Valkey >= 9), else plain.
-	NativeHash Backend = "nativehash"
-	// NativeHashFieldTTL is the native hash whose fields expire on their own.
-	NativeHashFieldTTL Backend = "nativehash-fieldttl"
-	// NativeHashPlain is the plain native hash, even where the server has
-	// hash-field TTL. Its counters and those of NativeHashFieldTTL can be
-	// read by each other.
-	NativeHashPlain Backend = "nativehash-plain"
-)
-
-// Backends returns every name WithBackend accepts: "auto", then each family
-// and each backend, best first.
-func Backends() []Backend {
-	out := []Backend{Auto}
+// backendNames returns every name WithBackend accepts: "auto", then each
+// family and each backend, best first.
+func backendNames() []string {
+	out := []string{"auto"}
 	for _, b := range registry {
-		if !slices.Contains(out, Backend(b.Family)) {
-			out = append(out, Backend(b.Family))
+		if !slices.Contains(out, b.Family) {
+			out = append(out, b.Family)
 		}
-		if !slices.Contains(out, Backend(b.Name)) {
-			out = append(out, Backend(b.Name))
+		if !slices.Contains(out, b.Name) {
+			out = append(out, b.Name)
 		}
 	}
 	return out
 }
 
-// backendList is Backends as text: "auto, tairhash, nativehash, ...".
+// backendList is backendNames as text: "auto, tairhash, nativehash, ...".
 func backendList() string {
 	var names []string
-	for _, b := range Backends() {
+	for _, b := range backendNames() {
 		names = append(names, string(b))
 	}
 	return strings.Join(names, ", ")
 }
 
-// Detection is what Detect learned about a server, and the backend it picked.
+// Detection is what New learned about a server, and the backend it picked.
 type Detection struct {
 	Backend   string   // the backend's name, such as "nativehash-plain"
 	Family    string   // its family, such as "nativehash"
@@ -101,10 +80,10 @@ func requirements() []string {
 	return cmds
 }
 
-// Detect asks the server what it offers, in one round trip: INFO server, MODULE
+// detect asks the server what it offers, in one round trip: INFO server, MODULE
 // LIST, and COMMAND INFO for the commands the backends require. It decides by
-// capability, never by version string, and picks as Auto does.
-func Detect(ctx context.Context, c rueidis.Client) (Detection, error) {
+// capability, never by version string, and picks as "auto" does.
+func detect(ctx context.Context, c rueidis.Client) (Detection, error) {
 	cmds := requirements()
 	res := c.DoMulti(ctx,
 		c.B().Info().Section("server").Build(),
@@ -148,7 +127,7 @@ func Detect(ctx context.Context, c rueidis.Client) (Detection, error) {
 			d.Available = append(d.Available, b.Name)
 		}
 	}
-	if _, err := d.pick(Auto); err != nil {
+	if _, err := d.pick("auto"); err != nil {
 		return d, err
 	}
 	return d, nil
@@ -169,13 +148,13 @@ func (d *Detection) has(b *backend.Backend) bool {
 
 // pick sets Backend, Family, FieldTTL and Reason for a choice, or reports
 // that the server lacks it.
-func (d *Detection) pick(want Backend) (*backend.Backend, error) {
+func (d *Detection) pick(want string) (*backend.Backend, error) {
 	if want == "" {
-		want = Auto
+		want = "auto"
 	}
 	known := false
 	for _, b := range registry {
-		if want != Auto && string(want) != b.Family && string(want) != b.Name {
+		if want != "auto" && want != b.Family && want != b.Name {
 			continue
 		}
 		known = true
@@ -183,8 +162,8 @@ func (d *Detection) pick(want Backend) (*backend.Backend, error) {
 			continue
 		}
 		why := b.Why
-		if want != Auto {
-			why = string(want) + " was asked for; " + why
+		if want != "auto" {
+			why = want + " was asked for; " + why
 		}
 		if d.notes != "" {
 			why += " (" + d.notes + ")"
@@ -199,10 +178,10 @@ func (d *Detection) pick(want Backend) (*backend.Backend, error) {
 }
 
 // missing names the commands the server lacks for a backend or family.
-func (d *Detection) missing(want Backend) string {
+func (d *Detection) missing(want string) string {
 	var lack []string
 	for _, b := range registry {
-		if string(want) != b.Family && string(want) != b.Name {
+		if want != b.Family && want != b.Name {
 			continue
 		}
 		for _, c := range b.Requires {

@@ -26,12 +26,7 @@ import (
 // multi-resolution store) and returns the number of distinct members in the
 // window. It takes at least one member.
 func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) (int64, error) {
-	return s.addDistinct(ctx, nil, key, members)
-}
-
-// AddDistinctAt is AddDistinct at instant t on the client's clock.
-func (s *Store) AddDistinctAt(ctx context.Context, t time.Time, key string, members ...string) (int64, error) {
-	return s.addDistinct(ctx, &t, key, members)
+	return s.addDistinct(ctx, s.at, key, members)
 }
 
 func (s *Store) addDistinct(ctx context.Context, at *time.Time, key string, members []string) (_ int64, err error) {
@@ -40,7 +35,7 @@ func (s *Store) addDistinct(ctx context.Context, at *time.Time, key string, memb
 	if len(members) == 0 {
 		return 0, invalid("add distinct", key, "no members")
 	}
-	res, err := apply(ctx, at, []Batch{{Ops: []Op{{Store: s, Key: key, Kind: Distinct, Members: members}}}})
+	res, err := apply(ctx, []Batch{{Ops: []Op{{Store: s, Key: key, Kind: Distinct, Members: members}}}})
 	if err != nil {
 		return 0, rename(single(err), "add distinct")
 	}
@@ -56,44 +51,18 @@ func (s *Store) CountDistinct(ctx context.Context, key string) (int64, error) {
 	return n[0], nil
 }
 
-// CountDistinctAt is CountDistinct at instant t on the client's clock.
-func (s *Store) CountDistinctAt(ctx context.Context, t time.Time, key string) (int64, error) {
-	n, err := s.countDistinct(ctx, &t, []string{key}, s.tiers[0], s.winMs)
-	if err != nil {
-		return 0, single(err)
-	}
-	return n[0], nil
-}
-
-// CountDistinctWithin returns the number of distinct members key saw over
-// the last lookback, at bucket granularity: a multiple of the bucket of one of
-// the store's windows (see SumOver for which).
-func (s *Store) CountDistinctWithin(ctx context.Context, key string, lookback time.Duration) (int64, error) {
-	return s.countDistinctWithin(ctx, nil, key, lookback)
-}
-
-// CountDistinctWithinAt is CountDistinctWithin at instant t on the client's clock.
-func (s *Store) CountDistinctWithinAt(ctx context.Context, t time.Time, key string, lookback time.Duration) (int64, error) {
-	return s.countDistinctWithin(ctx, &t, key, lookback)
-}
-
-func (s *Store) countDistinctWithin(ctx context.Context, at *time.Time, key string, lookback time.Duration) (int64, error) {
-	t, err := s.tierFor(key, lookback)
-	if err != nil {
-		return 0, rename(err, "count distinct")
-	}
-	n, err := s.countDistinct(ctx, at, []string{key}, t, lookback.Milliseconds())
-	if err != nil {
-		return 0, single(err)
-	}
-	return n[0], nil
-}
-
 // CountDistinctMany returns the distinct counts of many keys over the window,
 // in one round trip (per node, in parallel, on a cluster). Failures are
 // reported as SumMany reports them.
 func (s *Store) CountDistinctMany(ctx context.Context, keys []string) ([]int64, error) {
-	return s.countDistinct(ctx, nil, keys, s.tiers[0], s.winMs)
+	if len(keys) == 0 {
+		return []int64{}, nil
+	}
+	t, lookback, err := s.span("count distinct", keys[0])
+	if err != nil {
+		return nil, err
+	}
+	return s.countDistinct(ctx, s.at, keys, t, lookback)
 }
 
 func (s *Store) countDistinct(ctx context.Context, at *time.Time, keys []string, t tier, lookback int64) (_ []int64, err error) {

@@ -6,155 +6,146 @@ import (
 	"time"
 )
 
-// Event is one write with an optional identity and event time, for the
-// ...Event methods.
+// Event is one write to a counter, for Record: an amount, with an optional
+// identity, event time and limit. Its zero value (apart from Key) is Add: one
+// amount, counted now.
 type Event struct {
 	// Key is the counter's key.
 	Key string
-	// Delta is the amount to add (AddEvent), or the cost (AllowEvent).
+	// Delta is the amount to add (any int64, negative allowed), or, with a
+	// Limit, the cost (from 0 to 2^53).
 	Delta int64
 	// ID, when not empty, is the event's id: an event whose ID was seen
 	// within the counter's window counts nothing and answers the state now,
-	// marked Duplicate. So a write with an ID is safe to retry, and the store
-	// retries it after a connection error (see WithRetries). A queue
-	// consumer that replays a batch counts every event once.
+	// marked Duplicate (with a Limit, the first call's decision). So a write
+	// with an ID is safe to retry, and the store retries it after a
+	// connection error (see WithRetries). A queue consumer that replays a
+	// batch counts every event once. A refused event writes nothing, not even
+	// its id, so a retry is decided anew.
 	ID string
-	// Time, when not zero, is when the event happened (AddEvent only): a late
-	// or out-of-order event counts in the bucket of its own time, and never
+	// Time, when not zero, is when the event happened: a late or
+	// out-of-order event counts in the bucket of its own time, and never
 	// deletes newer buckets. An event whose bucket has left the window fails
 	// with ErrTooOld (in a multi-resolution counter, only when it has left
 	// every tier's window: the tiers it is still inside count it); one further
 	// ahead of the clock than the future tolerance fails with ErrFuture; in
 	// both cases nothing is written. An event ahead of the clock within the
-	// tolerance counts in the current bucket.
+	// tolerance counts in the current bucket. A limited event must have no
+	// Time: a limit decides now.
 	Time time.Time
+	// Limit, when not 0, makes the write a decision, as Allow: Delta counts
+	// only if the window sum (of the Store's window, or of its Over view's
+	// tier) stays at or under Limit (from 1 to 2^53). A limit of 0, which
+	// admits only a cost of 0, is Allow's.
+	Limit int64
+	// NoSum asks for no sums back. On the field-TTL and TairHash backends the
+	// write then does not read the counter either: the cheapest write there.
+	// It then does not check the other fields of the key (a hash that is not
+	// a counter gets a bucket field; another Redis type is still refused with
+	// ErrWrongType), nor the window sum's int64 range (each bucket's is
+	// checked). On the plain hash it does what a write with sums does (the
+	// running total must stay exact), and saves only the reply. With an ID it
+	// still reads the id's marker. Not with a Limit, which needs the sum.
+	NoSum bool
 }
 
-// Added is what AddEvent did.
+// Added is what Record did: its Decision (always allowed without a Limit),
+// and, for a write without a Limit, every tier's sum.
 type Added struct {
-	// Sum is the window sum after the write (of the store's Window).
-	Sum int64
-	// Sums has the sum of every tier (see WithTiers), Sum first.
+	// Decision has the window sum after the write (Sum; 0 with NoSum),
+	// Duplicate, and for a limited event the limit's figures.
+	Decision
+	// Sums has the sum of every tier (see WithTiers), the Window's first; nil
+	// for a limited event and with NoSum.
 	Sums []int64
 	// Counted has, for every tier, whether the event counted in it: false
-	// where a late event's bucket had left that tier's window.
+	// where a late event's bucket had left that tier's window, or the event
+	// was refused or a duplicate.
 	Counted []bool
-	// Duplicate reports that the event's ID was seen before: nothing was
-	// counted now, and the sums are the state now.
-	Duplicate bool
 }
 
-// AddEvent adds e.Delta to key's counter like Add, with an event id and an
-// event time when e has them (see Event).
-func (s *Store) AddEvent(ctx context.Context, e Event) (_ Added, err error) {
+// Record writes one event (see Event): the general write, of which Add and
+// Allow are the shorthands. Most callers need it only for event ids (exactly
+// once), event times (late events), or NoSum.
+func (s *Store) Record(ctx context.Context, e Event) (_ Added, err error) {
+	if e.Limit != 0 {
+		ctx, end := s.start(ctx, "allow")
+		defer func() { end(err) }()
+		switch {
+		case !e.Time.IsZero():
+			return Added{}, invalid("allow", e.Key, "an event time has no place in a limited event, which decides now")
+		case e.NoSum:
+			return Added{}, invalid("allow", e.Key, "a limited event needs its sum: NoSum is not for it")
+		}
+		d, err := allowAll(ctx, e.ID, e.Delta, []Policy{{Store: s, Key: e.Key, Limit: e.Limit}})
+		if err != nil {
+			return Added{}, rename(err, "allow")
+		}
+		counted := make([]bool, len(s.tiers))
+		for i := range counted {
+			counted[i] = d.Allowed && !d.Duplicate
+		}
+		return Added{Decision: d, Counted: counted}, nil
+	}
 	ctx, end := s.start(ctx, "add")
 	defer func() { end(err) }()
-	return s.addEvent(ctx, nil, e, Count)
+	if e.ID == "" && e.Time.IsZero() && len(s.tiers) == 1 {
+		// The shorthands' one-op scripts.
+		if e.NoSum {
+			return Added{Decision: Decision{Allowed: true}, Counted: []bool{true}}, s.addNoSum(ctx, s.at, e.Key, e.Delta)
+		}
+		n, err := s.add(ctx, s.at, e.Key, e.Delta)
+		if err != nil {
+			return Added{}, err
+		}
+		return Added{Decision: Decision{Allowed: true, Sum: n}, Sums: []int64{n}, Counted: []bool{true}}, nil
+	}
+	kind := Count
+	if e.NoSum {
+		kind = countQuiet
+	}
+	return s.addEvent(ctx, e, kind)
 }
 
-// AddEventAt is AddEvent at instant now on the client's clock.
-func (s *Store) AddEventAt(ctx context.Context, now time.Time, e Event) (_ Added, err error) {
-	ctx, end := s.start(ctx, "add")
-	defer func() { end(err) }()
-	return s.addEvent(ctx, &now, e, Count)
-}
-
-// AddNoSumEvent is AddEvent without the sums, as AddNoSum is Add without
-// them. With an id it still reads the id's marker.
-func (s *Store) AddNoSumEvent(ctx context.Context, e Event) (_ Added, err error) {
-	ctx, end := s.start(ctx, "add")
-	defer func() { end(err) }()
-	return s.addEvent(ctx, nil, e, CountQuiet)
-}
-
-// AddNoSumEventAt is AddNoSumEvent at instant now on the client's clock.
-func (s *Store) AddNoSumEventAt(ctx context.Context, now time.Time, e Event) (_ Added, err error) {
-	ctx, end := s.start(ctx, "add")
-	defer func() { end(err) }()
-	return s.addEvent(ctx, &now, e, CountQuiet)
-}
-
-func (s *Store) addEvent(ctx context.Context, at *time.Time, e Event, kind Kind) (Added, error) {
-	res, err := apply(ctx, at, []Batch{{ID: e.ID, Time: e.Time, Ops: []Op{{Store: s, Key: e.Key, Kind: kind, Delta: e.Delta}}}})
+func (s *Store) addEvent(ctx context.Context, e Event, kind Kind) (Added, error) {
+	res, err := apply(ctx, []Batch{{ID: e.ID, Time: e.Time, Ops: []Op{{Store: s, Key: e.Key, Kind: kind, Delta: e.Delta}}}})
 	if err != nil {
 		return Added{}, rename(single(err), "add")
 	}
 	r := res[0]
 	v := r.Values[0]
-	return Added{Sum: v.Sum, Sums: v.Sums, Counted: v.CountedTiers, Duplicate: r.Duplicate}, nil
-}
-
-// AllowEvent is Allow with an event id (see Event): a repeated id within the
-// window counts nothing and answers the first call's decision, marked
-// Duplicate. A refused call writes nothing, not even its id, so a retry is
-// decided anew. e.Time must be zero: a limit decides now.
-func (s *Store) AllowEvent(ctx context.Context, e Event, limit int64) (Result, error) {
-	return s.allowEvent(ctx, nil, e, limit)
-}
-
-// AllowEventAt is AllowEvent at instant now on the client's clock.
-func (s *Store) AllowEventAt(ctx context.Context, now time.Time, e Event, limit int64) (Result, error) {
-	return s.allowEvent(ctx, &now, e, limit)
-}
-
-func (s *Store) allowEvent(ctx context.Context, at *time.Time, e Event, limit int64) (_ Result, err error) {
-	ctx, end := s.start(ctx, "allow")
-	defer func() { end(err) }()
-	if !e.Time.IsZero() {
-		return Result{}, invalid("allow", e.Key, "an event time has no place in Allow, which decides now")
-	}
-	r, err := allowAll(ctx, at, e.ID, e.Delta, []Policy{{Store: s, Key: e.Key, Limit: limit}})
-	return r, rename(err, "allow")
+	return Added{Decision: Decision{Allowed: true, Sum: v.Sum, Duplicate: r.Duplicate}, Sums: v.Sums, Counted: v.CountedTiers}, nil
 }
 
 // A Policy is a limit on one counter's window, for AllowAll.
 type Policy struct {
-	// Store is the counter's store.
+	// Store is the counter's store; an Over view limits the tier whose
+	// window is its span.
 	Store *Store
-	// Tier chooses the window of a multi-resolution store (see WithTiers):
-	// 0 for the store's Window.
-	Tier int
 	// Key is the counter's key.
 	Key string
 	// Limit is the most the window may hold: from 0 to 2^53.
 	Limit int64
 }
 
-// PolicyResult is one policy's part of an AllowAll decision; its fields mean
-// what Result's do.
-type PolicyResult struct {
-	Window     Window
-	Limit      int64
-	Sum        int64
-	Remaining  int64
-	RetryAfter time.Duration
-	ResetAfter time.Duration
-}
-
 // AllowAll counts cost in every policy's counter only if every policy admits
 // it, atomically, in one script and one round trip: for example 5 logins per
-// minute, 100 per hour and 1,000 per day, on one key (three stores of one
-// prefix, or the tiers of one multi-resolution store) or on several keys of
+// minute and 100 per hour on one key (the tiers of one multi-resolution store,
+// through Over views, or stores of one prefix), or limits on several keys of
 // one Entity. A refusal by any policy writes nothing anywhere. The counters
-// must share a Redis Cluster slot (ErrInvalid otherwise).
+// must share a Redis Cluster slot (ErrInvalid otherwise). For several limits
+// on one key, limit.Combine wraps it as a Limiter.
 //
-// The Result's top-level fields are those of the policy that decides: the
+// The Decision's top-level fields are those of the policy that decides: the
 // one that refuses (with the latest retry, when several do), or else the one
 // with the least remaining. RetryAfter is the earliest time at which every
 // policy admits the cost, if nothing else is counted meanwhile: a retry then
-// succeeds, one a millisecond earlier fails. Policies has every policy's
-// own figures, in order, and RefusedBy the index of the deciding refusal.
-func AllowAll(ctx context.Context, cost int64, policies ...Policy) (_ Result, err error) {
+// succeeds, one a millisecond earlier fails. Policies has every policy's own
+// decision, in order.
+func AllowAll(ctx context.Context, cost int64, policies ...Policy) (_ Decision, err error) {
 	ctx, end := observePolicies(ctx, policies)
 	defer func() { end(err) }()
-	return allowAll(ctx, nil, "", cost, policies)
-}
-
-// AllowAllAt is AllowAll at instant now on the client's clock.
-func AllowAllAt(ctx context.Context, now time.Time, cost int64, policies ...Policy) (_ Result, err error) {
-	ctx, end := observePolicies(ctx, policies)
-	defer func() { end(err) }()
-	return allowAll(ctx, &now, "", cost, policies)
+	return allowAll(ctx, "", cost, policies)
 }
 
 // observePolicies starts an "allow" for the observer of the first policy's
@@ -166,35 +157,37 @@ func observePolicies(ctx context.Context, policies []Policy) (context.Context, f
 	return ctx, noEnd
 }
 
-func allowAll(ctx context.Context, at *time.Time, id string, cost int64, policies []Policy) (Result, error) {
+func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (Decision, error) {
 	if len(policies) == 0 {
-		return Result{}, invalid("allow", "", "no policy")
+		return Decision{}, invalid("allow", "", "no policy")
 	}
 	ops := make([]Op, len(policies))
 	for i, p := range policies {
-		ops[i] = Op{Store: p.Store, Tier: p.Tier, Key: p.Key, Kind: Limit, Limit: p.Limit, Delta: cost}
+		ops[i] = Op{Store: p.Store, Key: p.Key, Kind: Limit, Limit: p.Limit, Delta: cost}
 	}
-	res, err := apply(ctx, at, []Batch{{ID: id, Ops: ops}})
+	res, err := apply(ctx, []Batch{{ID: id, Ops: ops}})
 	if err != nil {
-		return Result{}, rename(single(err), "allow")
+		return Decision{}, rename(single(err), "allow")
 	}
 	br := res[0]
-	r := Result{Allowed: br.Allowed, Duplicate: br.Duplicate, RefusedBy: br.RefusedBy}
-	r.Policies = make([]PolicyResult, len(policies))
+	r := Decision{Allowed: br.Allowed, Duplicate: br.Duplicate}
+	r.Policies = make([]Decision, len(policies))
 	decides := br.RefusedBy
 	for i, v := range br.Values {
 		p := policies[i]
-		r.Policies[i] = PolicyResult{Window: p.Store.tiers[p.Tier].win, Limit: v.Limit, Sum: v.Sum, Remaining: v.Remaining,
-			RetryAfter: v.RetryAfter, ResetAfter: v.ResetAfter}
+		t, _ := p.Store.overTier()
+		r.Policies[i] = Decision{Allowed: !v.Refused, Limit: v.Limit, Sum: v.Sum, Remaining: v.Remaining,
+			RetryAfter: v.RetryAfter, ResetAfter: v.ResetAfter, Duplicate: br.Duplicate,
+			Policy: p.Key + " " + p.Store.tiers[t].win.String()}
 	}
 	if decides < 0 {
 		decides = bestIndex(br.Values)
 	}
 	d := r.Policies[decides]
-	r.Limit, r.Sum, r.Remaining, r.ResetAfter = d.Limit, d.Sum, d.Remaining, d.ResetAfter
+	r.Limit, r.Sum, r.Remaining, r.ResetAfter, r.Policy = d.Limit, d.Sum, d.Remaining, d.ResetAfter, d.Policy
 	r.RetryAfter = br.RetryAfter
 	if len(policies) == 1 {
-		r.Policies = nil
+		r.Policies, r.Policy = nil, ""
 	}
 	return r, nil
 }

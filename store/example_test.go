@@ -29,18 +29,18 @@ func Example() {
 		panic(err)
 	}
 
-	// AllowAt uses the given instant; Allow uses the server's clock.
+	// At(t) uses the given instant; without it Allow uses the server's clock.
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	for i := 0; i < 6; i++ {
 		at := t0.Add(time.Duration(i) * 30 * time.Second)
-		r, err := logins.AllowAt(ctx, at, "user:42", 5, 1)
+		r, err := logins.At(at).Allow(ctx, "user:42", 5, 1)
 		if err != nil {
 			panic(err)
 		}
 		fmt.Printf("%s allowed=%v sum=%d remaining=%d retry-after=%v\n",
 			at.Format("15:04:05"), r.Allowed, r.Sum, r.Remaining, r.RetryAfter)
 	}
-	sum, _ := logins.SumAt(ctx, t0.Add(10*time.Minute), "user:42")
+	sum, _ := logins.At(t0.Add(10*time.Minute)).Sum(ctx, "user:42")
 	fmt.Println("at 12:10:00 the sum is", sum)
 	// Prints:
 	// 12:00:00 allowed=true sum=1 remaining=4 retry-after=0s
@@ -53,7 +53,7 @@ func Example() {
 }
 
 // Sum a card's spend over the last hour, and over the last 5 minutes of it.
-func ExampleStore_SumWithin() {
+func ExampleStore_Over() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
 		panic(err)
@@ -65,11 +65,11 @@ func ExampleStore_SumWithin() {
 		panic(err)
 	}
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
-	_, _ = spend.AddAt(ctx, t0, "card:X", 1200)
-	_, _ = spend.AddAt(ctx, t0.Add(50*time.Minute), "card:X", 300)
+	_, _ = spend.At(t0).Add(ctx, "card:X", 1200)
+	_, _ = spend.At(t0.Add(50*time.Minute)).Add(ctx, "card:X", 300)
 	now := t0.Add(52 * time.Minute)
-	hour, _ := spend.SumAt(ctx, now, "card:X")
-	last5, _ := spend.SumWithinAt(ctx, now, "card:X", 5*time.Minute)
+	hour, _ := spend.At(now).Sum(ctx, "card:X")
+	last5, _ := spend.At(now).Over(5*time.Minute).Sum(ctx, "card:X")
 	fmt.Println(hour, last5)
 	// Prints: 1500 300
 }

@@ -6,29 +6,6 @@ import (
 	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
-// MaxKeyLen is the longest key (before the prefix) that the store accepts.
-const MaxKeyLen = keyspace.MaxKeyLen
-
-// CheckKey reports whether the store accepts key: it must not be empty nor
-// longer than MaxKeyLen bytes. Its errors wrap ErrInvalid.
-func CheckKey(key string) error {
-	if err := keyspace.Check(key); err != nil {
-		return invalid("key", "", reason(err))
-	}
-	return nil
-}
-
-// UnescapeKey reverses the escaping of a counter key in its Redis key (see
-// package keyspace), for tools that list counters. It fails on text that
-// escaping cannot produce.
-func UnescapeKey(s string) (string, error) {
-	k, err := keyspace.Unescape(s)
-	if err != nil {
-		return "", invalid("unescape", "", reason(err))
-	}
-	return k, nil
-}
-
 // reason is a keyspace error's text without its package's words.
 func reason(err error) string {
 	var ie *keyspace.InvalidError
@@ -65,11 +42,6 @@ func (s *Store) Sub(name string) *Store {
 	v.sub = ":" + name
 	return &v
 }
-
-// RedisKey returns the Redis key that holds the counter key (see package
-// keyspace for the rules). It fails, wrapping ErrInvalid, for a key that
-// CheckKey refuses.
-func (s *Store) RedisKey(key string) (string, error) { return s.redisKey(key, s.tag) }
 
 // redisKey builds the Redis key of key's counter of shape tag.
 func (s *Store) redisKey(key, tag string) (string, error) {

@@ -4,23 +4,17 @@ import (
 	"time"
 
 	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
-// DefaultPrefix is prepended to every counter key unless WithPrefix says otherwise.
-const DefaultPrefix = "ws:"
-
-// DefaultFutureTolerance is how far ahead of the clock an event time may be
-// (see WithFutureTolerance).
-const DefaultFutureTolerance = 5 * time.Second
-
-// DefaultRetries is how many times a write with an event id is sent again
-// after a connection error (see WithRetries).
-const DefaultRetries = 3
-
-// Default batching: see WithBatching.
+// The defaults of the options.
 const (
-	DefaultBatchOps   = 64
-	DefaultBatchCalls = 4
+	defaultPrefix     = "ws:"
+	defaultFuture     = 5 * time.Second
+	defaultRetries    = 3
+	defaultBatchOps   = 64
+	defaultBatchCalls = 4
 )
 
 // Option configures New.
@@ -28,7 +22,7 @@ type Option func(*config)
 
 type config struct {
 	prefix     string
-	backend    Backend
+	backend    string
 	now        func() time.Time
 	cal        codec.Calendar
 	batchOps   int
@@ -41,27 +35,24 @@ type config struct {
 }
 
 func defaults() config {
-	return config{prefix: DefaultPrefix, backend: Auto, batchOps: DefaultBatchOps, batchCalls: DefaultBatchCalls,
-		future: DefaultFutureTolerance, retries: DefaultRetries, functions: true}
+	return config{prefix: defaultPrefix, backend: "auto", batchOps: defaultBatchOps, batchCalls: defaultBatchCalls,
+		future: defaultFuture, retries: defaultRetries, functions: true}
 }
 
 // WithPrefix sets the prefix of every counter's Redis key. The default is
-// DefaultPrefix ("ws:"). An empty prefix is allowed; a prefix with a brace is
+// "ws:". An empty prefix is allowed; a prefix with a brace is
 // not (New fails with ErrInvalid), since a brace would make a hash tag.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
-// WithFunctions chooses how the store runs its scripts. With true (the
-// default) it runs them as Redis Functions (FCALL): the backend's Lua is one
-// library, loaded once per server, so a call runs only its operation, which
-// costs the server less than EVALSHA, whose every call defines the whole
-// library again. A server that refuses functions (an ACL without +fcall,
-// +fcall_ro and +function|load, a proxy that does not pass FCALL) makes the
-// store fall back to EVALSHA by itself; false uses EVALSHA from the start.
-func WithFunctions(on bool) Option { return func(c *config) { c.functions = on } }
-
-// WithBackend forces a backend, or a family of backends, instead of Auto (see
-// Backends). New fails with ErrUnavailable when the server does not offer it.
-func WithBackend(b Backend) Option { return func(c *config) { c.backend = b } }
+// WithBackend forces a backend, or a family of backends, by name, instead of
+// "auto", the default, which picks the best the server offers (see the
+// package doc): "tairhash", "nativehash" (the family: with hash-field TTL
+// where the server has it, else plain), "nativehash-fieldttl" or
+// "nativehash-plain" (the plain hash even where the server has field TTL; its
+// counters and those of nativehash-fieldttl can be read by each other). New
+// fails with ErrUnavailable when the server does not offer it, and with
+// ErrInvalid for an unknown name.
+func WithBackend(name string) Option { return func(c *config) { c.backend = name } }
 
 // WithClientClock makes the store's operations use now() instead of the
 // server's clock. A nil now means time.Now. Every client of a counter must
@@ -77,12 +68,11 @@ func WithClientClock(now func() time.Time) Option {
 	}
 }
 
-// WithBatching sets how the store coalesces concurrent writes (Add, AddNoSum,
-// Allow and their ...At forms): at most ops operations per script call, and at
+// WithBatching sets how the store coalesces concurrent writes (Add, Allow,
+// and Record without an id or event time): at most ops operations per script call, and at
 // most calls script calls in flight before further writes queue up for the
 // next call. A write is never held back on a timer: one that finds fewer than
-// calls in flight is sent at once. The defaults are DefaultBatchOps (64) and
-// DefaultBatchCalls (4); ops = 1 sends every write as its own script call.
+// calls in flight is sent at once. The defaults are 64 and 4; ops = 1 sends every write as its own script call.
 // Each operation stays atomic on its own and fails on its own; batching
 // changes only how many round trips and script calls carry them. Values below
 // 1 are taken as 1.
@@ -94,21 +84,16 @@ func WithBatching(ops, calls int) Option {
 // may be (see Event.Time); an event within it counts in the current bucket,
 // one further ahead is refused with ErrFuture. It also bounds how far ahead
 // of a client's clock another client's buckets may be and still count (see
-// WithClientClock). The default is DefaultFutureTolerance (5 s); it must be
+// WithClientClock). The default is 5 s; it must be
 // between 0 and an hour.
 func WithFutureTolerance(d time.Duration) Option { return func(c *config) { c.future = d } }
-
-// WithCalendar sets where years begin, and so where field codes wrap to 0. The
-// default is codec.UTC. It exists for tests (codec.Shifted); every
-// client of a counter must use the same calendar.
-func WithCalendar(cal codec.Calendar) Option { return func(c *config) { c.cal = cal } }
 
 // WithTiers makes every counter of the store a multi-resolution counter: it
 // keeps the store's Window and each of these windows, each at its own bucket
 // length, for example 10 s buckets for 10 minutes (the store's Window), 1 min
 // buckets for an hour and 1 h buckets for a day. Every write updates every
-// tier in one script; Sum, SumWithin and Allow use the store's Window, and
-// SumOver picks the tier that answers a window exactly. Each tier is a key of
+// tier in one script; Sum and Allow use the store's Window, and an Over
+// view the tier that answers a span exactly. Each tier is a key of
 // its own (prefix + "{" + key + "}:" + the tier's shape), in the key's slot,
 // so each stays a small hash; at most 8 windows in all.
 func WithTiers(windows ...Window) Option {
@@ -119,9 +104,25 @@ func WithTiers(windows ...Window) Option {
 // Event.ID and Batch.ID) is sent again after a connection error or a
 // connection timeout, with a backoff of 10 ms doubling up to 500 ms, while its
 // context lasts: such a write counts once however often it is sent. The
-// default is DefaultRetries (3); 0 turns retries off. Writes without an id
+// default is 3; 0 turns retries off. Writes without an id
 // are never sent again after a connection error, since they could count
 // twice. Any write, with an id or not, is sent again (as often) after the
 // server's TRYAGAIN, which says that nothing ran: a Redis Cluster slot it
 // touches is being migrated.
 func WithRetries(n int) Option { return func(c *config) { c.retries = max(n, 0) } }
+
+func init() {
+	hook.WithCalendar = func(cal codec.Calendar) any { return Option(func(c *config) { c.cal = cal }) }
+	hook.WithFunctions = func(on bool) any { return Option(func(c *config) { c.functions = on }) }
+	hook.RedisKey = func(st any, key string) (string, error) { return st.(*Store).redisKey(key, st.(*Store).tag) }
+	hook.Functions = func(st any) bool { return st.(*Store).runner.Functions() }
+	hook.Codec = func(st any) *codec.Codec { return st.(*Store).codec }
+	hook.Backends = backendNames
+	hook.UnescapeKey = func(s string) (string, error) {
+		k, err := keyspace.Unescape(s)
+		if err != nil {
+			return "", invalid("unescape", "", reason(err))
+		}
+		return k, nil
+	}
+}

@@ -13,23 +13,25 @@
 //	468000               3           13:00   ┘ <- now = 13:00:40; Sum = 1 + ... + 3
 //
 // Each operation runs inside a Lua script, a function of the backend's Redis
-// Functions library (FCALL; EVALSHA where functions are refused, see
-// WithFunctions), so it is atomic and costs one round trip. Concurrent writes are
+// Functions library (FCALL; EVALSHA where a server or an ACL refuses
+// functions), so it is atomic and costs one round trip. Concurrent writes are
 // coalesced: the writes that arrive while earlier ones are in flight go out
 // together, many operations in one script call, each still atomic and
 // answered on its own (see WithBatching); SumMany sends its keys the same way.
 // Sums are read-only scripts (FCALL_RO, or EVALSHA_RO), so replicas can serve
 // them and rueidis retries them on connection errors. By default the scripts
 // read the server's clock (TIME), so application servers whose clocks disagree
-// still share buckets. WithClientClock and the ...At methods use a client clock
+// still share buckets. WithClientClock and the At view use a client clock
 // instead, as AllowN(t, n) does in golang.org/x/time/rate.
 //
 // Sums are exact for every int64 amount, negative ones included: the scripts
 // add in doubles only while the magnitudes involved stay below 2^53, and in
 // exact decimal parts beyond.
 //
-// The backend is picked at New from what the server offers (see Detect and
-// WithBackend); every backend gives the same sums.
+// The backend is picked at New from what the server offers, by capability:
+// TairHash (per-field expiry), else the native hash with hash-field TTL
+// (Redis >= 7.4, Valkey >= 9), else the plain native hash (any Redis >= 7.0);
+// see WithBackend and Store.Detection. Every backend gives the same sums.
 package store
 
 import (
@@ -45,6 +47,16 @@ import (
 )
 
 // Store keeps window counters of one Window shape in one server (or cluster).
+//
+// Most callers need three methods: Add to count, Sum to read a window sum, and
+// Allow to count only under a limit. Record is the general write they
+// shorten: event ids (exactly once), event times (late events), no-sum
+// writes, and limits together. AddDistinct and CountDistinct keep distinct
+// counts; SumMany and CountDistinctMany read many keys in one round trip;
+// Inspect shows a counter's buckets to an operator. Four views change what the
+// methods act on, and combine: At (a client-clock instant), Over (a shorter
+// span, or another tier of WithTiers), Entity (an entity's counters in one
+// cluster slot) and Sub (a named counter beside the key's own).
 //
 // The zero value is not usable; create a Store with New. A Store is safe for
 // concurrent use by many goroutines; it holds no connection of its own, only the
@@ -70,6 +82,8 @@ type Store struct {
 	hdr      *backend.HeaderCache
 	writes   *batcher
 	reads    *batcher
+	at       *time.Time    // an At view's instant; nil: the store's clock
+	over     time.Duration // an Over view's span; 0: the Window
 }
 
 // tier is one window of a store's counters, as the keys and scripts name it.
@@ -87,7 +101,8 @@ func newTier(w Window) tier {
 
 // New returns a Store for counters of window w, kept through the caller's
 // client. It checks w, then detects the server's backend in one round trip
-// (see Detect). The client may be a single-node, sentinel or cluster client.
+// (see Detection). The client may be a single-node, sentinel or cluster
+// client.
 func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, invalid("new", "", "nil client")
@@ -110,7 +125,7 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 	if err != nil {
 		return nil, invalid("new", "", err.Error())
 	}
-	det, err := Detect(ctx, client)
+	det, err := detect(ctx, client)
 	if err != nil {
 		return nil, err
 	}
@@ -148,30 +163,8 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 // Window returns the store's window.
 func (s *Store) Window() Window { return s.win }
 
-// Tiers returns every window the store's counters keep: its Window, then the
-// windows of WithTiers.
-func (s *Store) Tiers() []Window {
-	out := make([]Window, len(s.tiers))
-	for i, t := range s.tiers {
-		out[i] = t.win
-	}
-	return out
-}
-
 // Detection returns what New detected and the backend it picked.
 func (s *Store) Detection() Detection { return s.det }
-
-// Functions reports whether the store runs its scripts as Redis Functions
-// (FCALL, see WithFunctions): true until a server refuses FCALL or FUNCTION
-// LOAD, after which the store uses EVALSHA for good; false with
-// WithFunctions(false). It is decided at the first script call, not by New.
-func (s *Store) Functions() bool { return s.runner.Functions() }
-
-// Codec returns the field codec of the store's buckets.
-func (s *Store) Codec() *codec.Codec { return s.codec }
-
-// Client returns the client the store uses.
-func (s *Store) Client() rueidis.Client { return s.client }
 
 // header builds the ARGV header of a script for the instant at (client
 // clock), or for the store's clock when at is nil.
@@ -192,19 +185,12 @@ func (s *Store) header(at *time.Time) []string {
 func (s *Store) Add(ctx context.Context, key string, delta int64) (n int64, err error) {
 	ctx, end := s.start(ctx, "add")
 	defer func() { end(err) }()
-	return s.add(ctx, nil, key, delta)
-}
-
-// AddAt is Add at instant t on the client's clock.
-func (s *Store) AddAt(ctx context.Context, t time.Time, key string, delta int64) (n int64, err error) {
-	ctx, end := s.start(ctx, "add")
-	defer func() { end(err) }()
-	return s.add(ctx, &t, key, delta)
+	return s.add(ctx, s.at, key, delta)
 }
 
 func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64) (int64, error) {
 	if len(s.tiers) > 1 {
-		a, err := s.addEvent(ctx, at, Event{Key: key, Delta: delta}, Count)
+		a, err := s.addEvent(ctx, Event{Key: key, Delta: delta}, Count)
 		return a.Sum, rename(err, "add")
 	}
 	rk, err := s.redisKey(key, s.tag)
@@ -219,29 +205,9 @@ func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64)
 	return n, fail("add", key, nil, err)
 }
 
-// AddNoSum adds delta to the current bucket of key like Add, but does not
-// return the sum. On the field-TTL and TairHash backends it does not read the
-// counter either: the cheapest write there. It then does not check the other
-// fields of the key (a hash that is not a counter gets a bucket field; another
-// Redis type is still refused with ErrWrongType), nor the window sum's int64
-// range (each bucket's is checked). On the plain hash it does what Add does
-// (the running total must stay exact), and saves only the reply.
-func (s *Store) AddNoSum(ctx context.Context, key string, delta int64) (err error) {
-	ctx, end := s.start(ctx, "add")
-	defer func() { end(err) }()
-	return s.addNoSum(ctx, nil, key, delta)
-}
-
-// AddNoSumAt is AddNoSum at instant t on the client's clock.
-func (s *Store) AddNoSumAt(ctx context.Context, t time.Time, key string, delta int64) (err error) {
-	ctx, end := s.start(ctx, "add")
-	defer func() { end(err) }()
-	return s.addNoSum(ctx, &t, key, delta)
-}
-
 func (s *Store) addNoSum(ctx context.Context, at *time.Time, key string, delta int64) error {
 	if len(s.tiers) > 1 {
-		_, err := s.addEvent(ctx, at, Event{Key: key, Delta: delta}, CountQuiet)
+		_, err := s.addEvent(ctx, Event{Key: key, Delta: delta}, countQuiet)
 		return rename(err, "add")
 	}
 	rk, err := s.redisKey(key, s.tag)

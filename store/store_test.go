@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"github.com/windowstore/windowstore/internal/keyspace"
 	"strings"
 	"testing"
 	"time"
@@ -58,19 +59,21 @@ func TestWindowTag(t *testing.T) {
 	}
 }
 
-func TestCheckKey(t *testing.T) {
+func TestKeyChecked(t *testing.T) {
+	space, _ := keyspace.New("ws:")
+	st := &Store{space: space}
 	for k, msg := range map[string]string{
-		"":                               "store: key: invalid argument: empty key",
-		strings.Repeat("k", MaxKeyLen+1): "store: key: invalid argument: key of 1025 bytes is longer than 1024",
+		"":                        `store: key: invalid argument: empty key`,
+		strings.Repeat("k", 1025): "store: key \"" + strings.Repeat("k", 1025) + "\": invalid argument: key of 1025 bytes is longer than 1024",
 	} {
-		err := CheckKey(k)
+		_, err := st.redisKey(k, "10s/1s")
 		if !errors.Is(err, ErrInvalid) || err.Error() != msg {
-			t.Errorf("CheckKey(%d bytes) = %v, want %q", len(k), err, msg)
+			t.Errorf("redisKey(%d bytes) = %v, want %q", len(k), err, msg)
 		}
 	}
-	for _, k := range []string{"user:42", "ip:::1", strings.Repeat("k", MaxKeyLen), "\xff\x00", "{x}"} {
-		if err := CheckKey(k); err != nil {
-			t.Errorf("CheckKey(%q) = %v", k, err)
+	for _, k := range []string{"user:42", "ip:::1", strings.Repeat("k", 1024), "\xff\x00", "{x}"} {
+		if _, err := st.redisKey(k, "10s/1s"); err != nil {
+			t.Errorf("redisKey(%q) = %v", k, err)
 		}
 	}
 }
@@ -96,22 +99,22 @@ func TestPick(t *testing.T) {
 	blind := Detection{blind: true, have: map[string]bool{}}
 	tests := []struct {
 		d       Detection
-		want    Backend
+		want    string
 		backend string
 		msg     string // the error, when one is wanted
 	}{
-		{plain, Auto, "nativehash-plain", ""},
-		{ttl, Auto, "nativehash-fieldttl", ""},
-		{ttl, NativeHashPlain, "nativehash-plain", ""},
-		{ttl, NativeHash, "nativehash-fieldttl", ""},
-		{plain, NativeHash, "nativehash-plain", ""},
-		{tair, Auto, "tairhash", ""},
-		{tair, NativeHash, "nativehash-fieldttl", ""},
-		{blind, Auto, "nativehash-plain", ""},
+		{plain, "auto", "nativehash-plain", ""},
+		{ttl, "auto", "nativehash-fieldttl", ""},
+		{ttl, "nativehash-plain", "nativehash-plain", ""},
+		{ttl, "nativehash", "nativehash-fieldttl", ""},
+		{plain, "nativehash", "nativehash-plain", ""},
+		{tair, "auto", "tairhash", ""},
+		{tair, "nativehash", "nativehash-fieldttl", ""},
+		{blind, "auto", "nativehash-plain", ""},
 		{plain, "memcached", "", `store: new: invalid argument: unknown backend "memcached" (want auto, tairhash, nativehash, nativehash-fieldttl, nativehash-plain)`},
-		{plain, TairHash, "", "store: new: backend not available on this server: tairhash: the server lacks EXHINCRBY, EXHPEXPIREAT"},
-		{plain, NativeHashFieldTTL, "", "store: new: backend not available on this server: nativehash-fieldttl: the server lacks HPEXPIREAT"},
-		{blind, NativeHashFieldTTL, "", "store: new: backend not available on this server: nativehash-fieldttl: the server lacks what it needs (COMMAND INFO was refused)"},
+		{plain, "tairhash", "", "store: new: backend not available on this server: tairhash: the server lacks EXHINCRBY, EXHPEXPIREAT"},
+		{plain, "nativehash-fieldttl", "", "store: new: backend not available on this server: nativehash-fieldttl: the server lacks HPEXPIREAT"},
+		{blind, "nativehash-fieldttl", "", "store: new: backend not available on this server: nativehash-fieldttl: the server lacks what it needs (COMMAND INFO was refused)"},
 	}
 	for _, tt := range tests {
 		d := tt.d

@@ -12,40 +12,10 @@ import (
 // write), so a replica can serve it. Being read-only, rueidis retries it on
 // connection errors until ctx ends: give it a deadline.
 func (s *Store) Sum(ctx context.Context, key string) (int64, error) {
-	return s.sum(ctx, nil, key, s.winMs)
-}
-
-// SumAt is Sum at instant t on the client's clock.
-func (s *Store) SumAt(ctx context.Context, t time.Time, key string) (int64, error) {
-	return s.sum(ctx, &t, key, s.winMs)
-}
-
-// SumWithin returns the sum of key over the last lookback instead of the whole
-// window: the buckets that start after now - lookback. The lookback must be a
-// multiple of the bucket, from one bucket up to the window length.
-func (s *Store) SumWithin(ctx context.Context, key string, lookback time.Duration) (int64, error) {
-	lb, err := s.lookback(key, lookback)
-	if err != nil {
-		return 0, err
+	if s.over != 0 {
+		return s.sumOver(ctx, s.at, key, s.over)
 	}
-	return s.sum(ctx, nil, key, lb)
-}
-
-// SumWithinAt is SumWithin at instant t on the client's clock.
-func (s *Store) SumWithinAt(ctx context.Context, t time.Time, key string, lookback time.Duration) (int64, error) {
-	lb, err := s.lookback(key, lookback)
-	if err != nil {
-		return 0, err
-	}
-	return s.sum(ctx, &t, key, lb)
-}
-
-func (s *Store) lookback(key string, d time.Duration) (int64, error) {
-	if d < s.win.Bucket || d > s.win.Length || d%s.win.Bucket != 0 {
-		return 0, invalid("sum", key, "lookback "+d.String()+" is not a multiple of the bucket "+s.win.Bucket.String()+
-			" between "+s.win.Bucket.String()+" and "+s.win.Length.String())
-	}
-	return d.Milliseconds(), nil
+	return s.sum(ctx, s.at, key, s.winMs)
 }
 
 func (s *Store) sum(ctx context.Context, at *time.Time, key string, lookback int64) (n int64, err error) {
@@ -64,17 +34,12 @@ func (s *Store) sum(ctx context.Context, at *time.Time, key string, lookback int
 }
 
 // SumMany returns the window sums of many keys, in the order given, in one
-// round trip: one read-only script call per DefaultBatchOps keys (see
+// round trip: one read-only script call per 64 keys (see
 // WithBatching), all pipelined; on a cluster, per slot, in parallel per node. If some
 // keys fail, the others' sums are still returned and the error is a
 // *ManyError that says which keys failed; errors.Is sees each key's error.
 func (s *Store) SumMany(ctx context.Context, keys []string) ([]int64, error) {
-	return s.sumMany(ctx, nil, keys)
-}
-
-// SumManyAt is SumMany at instant t on the client's clock.
-func (s *Store) SumManyAt(ctx context.Context, t time.Time, keys []string) ([]int64, error) {
-	return s.sumMany(ctx, &t, keys)
+	return s.sumMany(ctx, s.at, keys)
 }
 
 // ManyError is the error of a call on several keys or batches when some of
@@ -113,12 +78,16 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) (_ []
 	if len(keys) == 0 {
 		return out, nil
 	}
+	t, lookback, err := s.span("sum many", keys[0])
+	if err != nil {
+		return nil, err
+	}
 	rks := make([]string, 0, len(keys))
 	idx := make([]int, 0, len(keys))
 	errs := make([]error, len(keys))
 	failed := false
 	for i, k := range keys {
-		rk, err := s.redisKey(k, s.tag)
+		rk, err := s.redisKey(k, t.tag)
 		if err != nil {
 			errs[i], failed = rename(err, "sum"), true
 			continue
@@ -127,8 +96,8 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) (_ []
 		idx = append(idx, i)
 	}
 	if len(rks) > 0 {
-		lb := strconv.FormatInt(s.winMs, 10)
-		for j, o := range s.reads.many(ctx, rks, s.header(at), s.shape, lb) {
+		lb := strconv.FormatInt(lookback, 10)
+		for j, o := range s.reads.many(ctx, rks, s.header(at), t.shape, lb) {
 			err := o.err
 			if err == nil {
 				out[idx[j]], err = sumOf(o.res)
@@ -145,20 +114,6 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) (_ []
 		return out, &ManyError{Errs: errs}
 	}
 	return out, nil
-}
-
-// SumOver returns the sum of key over the last d, from the tier that answers
-// it exactly (see WithTiers): the finest one whose window reaches d and whose
-// bucket divides d. With 10 s buckets for 10 minutes, 1 min for an hour and
-// 1 h for a day, SumOver(key, 30*time.Minute) reads the hour tier's last 30
-// buckets. It fails with ErrInvalid when no tier answers d.
-func (s *Store) SumOver(ctx context.Context, key string, d time.Duration) (int64, error) {
-	return s.sumOver(ctx, nil, key, d)
-}
-
-// SumOverAt is SumOver at instant t on the client's clock.
-func (s *Store) SumOverAt(ctx context.Context, t time.Time, key string, d time.Duration) (int64, error) {
-	return s.sumOver(ctx, &t, key, d)
 }
 
 func (s *Store) sumOver(ctx context.Context, at *time.Time, key string, d time.Duration) (_ int64, err error) {
@@ -178,6 +133,19 @@ func (s *Store) sumOver(ctx context.Context, at *time.Time, key string, d time.D
 	}
 	n, err := sumOf(msg)
 	return n, fail("sum", key, nil, err)
+}
+
+// span is the tier and the lookback (ms) that the view reads: an Over view's,
+// or else the whole Window.
+func (s *Store) span(op, key string) (tier, int64, error) {
+	if s.over == 0 {
+		return s.tiers[0], s.winMs, nil
+	}
+	t, err := s.tierFor(key, s.over)
+	if err != nil {
+		return tier{}, 0, rename(err, op)
+	}
+	return t, s.over.Milliseconds(), nil
 }
 
 // tierFor picks the finest tier whose window reaches d and whose bucket

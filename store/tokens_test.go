@@ -108,14 +108,14 @@ func TestTokensAddServerClock(t *testing.T) {
 func TestTokensAllowClientClock(t *testing.T) {
 	s, rec := tokenStore(t, true, func([]string) string {
 		return resptest.Arr(resptest.Arr(resptest.Int(0), resptest.Int(4), resptest.Int(1500), resptest.Int(9000)))
-	}, WithFutureTolerance(time.Second), WithFunctions(false))
+	}, WithFutureTolerance(time.Second), withFunctions(false))
 	at := time.Date(2024, 12, 31, 23, 59, 59, 500e6, time.UTC)
-	r, err := s.AllowAt(context.Background(), at, "k", 5, 2)
+	r, err := s.At(at).Allow(context.Background(), "k", 5, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Allowed || r.Limit != 5 || r.Sum != 4 || r.Remaining != 1 || r.RetryAfter != 1500*time.Millisecond ||
-		r.ResetAfter != 9*time.Second || r.RefusedBy != 0 || r.Duplicate || r.Policies != nil {
+		r.ResetAfter != 9*time.Second || r.Duplicate || r.Policies != nil {
 		t.Fatalf("%+v", r)
 	}
 	want := append([]string{"EVALSHA", nativehash.FieldTTL.Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
@@ -150,7 +150,7 @@ func TestTokensBatch(t *testing.T) {
 	go func() { _, err := s.Add(ctx, "a", 1); done <- err }()
 	<-inFlight
 	var wrong error
-	var allowed Result
+	var allowed Decision
 	// b, then c, queue behind a: wait until each is in the queue.
 	queued := func(n int) {
 		for {
@@ -163,7 +163,7 @@ func TestTokensBatch(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	go func() { wrong = s.AddNoSum(ctx, "b", 2); done <- nil }()
+	go func() { _, wrong = s.Record(ctx, Event{Key: "b", Delta: 2, NoSum: true}); done <- nil }()
 	queued(1)
 	go func() { var err error; allowed, err = s.Allow(ctx, "c", 10, 3); done <- err }()
 	queued(2)
@@ -204,7 +204,7 @@ func TestTokensSumManyLoad(t *testing.T) {
 		return resptest.Arr(resptest.Int(1), resptest.Str("9007199254740993"))
 	})
 	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	sums, err := s.SumManyAt(context.Background(), at, []string{"a", "b"})
+	sums, err := s.At(at).SumMany(context.Background(), []string{"a", "b"})
 	if err != nil || !slices.Equal(sums, []int64{1, 1<<53 + 1}) {
 		t.Fatal(sums, err)
 	}
@@ -231,7 +231,7 @@ func TestTokensFunctionsRefused(t *testing.T) {
 	})
 	at := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	for range 2 {
-		sums, err := s.SumManyAt(context.Background(), at, []string{"a", "b"})
+		sums, err := s.At(at).SumMany(context.Background(), []string{"a", "b"})
 		if err != nil || !slices.Equal(sums, []int64{1, 2}) {
 			t.Fatal(sums, err)
 		}
@@ -260,7 +260,7 @@ func TestTokensErrorsLeakNothing(t *testing.T) {
 		{"function", "ERR user_function:" + strconv.Itoa(line) + ": attempt to compare nil with number script: " +
 			nativehash.Plain.Write.Function() + ", on @user_function:" + strconv.Itoa(line) + ".", nil},
 		{"script", "ERR user_script:200: attempt to compare nil with number script: " +
-			nativehash.Plain.Write.SHA1() + ", on @user_script:200.", []Option{WithFunctions(false)}},
+			nativehash.Plain.Write.SHA1() + ", on @user_script:200.", []Option{withFunctions(false)}},
 	} {
 		s, _ := tokenStore(t, false, func([]string) string { return resptest.Err(tc.reply) }, tc.opts...)
 		_, err := s.Add(context.Background(), "k", 1)
@@ -279,3 +279,6 @@ func TestTokensErrorsLeakNothing(t *testing.T) {
 		}
 	}
 }
+
+// withFunctions is hook.WithFunctions inside the package.
+func withFunctions(on bool) Option { return func(c *config) { c.functions = on } }

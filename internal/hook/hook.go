@@ -1,0 +1,29 @@
+// Package hook reaches into the public packages' internals for this
+// repository's tests and tools, without making those internals public API.
+// Package store sets the functions when it is initialized; they take and
+// return interface values to avoid an import cycle (a *store.Store, a
+// store.Option).
+package hook
+
+import "github.com/windowstore/windowstore/internal/codec"
+
+var (
+	// WithCalendar returns a store.Option that sets where years begin, so
+	// that tests see field codes wrap to 0 at an instant of their choosing
+	// (codec.Shifted). Every client of a counter must use the same calendar.
+	WithCalendar func(cal codec.Calendar) any
+	// WithFunctions returns a store.Option: true (the default) runs the
+	// scripts as Redis Functions, false as EVALSHA from the start.
+	WithFunctions func(on bool) any
+	// RedisKey returns the Redis key of a *store.Store's counter key.
+	RedisKey func(st any, key string) (string, error)
+	// Functions reports whether a *store.Store runs its scripts as Redis
+	// Functions now.
+	Functions func(st any) bool
+	// Codec returns a *store.Store's field codec.
+	Codec func(st any) *codec.Codec
+	// Backends lists every backend name store.WithBackend accepts.
+	Backends func() []string
+	// UnescapeKey reverses the escaping of a counter key in its Redis key.
+	UnescapeKey func(s string) (string, error)
+)
