@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"errors"
+	"github.com/windowstore/windowstore/store"
 	"io"
 	"net"
 	"strconv"
@@ -21,43 +22,32 @@ import (
 // in-process limiter is full.
 var ErrUnavailable = errors.New("limit: server unavailable")
 
-// BreakerState is the state of a Degraded limiter's circuit breaker.
-type BreakerState int
+// breakerState is the state of a Degraded limiter's circuit breaker.
+type breakerState int
 
 // The breaker's states, in increasing order of trouble (the metrics/prom
 // gauge reports these numbers).
 const (
-	// BreakerClosed: calls go to the server. The zero value.
-	BreakerClosed BreakerState = 0
-	// BreakerHalfOpen: the cool-down is over; one call, the probe, goes to
+	// breakerClosed: calls go to the server. The zero value.
+	breakerClosed breakerState = 0
+	// breakerHalfOpen: the cool-down is over; one call, the probe, goes to
 	// the server, the others are decided in process.
-	BreakerHalfOpen BreakerState = 1
-	// BreakerOpen: the server failed; calls are decided in process, without
+	breakerHalfOpen breakerState = 1
+	// breakerOpen: the server failed; calls are decided in process, without
 	// calling it, until the cool-down ends.
-	BreakerOpen BreakerState = 2
+	breakerOpen breakerState = 2
 )
 
-func (s BreakerState) String() string {
+func (s breakerState) String() string {
 	switch s {
-	case BreakerClosed:
+	case breakerClosed:
 		return "closed"
-	case BreakerHalfOpen:
+	case breakerHalfOpen:
 		return "half-open"
-	case BreakerOpen:
+	case breakerOpen:
 		return "open"
 	}
-	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
-}
-
-// HealthChecker reports the health of a limiter's server: a Degraded
-// limiter's, for readiness probes and metrics (metrics/prom's
-// Recorder.WatchBreaker).
-type HealthChecker interface {
-	// State returns the circuit breaker's state.
-	State() BreakerState
-	// Health returns nil while the breaker is closed, else an error that
-	// wraps ErrUnavailable and the server's last error.
-	Health() error
+	return "breakerState(" + strconv.Itoa(int(s)) + ")"
 }
 
 // A DegradeOption configures Degrade.
@@ -69,7 +59,7 @@ type degradeOptions struct {
 	cooldown  time.Duration
 	keys      int
 	now       func() time.Time
-	onChange  func(from, to BreakerState)
+	onChange  func(from, to string)
 }
 
 // WithInstances sets how many instances share the limit (default 1): while
@@ -100,7 +90,7 @@ func WithBreakerClock(now func() time.Time) DegradeOption {
 
 // WithOnStateChange has every change of the breaker's state told to fn,
 // after the change, on the goroutine of the call that made it.
-func WithOnStateChange(fn func(from, to BreakerState)) DegradeOption {
+func WithOnStateChange(fn func(from, to string)) DegradeOption {
 	return func(o *degradeOptions) { o.onChange = fn }
 }
 
@@ -110,7 +100,7 @@ func WithOnStateChange(fn func(from, to BreakerState)) DegradeOption {
 // master), the call is decided in process instead, on an exact sliding log
 // in memory sized at limit / N per window (N from WithInstances), with
 // Decision.Degraded true and no error. Errors that are no sign of a down
-// server (ErrInvalid, a server's error reply such as NOPERM or OOM, the
+// server (store.ErrInvalid, a server's error reply such as NOPERM or OOM, the
 // caller's cancellation) are returned as they are.
 //
 // A circuit breaker spares a dead server a call per request: after K
@@ -143,16 +133,14 @@ type Degraded struct {
 	breaker breaker
 }
 
-var _ HealthChecker = (*Degraded)(nil)
-
 // Degrade returns l with an in-process stand-in and a circuit breaker (see
 // Degraded). l may be any limiter: a Multi (Combine) falls back on every one
 // of its policies, all or nothing; a GCRA on rate / N per period (its burst
 // plays no part); a shadow limiter (Shadow) keeps watching without
-// enforcing. It fails with ErrInvalid for a nil l or an option out of range.
+// enforcing. It fails with store.ErrInvalid for a nil l or an option out of range.
 func Degrade(l Limiter, opts ...DegradeOption) (*Degraded, error) {
 	if l == nil {
-		return nil, newError("degrade", ErrInvalid, "nil limiter")
+		return nil, newError("degrade", store.ErrInvalid, "nil limiter")
 	}
 	o := degradeOptions{instances: 1, failures: 3, cooldown: time.Second, keys: 100000, now: time.Now}
 	for _, opt := range opts {
@@ -161,15 +149,15 @@ func Degrade(l Limiter, opts ...DegradeOption) (*Degraded, error) {
 	name := l.Policy().Name
 	switch {
 	case o.instances < 1:
-		return nil, newError(name, ErrInvalid, "instances "+strconv.Itoa(o.instances)+" is less than 1")
+		return nil, newError(name, store.ErrInvalid, "instances "+strconv.Itoa(o.instances)+" is less than 1")
 	case o.failures < 1:
-		return nil, newError(name, ErrInvalid, "failures "+strconv.Itoa(o.failures)+" is less than 1")
+		return nil, newError(name, store.ErrInvalid, "failures "+strconv.Itoa(o.failures)+" is less than 1")
 	case o.cooldown <= 0:
-		return nil, newError(name, ErrInvalid, "cool-down "+o.cooldown.String()+" is not positive")
+		return nil, newError(name, store.ErrInvalid, "cool-down "+o.cooldown.String()+" is not positive")
 	case o.keys < 1:
-		return nil, newError(name, ErrInvalid, "local keys "+strconv.Itoa(o.keys)+" is less than 1")
+		return nil, newError(name, store.ErrInvalid, "local keys "+strconv.Itoa(o.keys)+" is less than 1")
 	case o.now == nil:
-		return nil, newError(name, ErrInvalid, "nil clock")
+		return nil, newError(name, store.ErrInvalid, "nil clock")
 	}
 	d := &Degraded{l: l, o: o, policy: l.Policy(), parts: policiesOf(l)}
 	_, d.shadow = l.(shadow)
@@ -192,27 +180,23 @@ func policiesOf(l Limiter) []Policy {
 // Policy returns the wrapped limiter's policy.
 func (d *Degraded) Policy() Policy { return d.policy }
 
-// Policies returns the wrapped limiter's policies: a Multi's every one, in
-// order, or its one.
-func (d *Degraded) Policies() []Policy { return append([]Policy(nil), d.parts...) }
-
 // Allow asks the server, or decides in process while it fails (see Degraded).
-func (d *Degraded) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+func (d *Degraded) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
 	return d.allow(ctx, nil, key, n)
 }
 
 // AllowAt is Allow at instant t on the client's clock; in process, too, the
 // decision is at t.
-func (d *Degraded) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
+func (d *Degraded) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
 	return d.allow(ctx, &t, key, n)
 }
 
-func (d *Degraded) allow(ctx context.Context, at *time.Time, key string, n int64) (Decision, error) {
+func (d *Degraded) allow(ctx context.Context, at *time.Time, key string, n int64) (store.Decision, error) {
 	call, probe := d.breaker.enter(d)
 	if !call {
 		return d.local(at, key, n, nil)
 	}
-	var dec Decision
+	var dec store.Decision
 	var err error
 	if at != nil {
 		dec, err = d.l.AllowAt(ctx, *at, key, n)
@@ -233,12 +217,12 @@ func (d *Degraded) allow(ctx context.Context, at *time.Time, key string, n int64
 }
 
 // local decides in process. cause is the server's error, if it was called.
-func (d *Degraded) local(at *time.Time, key string, n int64, cause error) (Decision, error) {
+func (d *Degraded) local(at *time.Time, key string, n int64, cause error) (store.Decision, error) {
 	if err := keyspace.Check(key); err != nil {
-		return Decision{}, callError(d.policy.Name, key, ErrInvalid, reason(err), err)
+		return store.Decision{}, callError(d.policy.Name, key, store.ErrInvalid, reason(err), err)
 	}
 	if err := checkCost(d.policy.Name, key, n, maxExact); err != nil {
-		return Decision{}, err
+		return store.Decision{}, err
 	}
 	now := d.o.now()
 	if at != nil {
@@ -250,7 +234,7 @@ func (d *Degraded) local(at *time.Time, key string, n int64, cause error) (Decis
 		if cause != nil {
 			detail += "; the server's error: " + cause.Error()
 		}
-		return Decision{}, callError(d.policy.Name, key, ErrUnavailable, detail, cause)
+		return store.Decision{}, callError(d.policy.Name, key, ErrUnavailable, detail, cause)
 	}
 	dec.Degraded = true
 	for i := range dec.Policies {
@@ -263,13 +247,17 @@ func (d *Degraded) local(at *time.Time, key string, n int64, cause error) (Decis
 }
 
 // State returns the breaker's state now. An open breaker whose cool-down is
-// over reports BreakerHalfOpen: the next call probes.
-func (d *Degraded) State() BreakerState {
+// over reports breakerHalfOpen: the next call probes.
+func (d *Degraded) State() string {
+	return d.state().String()
+}
+
+func (d *Degraded) state() breakerState {
 	b := &d.breaker
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.state == BreakerOpen && !d.o.now().Before(b.until) {
-		return BreakerHalfOpen
+	if b.state == breakerOpen && !d.o.now().Before(b.until) {
+		return breakerHalfOpen
 	}
 	return b.state
 }
@@ -279,8 +267,8 @@ func (d *Degraded) State() BreakerState {
 //
 //	limit: perminute: server unavailable: breaker open after 3 consecutive failures; the last: dial tcp 127.0.0.1:6379: connect: connection refused
 func (d *Degraded) Health() error {
-	st := d.State()
-	if st == BreakerClosed {
+	st := d.state()
+	if st == breakerClosed {
 		return nil
 	}
 	b := &d.breaker
@@ -294,13 +282,10 @@ func (d *Degraded) Health() error {
 	return &Error{Policy: d.policy.Name, Kind: ErrUnavailable, Detail: detail, Err: last}
 }
 
-// LocalKeys returns how many keys the in-process limiter holds now.
-func (d *Degraded) LocalKeys() int { return d.mem.len() }
-
 // breaker is the circuit breaker's state machine.
 type breaker struct {
 	mu      sync.Mutex
-	state   BreakerState // closed or open; half-open is open past until
+	state   breakerState // closed or open; half-open is open past until
 	fails   int          // consecutive transient failures
 	until   time.Time    // open: the end of the cool-down
 	probing bool         // half-open: the probe is out
@@ -310,7 +295,7 @@ type breaker struct {
 // enter tells whether a call goes to the server, and whether it is the probe.
 func (b *breaker) enter(d *Degraded) (call, probe bool) {
 	b.mu.Lock()
-	if b.state == BreakerClosed {
+	if b.state == breakerClosed {
 		b.mu.Unlock()
 		return true, false
 	}
@@ -320,7 +305,7 @@ func (b *breaker) enter(d *Degraded) (call, probe bool) {
 	}
 	b.probing = true
 	b.mu.Unlock()
-	d.changed(BreakerOpen, BreakerHalfOpen)
+	d.changed(breakerOpen, breakerHalfOpen)
 	return true, true
 }
 
@@ -328,16 +313,16 @@ func (b *breaker) enter(d *Degraded) (call, probe bool) {
 func (b *breaker) succeed(d *Degraded, probe bool) {
 	b.mu.Lock()
 	from := b.state
-	if from == BreakerOpen && !probe {
+	if from == breakerOpen && !probe {
 		// A call let through before the breaker opened, answered late: the
 		// probe decides.
 		b.mu.Unlock()
 		return
 	}
-	b.state, b.fails, b.probing, b.last = BreakerClosed, 0, false, nil
+	b.state, b.fails, b.probing, b.last = breakerClosed, 0, false, nil
 	b.mu.Unlock()
 	if probe {
-		d.changed(BreakerHalfOpen, BreakerClosed)
+		d.changed(breakerHalfOpen, breakerClosed)
 	}
 }
 
@@ -351,12 +336,12 @@ func (b *breaker) fail(d *Degraded, probe bool, err error) {
 		b.probing = false
 		b.until = d.o.now().Add(d.o.cooldown)
 		b.mu.Unlock()
-		d.changed(BreakerHalfOpen, BreakerOpen)
-	case b.state == BreakerClosed && b.fails >= d.o.failures:
-		b.state = BreakerOpen
+		d.changed(breakerHalfOpen, breakerOpen)
+	case b.state == breakerClosed && b.fails >= d.o.failures:
+		b.state = breakerOpen
 		b.until = d.o.now().Add(d.o.cooldown)
 		b.mu.Unlock()
-		d.changed(BreakerClosed, BreakerOpen)
+		d.changed(breakerClosed, breakerOpen)
 	default:
 		b.mu.Unlock()
 	}
@@ -372,9 +357,9 @@ func (b *breaker) release(probe bool) {
 	}
 }
 
-func (d *Degraded) changed(from, to BreakerState) {
+func (d *Degraded) changed(from, to breakerState) {
 	if d.o.onChange != nil {
-		d.o.onChange(from, to)
+		d.o.onChange(from.String(), to.String())
 	}
 }
 
@@ -407,7 +392,7 @@ func answered(err error) bool {
 // transient reports an error that says the server is down, unreachable,
 // stalled or not ready: the call is decided in process.
 func transient(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, ErrInvalid) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalid) {
 		return false
 	}
 	if code, ok := replyCode(err); ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/windowstore/windowstore/store"
 	"net"
 	"slices"
 	"sync"
@@ -27,7 +28,7 @@ type flaky struct {
 }
 
 func (f *flaky) Policy() Policy { return f.p }
-func (f *flaky) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+func (f *flaky) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	err, gate := f.err, f.gate
@@ -36,11 +37,11 @@ func (f *flaky) Allow(ctx context.Context, key string, n int64) (Decision, error
 		<-gate
 	}
 	if err != nil {
-		return Decision{}, err
+		return store.Decision{}, err
 	}
-	return Decision{Allowed: true, Limit: f.p.Limit, Remaining: f.p.Limit - n, Policy: f.p.Name}, nil
+	return store.Decision{Allowed: true, Limit: f.p.Limit, Remaining: f.p.Limit - n, Policy: f.p.Name}, nil
 }
-func (f *flaky) AllowAt(ctx context.Context, _ time.Time, key string, n int64) (Decision, error) {
+func (f *flaky) AllowAt(ctx context.Context, _ time.Time, key string, n int64) (store.Decision, error) {
 	return f.Allow(ctx, key, n)
 }
 func (f *flaky) set(err error) { f.mu.Lock(); f.err = err; f.mu.Unlock() }
@@ -60,7 +61,7 @@ func newClock() *clock               { return &clock{t: time.Date(2026, 11, 23, 
 func policyOf(limit int64) Policy {
 	return Policy{Name: "p", Limit: limit, Window: time.Second, Algorithm: "log"}
 }
-func allow1(t *testing.T, d *Degraded) Decision {
+func allow1(t *testing.T, d *Degraded) store.Decision {
 	t.Helper()
 	dec, err := d.Allow(context.Background(), "k", 1)
 	if err != nil {
@@ -77,14 +78,14 @@ func TestDegradeBreaker(t *testing.T) {
 	clk := newClock()
 	var changes []string
 	d, err := Degrade(f, WithInstances(4), WithFailures(3), WithCooldown(time.Second), WithBreakerClock(clk.now),
-		WithOnStateChange(func(from, to BreakerState) { changes = append(changes, from.String()+">"+to.String()) }))
+		WithOnStateChange(func(from, to string) { changes = append(changes, from+">"+to) }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if dec := allow1(t, d); dec.Degraded || !dec.Allowed || f.calls.Load() != 1 {
 		t.Fatalf("healthy: %+v, %d calls", dec, f.calls.Load())
 	}
-	if d.State() != BreakerClosed || d.Health() != nil {
+	if d.State() != "closed" || d.Health() != nil {
 		t.Fatalf("healthy: %v %v", d.State(), d.Health())
 	}
 
@@ -94,7 +95,7 @@ func TestDegradeBreaker(t *testing.T) {
 		if !dec.Degraded || !dec.Allowed || dec.Limit != 5 || dec.Remaining != int64(5-i) {
 			t.Fatalf("failure %d: %+v", i, dec)
 		}
-		if want := map[bool]BreakerState{false: BreakerClosed, true: BreakerOpen}[i == 3]; d.State() != want {
+		if want := map[bool]string{false: "closed", true: "open"}[i == 3]; d.State() != want {
 			t.Fatalf("after failure %d: %v, want %v", i, d.State(), want)
 		}
 	}
@@ -110,7 +111,7 @@ func TestDegradeBreaker(t *testing.T) {
 	}
 	// Open: nothing reaches the server; the instance's share is 20 / 4 = 5.
 	admitted := 0
-	var last Decision
+	var last store.Decision
 	for i := 0; i < 10; i++ {
 		if last = allow1(t, d); last.Allowed {
 			admitted++
@@ -122,13 +123,13 @@ func TestDegradeBreaker(t *testing.T) {
 
 	// The cool-down ends: half-open, one probe, which fails: open again.
 	clk.add(time.Second)
-	if d.State() != BreakerHalfOpen {
+	if d.State() != "half-open" {
 		t.Fatalf("after the cool-down: %v", d.State())
 	}
 	if dec := allow1(t, d); !dec.Degraded || !dec.Allowed || f.calls.Load() != 5 {
 		t.Fatalf("failed probe: %+v, %d calls", dec, f.calls.Load())
 	}
-	if d.State() != BreakerOpen {
+	if d.State() != "open" {
 		t.Fatalf("after a failed probe: %v", d.State())
 	}
 	allow1(t, d)
@@ -145,7 +146,7 @@ func TestDegradeBreaker(t *testing.T) {
 	f.mu.Lock()
 	f.gate = gate
 	f.mu.Unlock()
-	probed := make(chan Decision)
+	probed := make(chan store.Decision)
 	go func() { dec, _ := d.Allow(context.Background(), "k", 1); probed <- dec }()
 	for f.calls.Load() != 6 {
 		time.Sleep(time.Millisecond)
@@ -165,7 +166,7 @@ func TestDegradeBreaker(t *testing.T) {
 	if dec := <-probed; dec.Degraded || !dec.Allowed {
 		t.Fatalf("probe: %+v", dec)
 	}
-	if d.State() != BreakerClosed || d.Health() != nil {
+	if d.State() != "closed" || d.Health() != nil {
 		t.Fatalf("after the probe: %v %v", d.State(), d.Health())
 	}
 	for i := 0; i < 3; i++ {
@@ -199,7 +200,7 @@ func TestDegradeErrors(t *testing.T) {
 		{scriptErr("BUSY"), true},
 		{scriptErr("NOPERM"), false},
 		{scriptErr("OOM"), false},
-		{callError("p", "k", ErrInvalid, "bad", nil), false},
+		{callError("p", "k", store.ErrInvalid, "bad", nil), false},
 		{context.Canceled, false},
 		{fmt.Errorf("x: %w", syscall.ECONNRESET), true},
 	}
@@ -217,7 +218,7 @@ func TestDegradeErrors(t *testing.T) {
 		if !tt.degraded && (err != tt.err || dec.Degraded) {
 			t.Errorf("%v: want the error as it is, got %+v, %v", tt.err, dec, err)
 		}
-		if want := map[bool]BreakerState{true: BreakerOpen, false: BreakerClosed}[tt.degraded]; d.State() != want {
+		if want := map[bool]string{true: "open", false: "closed"}[tt.degraded]; d.State() != want {
 			t.Errorf("%v: breaker %v, want %v", tt.err, d.State(), want)
 		}
 	}
@@ -225,10 +226,10 @@ func TestDegradeErrors(t *testing.T) {
 	f := &flaky{p: policyOf(10)}
 	f.set(refused)
 	d, _ := Degrade(f, WithFailures(1))
-	if _, err := d.Allow(context.Background(), "", 1); !errors.Is(err, ErrInvalid) || err.Error() != `limit: p "": invalid argument: empty key` {
+	if _, err := d.Allow(context.Background(), "", 1); !errors.Is(err, store.ErrInvalid) || err.Error() != `limit: p "": invalid argument: empty key` {
 		t.Errorf("empty key: %v", err)
 	}
-	if _, err := d.Allow(context.Background(), "k", -1); !errors.Is(err, ErrInvalid) {
+	if _, err := d.Allow(context.Background(), "k", -1); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("negative cost: %v", err)
 	}
 	for _, tt := range []struct {
@@ -241,11 +242,11 @@ func TestDegradeErrors(t *testing.T) {
 		{WithLocalKeys(0), "limit: p: invalid argument: local keys 0 is less than 1"},
 		{WithBreakerClock(nil), "limit: p: invalid argument: nil clock"},
 	} {
-		if _, err := Degrade(f, tt.opt); !errors.Is(err, ErrInvalid) || err.Error() != tt.want {
+		if _, err := Degrade(f, tt.opt); !errors.Is(err, store.ErrInvalid) || err.Error() != tt.want {
 			t.Errorf("got %v, want %s", err, tt.want)
 		}
 	}
-	if _, err := Degrade(nil); !errors.Is(err, ErrInvalid) {
+	if _, err := Degrade(nil); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("nil limiter: %v", err)
 	}
 }
@@ -350,7 +351,7 @@ func TestDegradeMultiAndShadow(t *testing.T) {
 	m.set(refused)
 	clk := newClock()
 	d, _ := Degrade(m, WithInstances(2), WithFailures(1), WithBreakerClock(clk.now), WithLocalKeys(2))
-	if got := d.Policies(); len(got) != 2 || got[1].Name != "permin" {
+	if got := d.parts; len(got) != 2 || got[1].Name != "permin" {
 		t.Fatalf("policies %v", got)
 	}
 	dec, _ := d.Allow(ctx, "k", 2)
@@ -374,8 +375,8 @@ func TestDegradeMultiAndShadow(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := d.Allow(ctx, "k3", 1)
-	if !errors.Is(err, ErrUnavailable) || d.LocalKeys() != 2 {
-		t.Fatalf("full: %v, %d keys", err, d.LocalKeys())
+	if !errors.Is(err, ErrUnavailable) || d.mem.len() != 2 {
+		t.Fatalf("full: %v, %d keys", err, d.mem.len())
 	}
 	clk.add(time.Minute)
 	if _, err := d.Allow(ctx, "k3", 1); err != nil {

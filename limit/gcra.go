@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"github.com/windowstore/windowstore/store"
 	"strconv"
 	"time"
 
@@ -34,14 +35,14 @@ func NewGCRA(client rueidis.Client, name string, rate int64, period time.Duratio
 		return nil, err
 	}
 	if rate < 1 || rate > maxExact {
-		return nil, newError(name, ErrInvalid, "rate "+strconv.FormatInt(rate, 10)+" is not within [1, 2^53]")
+		return nil, newError(name, store.ErrInvalid, "rate "+strconv.FormatInt(rate, 10)+" is not within [1, 2^53]")
 	}
 	if period < time.Millisecond || period%time.Millisecond != 0 {
-		return nil, newError(name, ErrInvalid, "period "+period.String()+" is not a positive whole number of milliseconds")
+		return nil, newError(name, store.ErrInvalid, "period "+period.String()+" is not a positive whole number of milliseconds")
 	}
 	pms := period.Milliseconds()
 	if most := maxGCRASpan / pms; burst < 1 || burst > most {
-		return nil, newError(name, ErrInvalid, "burst "+strconv.FormatInt(burst, 10)+" is not within [1, "+
+		return nil, newError(name, store.ErrInvalid, "burst "+strconv.FormatInt(burst, 10)+" is not within [1, "+
 			strconv.FormatInt(most, 10)+"] (2^52 / the period in ms)")
 	}
 	// The emission interval T = period / rate ms, as p / q in lowest terms.

@@ -20,9 +20,21 @@
 // refusing, and Degrade decides in process, on an instance's share of the
 // limit, while the server fails, behind a circuit breaker.
 //
-// Every Decision reports Allowed, Limit, Remaining, RetryAfter (exact for Log,
-// SlidingWindow and GCRA: a retry at that time succeeds, one before it fails) and
-// ResetAfter. The trade-offs, measured, are in the README.
+// Every limiter answers a store.Decision, the one decision type of windowstore:
+// Allowed, Limit, Remaining, RetryAfter (exact for Log, SlidingWindow and GCRA:
+// a retry at that time succeeds, one before it fails) and ResetAfter. For
+// example, a Log of 3 per minute for key "ip:1.2.3.4", with requests admitted
+// at 12:00:00, 12:00:10 and 12:00:20, asked again at 12:00:30, answers
+//
+//	{Allowed: false, Limit: 3, Remaining: 0, RetryAfter: 30s, ResetAfter: 50s, Policy: "perminute"}
+//
+// (the first event leaves the window at 12:01:00, so a retry then succeeds;
+// the last leaves at 12:01:20, when all 3 are free again). The trade-offs,
+// measured, are in docs/ratelimiting.md.
+//
+// Most callers need one constructor (NewSlidingWindow, or NewGCRA for a smooth
+// rate) and Limiter.Allow; Combine for several limits at once, Degrade to
+// survive a server outage, Shadow to try a limit before enforcing it.
 //
 // Keys come from user input and go through package keyspace, as the store's
 // do: escaped, with no hash tag of the caller's choosing, and with the key's
@@ -39,70 +51,17 @@ package limit
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"time"
 
 	"github.com/windowstore/windowstore/internal/errmsg"
+	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 )
 
-// ErrInvalid reports a limit, window, cost, name or key that a limiter refuses.
-var ErrInvalid = errors.New("limit: invalid argument")
-
-// DefaultPrefix is the key prefix of Log, FixedWindow and GCRA limiters unless
+// defaultPrefix is the key prefix of Log, FixedWindow and GCRA limiters unless
 // WithPrefix says otherwise.
-const DefaultPrefix = "rl:"
-
-// Decision is the outcome of one Allow call.
-//
-// Worked example: a Log of 3 per minute for key "ip:1.2.3.4", with requests
-// admitted at 12:00:00, 12:00:10 and 12:00:20, asked again at 12:00:30:
-//
-//	Decision{Allowed: false, Limit: 3, Remaining: 0, RetryAfter: 30s, ResetAfter: 50s}
-//
-// The first event leaves the window at 12:01:00, so a retry then succeeds; the
-// last leaves at 12:01:20, when all 3 are free again.
-type Decision struct {
-	// Allowed reports whether the request was admitted and counted. Refused
-	// requests are not counted. In the example: false.
-	Allowed bool
-	// Limit is the policy's limit: 3. For a GCRA, its burst.
-	Limit int64
-	// Remaining is how much cost the key may still spend now, within
-	// [0, Limit]: 0. After an admitted request it already accounts for it.
-	Remaining int64
-	// RetryAfter is 0 when allowed; when refused, how long until the same
-	// request would be admitted if nothing else were counted: 30s. It is -1 when
-	// the cost exceeds the limit and never fits.
-	RetryAfter time.Duration
-	// ResetAfter is how long until the key's whole limit is free again if
-	// nothing else is counted: 50s. 0 when nothing is counted.
-	ResetAfter time.Duration
-	// Policy names the policy the decision is about: the limiter's own, or,
-	// for a Multi, the one that decided (the refusing one, or else the one
-	// with the least remaining).
-	Policy string
-	// Policies has, for a Multi, every policy's own decision, in order; nil
-	// for other limiters.
-	Policies []Decision
-	// WouldRefuse reports a refusal that was not enforced: the decision of a
-	// shadow limiter (Shadow) or of an httplimit shadow rule, whose limiter
-	// refused the request and counted nothing, but which lets it through.
-	// Allowed is then true, and Remaining, RetryAfter and ResetAfter are the
-	// refusal's: in the example, Remaining 0 and RetryAfter 30s. It is false
-	// for every decision that is enforced.
-	WouldRefuse bool
-	// Degraded reports a decision made in process, without the server: that
-	// of a Degraded limiter whose server failed or whose circuit breaker is
-	// open. It is enforced as any other (unless the limiter is a shadow), on
-	// this instance's share of the limit: Limit is the policy's limit divided
-	// by the expected number of instances (WithInstances), and Remaining,
-	// RetryAfter and ResetAfter are the in-process window's. What a degraded
-	// decision admits is not counted on the server. False for decisions of
-	// the server.
-	Degraded bool
-}
+const defaultPrefix = "rl:"
 
 // Policy describes a limiter, for the RateLimit-Policy header and for logs.
 type Policy struct {
@@ -125,9 +84,9 @@ type Limiter interface {
 	Policy() Policy
 	// Allow admits n units of cost for key now, on the server's clock, if they
 	// fit under the limit, and counts them; or refuses them and counts nothing.
-	Allow(ctx context.Context, key string, n int64) (Decision, error)
+	Allow(ctx context.Context, key string, n int64) (store.Decision, error)
 	// AllowAt is Allow at instant t on the client's clock.
-	AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error)
+	AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error)
 }
 
 // Option configures a limiter.
@@ -139,7 +98,7 @@ type options struct {
 }
 
 // WithPrefix sets the key prefix of a Log, FixedWindow or GCRA limiter (the default
-// is DefaultPrefix, "rl:"). A SlidingWindow keeps its counters under its
+// is "rl:"). A SlidingWindow keeps its counters under its
 // store's prefix and refuses this option.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
@@ -154,11 +113,11 @@ func WithObserver(o store.Observer) Option { return func(opts *options) { opts.o
 //
 //	limit: perminute "": invalid argument: empty key
 //
-// errors.Is sees the kind (ErrInvalid) and the cause.
+// errors.Is sees the kind (store.ErrInvalid) and the cause.
 type Error struct {
 	Policy string // the policy's name
 	Key    string // the key, as given
-	Kind   error  // ErrInvalid, or nil
+	Kind   error  // store.ErrInvalid, or nil
 	Detail string // what went wrong
 	Err    error  // the cause, or nil
 
@@ -180,17 +139,17 @@ func check(name string, limit int64, window time.Duration) error {
 		return err
 	}
 	if limit < 0 || limit > maxExact {
-		return newError(name, ErrInvalid, "limit "+strconv.FormatInt(limit, 10)+" is not within [0, 2^53]")
+		return newError(name, store.ErrInvalid, "limit "+strconv.FormatInt(limit, 10)+" is not within [0, 2^53]")
 	}
 	if window < time.Millisecond || window%time.Millisecond != 0 {
-		return newError(name, ErrInvalid, "window "+window.String()+" is not a positive whole number of milliseconds")
+		return newError(name, store.ErrInvalid, "window "+window.String()+" is not a positive whole number of milliseconds")
 	}
 	return nil
 }
 
 func checkName(name string) error {
-	if !ValidName(name) {
-		return newError(name, ErrInvalid, "policy name "+strconv.Quote(name)+
+	if !keyspace.Token(name) {
+		return newError(name, store.ErrInvalid, "policy name "+strconv.Quote(name)+
 			" is not a token (a letter or *, then letters, digits or :/!#$%&'*+-.^_`|~)")
 	}
 	return nil
@@ -208,33 +167,10 @@ func callError(policy, key string, kind error, detail string, cause error) error
 
 func checkCost(policy, key string, n, max int64) error {
 	if n < 0 || n > max {
-		return callError(policy, key, ErrInvalid, "cost "+strconv.FormatInt(n, 10)+
+		return callError(policy, key, store.ErrInvalid, "cost "+strconv.FormatInt(n, 10)+
 			" is not within [0, "+strconv.FormatInt(max, 10)+"]", nil)
 	}
 	return nil
-}
-
-// ValidName reports whether s can name a policy: a Structured Fields token
-// (RFC 8941 section 3.3.4), as the RateLimit header fields need.
-func ValidName(s string) bool {
-	if s == "" {
-		return false
-	}
-	c := s[0]
-	if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '*') {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		case c == ':' || c == '/' || c == '!' || c == '#' || c == '$' || c == '%' || c == '&' || c == '\'' ||
-			c == '*' || c == '+' || c == '-' || c == '.' || c == '^' || c == '_' || c == '`' || c == '|' || c == '~':
-		default:
-			return false
-		}
-	}
-	return true
 }
 
 func ms(d int64) time.Duration {

@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"errors"
+	"github.com/windowstore/windowstore/store"
 	"reflect"
 	"slices"
 	"strings"
@@ -11,17 +12,18 @@ import (
 
 	"github.com/windowstore/windowstore/internal/acldoc"
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/internal/resptest"
 )
 
-func TestValidName(t *testing.T) {
+func TestPolicyNameIsToken(t *testing.T) {
 	for _, ok := range []string{"perminute", "*", "a:b/c", "x-1_2.3~"} {
-		if !ValidName(ok) {
+		if !keyspace.Token(ok) {
 			t.Errorf("%q refused", ok)
 		}
 	}
 	for _, bad := range []string{"", "1a", "a b", "a{b}", "é", "a,b"} {
-		if ValidName(bad) {
+		if keyspace.Token(bad) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
@@ -61,7 +63,7 @@ func TestConstructorErrors(t *testing.T) {
 			"limit: g: invalid argument: prefix or suffix \"a}\" contains a brace"},
 	}
 	for _, tt := range tests {
-		if !errors.Is(tt.err, ErrInvalid) || tt.err.Error() != tt.want {
+		if !errors.Is(tt.err, store.ErrInvalid) || tt.err.Error() != tt.want {
 			t.Errorf("got %v\nwant %s", tt.err, tt.want)
 		}
 	}
@@ -105,9 +107,9 @@ func TestTokens(t *testing.T) {
 		want string
 	}{
 		{func() error { _, err := lg.Allow(ctx, "", 1); return err }(), `limit: perminute "": invalid argument: empty key`},
-		{func() error { _, err := lg.Allow(ctx, "k", MaxLogCost+1); return err }(), `limit: perminute "k": invalid argument: cost 1001 is not within [0, 1000]`},
+		{func() error { _, err := lg.Allow(ctx, "k", maxLogCost+1); return err }(), `limit: perminute "k": invalid argument: cost 1001 is not within [0, 1000]`},
 	} {
-		if !errors.Is(tc.err, ErrInvalid) || tc.err.Error() != tc.want {
+		if !errors.Is(tc.err, store.ErrInvalid) || tc.err.Error() != tc.want {
 			t.Errorf("got %v, want %s", tc.err, tc.want)
 		}
 	}
@@ -133,7 +135,7 @@ func TestGCRATokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Decision{Allowed: false, Limit: 10, Remaining: 3, RetryAfter: 250 * time.Millisecond, ResetAfter: 2334 * time.Millisecond, Policy: "persec"}
+	want := store.Decision{Allowed: false, Limit: 10, Remaining: 3, RetryAfter: 250 * time.Millisecond, ResetAfter: 2334 * time.Millisecond, Policy: "persec"}
 	if d.Allowed != want.Allowed || d.Limit != want.Limit || d.Remaining != want.Remaining || d.RetryAfter != want.RetryAfter ||
 		d.ResetAfter != want.ResetAfter || d.Policy != want.Policy {
 		t.Errorf("decision %+v, want %+v", d, want)
@@ -163,7 +165,7 @@ func TestGCRATokens(t *testing.T) {
 		{func() error { _, err := l.Allow(ctx, "", 1); return err }(), `limit: persec "": invalid argument: empty key`},
 		{func() error { _, err := l.Allow(ctx, "k", -1); return err }(), `limit: persec "k": invalid argument: cost -1 is not within [0, 9007199254740992]`},
 	} {
-		if !errors.Is(tc.err, ErrInvalid) || tc.err.Error() != tc.want {
+		if !errors.Is(tc.err, store.ErrInvalid) || tc.err.Error() != tc.want {
 			t.Errorf("got %v, want %s", tc.err, tc.want)
 		}
 	}
@@ -202,13 +204,13 @@ func TestShadow(t *testing.T) {
 		t.Fatal("Shadow of a shadow, of nil, or its policy")
 	}
 	d, err := s.Allow(context.Background(), "k", 1)
-	want := Decision{Allowed: true, WouldRefuse: true, Limit: 5, RetryAfter: 1500 * time.Millisecond, ResetAfter: 4 * time.Second, Policy: "p"}
+	want := store.Decision{Allowed: true, WouldRefuse: true, Limit: 5, RetryAfter: 1500 * time.Millisecond, ResetAfter: 4 * time.Second, Policy: "p"}
 	if err != nil || !reflect.DeepEqual(d, want) {
 		t.Fatalf("got %+v %v, want %+v", d, err, want)
 	}
 	refuse = false
 	d, err = s.AllowAt(context.Background(), time.Now(), "k", 1)
-	want = Decision{Allowed: true, Limit: 5, Remaining: 2, ResetAfter: 4 * time.Second, Policy: "p"}
+	want = store.Decision{Allowed: true, Limit: 5, Remaining: 2, ResetAfter: 4 * time.Second, Policy: "p"}
 	if err != nil || !reflect.DeepEqual(d, want) {
 		t.Fatalf("got %+v %v, want %+v", d, err, want)
 	}

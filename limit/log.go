@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 )
@@ -28,15 +29,15 @@ var (
 	gcraScript  = script("gcra")
 )
 
-// MaxLogCost is the largest cost of one Log call: the log adds one member per unit.
-const MaxLogCost = 1000
+// maxLogCost is the largest cost of one Log call: the log adds one member per unit.
+const maxLogCost = 1000
 
 // NewLog returns the exact sliding log: a sorted set per key, one member per
 // admitted unit of cost, scored by the server's clock in ms. It admits at most
 // limit units in any window-long span of time, exactly; its memory grows with
 // the admitted rate (see the README's table).
 func NewLog(client rueidis.Client, name string, limit int64, window time.Duration, opts ...Option) (Limiter, error) {
-	l, err := newRedisLimiter(client, logScript, MaxLogCost, Policy{Name: name, Limit: limit, Window: window, Algorithm: "log"}, opts)
+	l, err := newRedisLimiter(client, logScript, maxLogCost, Policy{Name: name, Limit: limit, Window: window, Algorithm: "log"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -68,15 +69,15 @@ func newRedisLimiter(client rueidis.Client, sc *backend.Script, maxCost int64, p
 // takes args between the clock and the cost. Its decisions report limit.
 func newScriptLimiter(client rueidis.Client, sc *backend.Script, maxCost int64, p Policy, limit int64, args []string, opts []Option) (*redisLimiter, error) {
 	if client == nil {
-		return nil, newError(p.Name, ErrInvalid, "nil client")
+		return nil, newError(p.Name, store.ErrInvalid, "nil client")
 	}
-	o := options{prefix: DefaultPrefix}
+	o := options{prefix: defaultPrefix}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	space, err := keyspace.New(o.prefix)
 	if err != nil {
-		return nil, newError(p.Name, ErrInvalid, reason(err))
+		return nil, newError(p.Name, store.ErrInvalid, reason(err))
 	}
 	return &redisLimiter{client: client, space: space, script: sc, max: maxCost, policy: p, obs: o.observer,
 		suffix: ":" + p.Name, args: args, limit: limit}, nil
@@ -101,26 +102,26 @@ type redisLimiter struct {
 
 func (l *redisLimiter) Policy() Policy { return l.policy }
 
-func (l *redisLimiter) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+func (l *redisLimiter) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
 	return l.run(ctx, backend.ServerClock, key, n)
 }
 
-func (l *redisLimiter) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
+func (l *redisLimiter) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
 	return l.run(ctx, backend.ClientClock(t.UnixMilli()), key, n)
 }
 
-func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string, n int64) (_ Decision, err error) {
+func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string, n int64) (_ store.Decision, err error) {
 	if l.obs != nil {
 		var end func(error)
 		ctx, end = l.obs.Start(ctx, "allow")
 		defer func() { end(err) }()
 	}
 	if err := checkCost(l.policy.Name, key, n, l.max); err != nil {
-		return Decision{}, err
+		return store.Decision{}, err
 	}
 	rk, err := l.space.Name(key, l.suffix)
 	if err != nil {
-		return Decision{}, callError(l.policy.Name, key, ErrInvalid, reason(err), err)
+		return store.Decision{}, callError(l.policy.Name, key, store.ErrInvalid, reason(err), err)
 	}
 	args := make([]string, 0, len(l.args)+3)
 	args = append(append(append(args, clock.Arg()), l.args...), strconv.FormatInt(n, 10))
@@ -137,9 +138,9 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 	}
 	if err != nil {
 		err = l.script.AsScriptError(err)
-		return Decision{}, callError(l.policy.Name, key, nil, err.Error(), err)
+		return store.Decision{}, callError(l.policy.Name, key, nil, err.Error(), err)
 	}
-	return Decision{
+	return store.Decision{
 		Policy:     l.policy.Name,
 		Allowed:    v[0] == 1,
 		Limit:      l.limit,
@@ -165,6 +166,6 @@ func nonce() string {
 	return base64.RawURLEncoding.EncodeToString(b[:]) + ":"
 }
 
-// Scripts returns the limiters' scripts, for tools and tests that check Lua
-// without a server.
-func Scripts() []*backend.Script { return []*backend.Script{logScript, fixedScript, gcraScript} }
+func init() {
+	hook.LimitScripts = func() []*backend.Script { return []*backend.Script{logScript, fixedScript, gcraScript} }
+}

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"github.com/windowstore/windowstore/store"
 	"sync"
 	"time"
 )
@@ -41,7 +42,7 @@ func newMemLog(policies []memPolicy, max int) *memLog {
 // allow decides n units of cost for key at now on every policy, and records
 // them in every policy if every one admits them. ok is false when the log is
 // full and key is new: nothing was decided.
-func (m *memLog) allow(now time.Time, key string, n int64) (d Decision, ok bool) {
+func (m *memLog) allow(now time.Time, key string, n int64) (d store.Decision, ok bool) {
 	t := now.UnixMilli()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -50,12 +51,12 @@ func (m *memLog) allow(now time.Time, key string, n int64) (d Decision, ok bool)
 		if len(m.keys) >= m.max {
 			m.sweep(t)
 			if len(m.keys) >= m.max {
-				return Decision{}, false
+				return store.Decision{}, false
 			}
 		}
 		logs = make([][]memEvent, len(m.policies))
 	}
-	ds := make([]Decision, len(m.policies))
+	ds := make([]store.Decision, len(m.policies))
 	admit := true
 	for i, p := range m.policies {
 		logs[i] = live(logs[i], t-p.window)
@@ -100,9 +101,9 @@ func later(a, b time.Duration) bool {
 }
 
 // decide is the policy's decision for n more units on its live events.
-func (p memPolicy) decide(evs []memEvent, t, n int64) Decision {
+func (p memPolicy) decide(evs []memEvent, t, n int64) store.Decision {
 	count := sum(evs)
-	d := Decision{Policy: p.name, Limit: p.limit, Remaining: max(0, p.limit-count), Allowed: true}
+	d := store.Decision{Policy: p.name, Limit: p.limit, Remaining: max(0, p.limit-count), Allowed: true}
 	if len(evs) > 0 {
 		d.ResetAfter = time.Duration(evs[len(evs)-1].at+p.window-t) * time.Millisecond
 	}

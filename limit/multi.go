@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"github.com/windowstore/windowstore/internal/hook"
 	"time"
 
 	"github.com/windowstore/windowstore/store"
@@ -23,10 +24,10 @@ type Multi struct {
 
 // Combine returns a Multi of sliding-window limiters (NewSlidingWindow) whose
 // stores share one client. Their names must differ. Other algorithms cannot be
-// combined atomically: Combine refuses them with ErrInvalid.
+// combined atomically: Combine refuses them with store.ErrInvalid.
 func Combine(limiters ...Limiter) (*Multi, error) {
 	if len(limiters) == 0 {
-		return nil, newError("combine", ErrInvalid, "no limiter")
+		return nil, newError("combine", store.ErrInvalid, "no limiter")
 	}
 	m := &Multi{}
 	names := map[string]bool{}
@@ -37,13 +38,13 @@ func Combine(limiters ...Limiter) (*Multi, error) {
 			if l != nil {
 				name = l.Policy().Name
 			}
-			return nil, newError(name, ErrInvalid, "only sliding-window limiters combine atomically")
+			return nil, newError(name, store.ErrInvalid, "only sliding-window limiters combine atomically")
 		}
 		if names[sw.policy.Name] {
-			return nil, newError(sw.policy.Name, ErrInvalid, "two policies of one name")
+			return nil, newError(sw.policy.Name, store.ErrInvalid, "two policies of one name")
 		}
-		if sw.st.Client() != m.first(sw).st.Client() {
-			return nil, newError(sw.policy.Name, ErrInvalid, "the policies' stores use different clients")
+		if !hook.SameClient(sw.st, m.first(sw).st) {
+			return nil, newError(sw.policy.Name, store.ErrInvalid, "the policies' stores use different clients")
 		}
 		names[sw.policy.Name] = true
 		m.parts = append(m.parts, sw)
@@ -56,15 +57,6 @@ func (m *Multi) first(sw *slidingWindow) *slidingWindow {
 		return sw
 	}
 	return m.parts[0]
-}
-
-// Policies returns every policy, in order.
-func (m *Multi) Policies() []Policy {
-	out := make([]Policy, len(m.parts))
-	for i, p := range m.parts {
-		out[i] = p.policy
-	}
-	return out
 }
 
 // Policy returns the policy with the smallest limit per unit of time, the one
@@ -80,44 +72,47 @@ func (m *Multi) Policy() Policy {
 }
 
 // Allow admits n units of cost for key in every policy, or in none, on the
-// server's clock. The Decision is the deciding policy's (see AllowAll), and
+// server's clock. The store.Decision is the deciding policy's (see AllowAll), and
 // lists every policy's own in Policies.
-func (m *Multi) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+func (m *Multi) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
 	return m.allow(ctx, nil, key, n)
 }
 
 // AllowAt is Allow at instant t on the client's clock.
-func (m *Multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
+func (m *Multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
 	return m.allow(ctx, &t, key, n)
 }
 
-func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (Decision, error) {
+func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (store.Decision, error) {
 	ps := make([]store.Policy, len(m.parts))
 	for i, p := range m.parts {
-		ps[i] = store.Policy{Store: p.st, Key: key, Limit: p.policy.Limit}
+		st := p.st
+		if at != nil {
+			st = st.At(*at)
+		}
+		ps[i] = store.Policy{Store: st, Key: key, Limit: p.policy.Limit}
 	}
-	var r store.Result
-	var err error
-	if at != nil {
-		r, err = store.AllowAllAt(ctx, *at, n, ps...)
-	} else {
-		r, err = store.AllowAll(ctx, n, ps...)
-	}
+	d, err := store.AllowAll(ctx, n, ps...)
 	if err != nil {
-		return Decision{}, err
+		return store.Decision{}, err
 	}
-	d := Decision{Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}
-	if len(r.Policies) == 0 { // one policy
+	if len(d.Policies) == 0 { // one policy
 		d.Policy = m.parts[0].policy.Name
-		d.Policies = []Decision{d}
+		d.Policies = []store.Decision{d}
 		return d, nil
 	}
-	decides := r.RefusedBy
-	d.Policies = make([]Decision, len(m.parts))
-	for i, p := range r.Policies {
-		d.Policies[i] = Decision{Allowed: p.RetryAfter == 0, Limit: p.Limit, Remaining: p.Remaining, RetryAfter: p.RetryAfter,
-			ResetAfter: p.ResetAfter, Policy: m.parts[i].policy.Name}
-		if r.RefusedBy < 0 && (decides < 0 || p.Remaining < r.Policies[decides].Remaining) {
+	// The deciding policy: the refusing one with the latest retry (-1, never,
+	// is the latest), or else the one with the least remaining; the first
+	// among equals.
+	decides := 0
+	later := func(a, b time.Duration) bool { return a < 0 && b >= 0 || b >= 0 && a > b }
+	for i := range d.Policies {
+		p, best := d.Policies[i], d.Policies[decides]
+		d.Policies[i].Policy = m.parts[i].policy.Name
+		switch {
+		case !d.Allowed && !p.Allowed && (best.Allowed || later(p.RetryAfter, best.RetryAfter)):
+			decides = i
+		case d.Allowed && p.Remaining < best.Remaining:
 			decides = i
 		}
 	}

@@ -2,6 +2,7 @@ package limit
 
 import (
 	"context"
+	"github.com/windowstore/windowstore/store"
 	"time"
 )
 
@@ -28,12 +29,12 @@ type shadow struct{ l Limiter }
 
 func (s shadow) Policy() Policy { return s.l.Policy() }
 
-func (s shadow) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+func (s shadow) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
 	d, err := s.l.Allow(ctx, key, n)
 	return watch(d), err
 }
 
-func (s shadow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
+func (s shadow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
 	d, err := s.l.AllowAt(ctx, t, key, n)
 	return watch(d), err
 }
@@ -41,7 +42,7 @@ func (s shadow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (
 // watch turns a refusal into a shadow decision: Allowed and WouldRefuse
 // true, every other field as it was (a Multi's Policies too). An admission
 // is returned as it is.
-func watch(d Decision) Decision {
+func watch(d store.Decision) store.Decision {
 	if !d.Allowed {
 		d.Allowed, d.WouldRefuse = true, true
 		for i := range d.Policies {

@@ -15,13 +15,13 @@ import (
 // never share one. It takes no options: the store has them.
 func NewSlidingWindow(st *store.Store, name string, limit int64, opts ...Option) (Limiter, error) {
 	if st == nil {
-		return nil, newError(name, ErrInvalid, "nil store")
+		return nil, newError(name, store.ErrInvalid, "nil store")
 	}
 	if err := check(name, limit, st.Window().Length); err != nil {
 		return nil, err
 	}
 	if len(opts) > 0 {
-		return nil, newError(name, ErrInvalid, "a sliding window takes its options from its store")
+		return nil, newError(name, store.ErrInvalid, "a sliding window takes its options from its store")
 	}
 	return &slidingWindow{st: st.Sub(name), policy: Policy{Name: name, Limit: limit, Window: st.Window().Length, Algorithm: "sliding-window"}}, nil
 }
@@ -33,20 +33,20 @@ type slidingWindow struct {
 
 func (l *slidingWindow) Policy() Policy { return l.policy }
 
-func (l *slidingWindow) Allow(ctx context.Context, key string, n int64) (Decision, error) {
+func (l *slidingWindow) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
 	r, err := l.st.Allow(ctx, key, l.policy.Limit, n)
 	return l.decision(key, r, err)
 }
 
-func (l *slidingWindow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (Decision, error) {
-	r, err := l.st.AllowAt(ctx, t, key, l.policy.Limit, n)
+func (l *slidingWindow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
+	r, err := l.st.At(t).Allow(ctx, key, l.policy.Limit, n)
 	return l.decision(key, r, err)
 }
 
-func (l *slidingWindow) decision(key string, r store.Result, err error) (Decision, error) {
+func (l *slidingWindow) decision(key string, r store.Decision, err error) (store.Decision, error) {
 	if err != nil {
-		return Decision{}, err
+		return store.Decision{}, err
 	}
-	return Decision{Allowed: r.Allowed, Limit: r.Limit, Remaining: r.Remaining, RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter,
-		Policy: l.policy.Name}, nil
+	r.Policy = l.policy.Name
+	return r, nil
 }

@@ -118,6 +118,7 @@ func init() {
 	hook.Functions = func(st any) bool { return st.(*Store).runner.Functions() }
 	hook.Codec = func(st any) *codec.Codec { return st.(*Store).codec }
 	hook.Backends = backendNames
+	hook.SameClient = func(a, b any) bool { return a.(*Store).client == b.(*Store).client }
 	hook.UnescapeKey = func(s string) (string, error) {
 		k, err := keyspace.Unescape(s)
 		if err != nil {

@@ -1,4 +1,4 @@
-// Package acldoc reads the ACL rules the README documents, so that the
+// Package acldoc reads the ACL rules docs/acl.md documents, so that the
 // packages' tests can check them against the commands their scripts call.
 package acldoc
 
@@ -11,7 +11,7 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 )
 
-// Rules reads the README's ACL block: the fenced block after the line that
+// Rules reads the ACL block of a Markdown file (docs/acl.md): the fenced block after the line that
 // starts with "**ACL.**". Each of its lines holds one or more "label: rules"
 // parts ("event ids:   +get +set          distinct counts: +pfadd ..."). It
 // returns the commands each label allows, upper case, without their "+".

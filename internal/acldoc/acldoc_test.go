@@ -26,10 +26,10 @@ func TestRules(t *testing.T) {
 	}
 }
 
-// TestREADME: the project's README has the block, with every label the
+// TestREADME: the project's docs/acl.md has the block, with every label the
 // packages' tests look for.
 func TestREADME(t *testing.T) {
-	got, err := Rules("../../README.md")
+	got, err := Rules("../../docs/acl.md")
 	if err != nil {
 		t.Fatal(err)
 	}

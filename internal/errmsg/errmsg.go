@@ -10,8 +10,19 @@ import (
 	"strings"
 )
 
+// kindText is a sentinel's message less its package's "name: " prefix: the
+// kinds are shared (store.ErrInvalid is every package's), and the message
+// names its package once.
+func kindText(kind error) string {
+	msg := kind.Error()
+	if p, rest, ok := strings.Cut(msg, ": "); ok && p != "" && strings.Trim(p, "abcdefghijklmnopqrstuvwxyz") == "" {
+		return rest
+	}
+	return msg
+}
+
 // Format returns pkg + ": " + subject, then the key quoted when hasKey, then
-// kind's message less its own "pkg: " prefix, then detail; kind may be nil
+// kind's message less its package's prefix, then detail; kind may be nil
 // and detail empty.
 func Format(pkg, subject, key string, hasKey bool, kind error, detail string) string {
 	var b strings.Builder
@@ -24,7 +35,7 @@ func Format(pkg, subject, key string, hasKey bool, kind error, detail string) st
 	}
 	if kind != nil {
 		b.WriteString(": ")
-		b.WriteString(strings.TrimPrefix(kind.Error(), pkg+": "))
+		b.WriteString(kindText(kind))
 	}
 	if detail != "" {
 		b.WriteString(": ")

@@ -16,7 +16,7 @@ func TestFormat(t *testing.T) {
 		{"add", "user:42", true, kind, "nothing was written", `store: add "user:42": counter overflow: nothing was written`},
 		{"new", "", false, kind, "", "store: new: counter overflow"},
 		{"sum", "", true, nil, "timeout", `store: sum "": timeout`},
-		{"inspect", "k", true, errors.New("other: kind"), "", `store: inspect "k": other: kind`},
+		{"inspect", "k", true, errors.New("other: kind"), "", `store: inspect "k": kind`},
 	} {
 		if got := Format("store", c.subject, c.key, c.hasKey, c.kind, c.detail); got != c.want {
 			t.Errorf("Format(%q, %q) = %q, want %q", c.subject, c.key, got, c.want)

@@ -5,7 +5,10 @@
 // store.Option).
 package hook
 
-import "github.com/windowstore/windowstore/internal/codec"
+import (
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/codec"
+)
 
 var (
 	// WithCalendar returns a store.Option that sets where years begin, so
@@ -26,4 +29,9 @@ var (
 	Backends func() []string
 	// UnescapeKey reverses the escaping of a counter key in its Redis key.
 	UnescapeKey func(s string) (string, error)
+	// SameClient reports whether two *store.Store use one client.
+	SameClient func(a, b any) bool
+	// LimitScripts returns package limit's scripts (set by package limit),
+	// for the Lua checks that need no server.
+	LimitScripts func() []*backend.Script
 )
