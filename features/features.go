@@ -40,10 +40,12 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -131,14 +133,13 @@ type Value struct {
 	// Counted reports whether this event counted in the feature (false for
 	// a duplicate, a refused limit, or a late event that left every window).
 	Counted bool
-	// Allowed, Remaining and RetryAfter are a Limit's: whether it admits the
-	// event, what it has left in its tightest window, and when it would admit
-	// it again. A duplicate answers the first recording's decision: Allowed
-	// false where this limit refused it then, with RetryAfter from now (0
-	// when a new event would be admitted now).
-	Allowed    bool
-	Remaining  int64
-	RetryAfter time.Duration
+	// Decision is a Limit's, nil for the other kinds: whether it admits the
+	// event (Allowed), what it has left in its tightest window (Remaining,
+	// Limit, Sum), and when it would admit it again (RetryAfter). A duplicate
+	// answers the first recording's decision: Allowed false where this limit
+	// refused it then, with RetryAfter from now (0 when a new event would be
+	// admitted now). Policy is the feature's name.
+	Decision *store.Decision `json:",omitempty"`
 }
 
 // Result is what Record or Read found.
@@ -169,36 +170,32 @@ func (r Result) Get(name string) (Value, bool) {
 	return Value{}, false
 }
 
-// ErrInvalid reports a feature set or an event that Record refuses.
-var ErrInvalid = errors.New("features: invalid argument")
-
-// Option configures New: the store options every feature's store gets, such as
-// store.WithPrefix (default "fx:"), store.WithBackend or store.WithClientClock.
-type Option = store.Option
-
-// Set is a declared set of features. It is safe for concurrent use; create
-// one with New.
+// Set is a declared set of features. Most callers need Record, once per
+// event; Read scores without counting, and At moves the clock (for replays
+// and tests). A Set is safe for concurrent use; its zero value is not usable:
+// create one with New.
 type Set struct {
 	feats  []feature
 	client rueidis.Client
+	at     *time.Time
 }
 
 type feature struct {
 	Feature
-	st *store.Store
+	st    *store.Store   // its counter's store: the Sub view of its name
+	tiers []*store.Store // per window: the Over view a Limit limits
 }
 
-// DefaultPrefix is the key prefix of a feature set unless a store.WithPrefix
-// option says otherwise.
-const DefaultPrefix = "fx:"
-
 // New declares a feature set on the client's server (one backend detection
-// per distinct set of windows).
-func New(ctx context.Context, client rueidis.Client, fs []Feature, opts ...Option) (*Set, error) {
+// per distinct set of windows). The options are those of every feature's
+// store, such as store.WithPrefix (the default here is "fx:"),
+// store.WithBackend or store.WithClientClock. Its errors wrap store.ErrInvalid
+// for a set that is not valid.
+func New(ctx context.Context, client rueidis.Client, fs []Feature, opts ...store.Option) (*Set, error) {
 	if len(fs) == 0 {
 		return nil, invalidf("no feature")
 	}
-	opts = append([]Option{store.WithPrefix(DefaultPrefix)}, opts...)
+	opts = append([]store.Option{store.WithPrefix("fx:")}, opts...)
 	s := &Set{client: client}
 	stores := map[string]*store.Store{}
 	names := map[string]bool{}
@@ -212,7 +209,7 @@ func New(ctx context.Context, client rueidis.Client, fs []Feature, opts ...Optio
 		names[f.Name] = true
 		var tags []string
 		for _, w := range f.Windows {
-			tags = append(tags, w.Tag())
+			tags = append(tags, w.String())
 		}
 		id := strings.Join(tags, "+")
 		st := stores[id]
@@ -224,13 +221,37 @@ func New(ctx context.Context, client rueidis.Client, fs []Feature, opts ...Optio
 			}
 			stores[id] = st
 		}
-		s.feats = append(s.feats, feature{Feature: f, st: st.Sub(f.Name)})
+		ft := feature{Feature: f, st: st.Sub(f.Name)}
+		for _, w := range f.Windows {
+			ft.tiers = append(ft.tiers, ft.st.Over(w.Length))
+		}
+		s.feats = append(s.feats, ft)
 	}
 	return s, nil
 }
 
 func invalidf(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+	return hook.NewError("features", "new", "", false, store.ErrInvalid, fmt.Sprintf(format, a...), nil)
+}
+
+// callError words a store error in the caller's terms: the event and the
+// entity whose batch failed.
+func callError(e Event, read bool, entity string, err error) error {
+	subject := "record"
+	switch {
+	case read:
+		subject = "read"
+	case e.ID != "":
+		subject = "record event " + strconv.Quote(e.ID)
+	}
+	if entity != "" {
+		subject += ": entity " + entity
+	}
+	var se *store.Error
+	if errors.As(err, &se) {
+		return hook.NewError("features", subject, "", false, se.Kind, se.Detail, err)
+	}
+	return hook.NewError("features", subject, "", false, nil, err.Error(), err)
 }
 
 func check(f Feature) error {
@@ -266,24 +287,22 @@ func (s *Set) Features() []Feature {
 // Record counts the event in every feature whose entities it has, decides
 // its limits, and returns every value, in one round trip per node.
 func (s *Set) Record(ctx context.Context, e Event) (Result, error) {
-	return s.run(ctx, nil, e, false)
-}
-
-// RecordAt is Record at instant now on the client's clock.
-func (s *Set) RecordAt(ctx context.Context, now time.Time, e Event) (Result, error) {
-	return s.run(ctx, &now, e, false)
+	return s.run(ctx, s.at, e, false)
 }
 
 // Read returns the values Record would return for an event with these
 // entities, without counting anything: for scoring. Limits report their sums
 // and what they have left.
 func (s *Set) Read(ctx context.Context, entities map[string]string) (Result, error) {
-	return s.run(ctx, nil, Event{Entities: entities}, true)
+	return s.run(ctx, s.at, Event{Entities: entities}, true)
 }
 
-// ReadAt is Read at instant now on the client's clock.
-func (s *Set) ReadAt(ctx context.Context, now time.Time, entities map[string]string) (Result, error) {
-	return s.run(ctx, &now, Event{Entities: entities}, true)
+// At returns a view of the set whose Record and Read happen at instant t on
+// the client's clock (see store.Store.At).
+func (s *Set) At(t time.Time) *Set {
+	v := *s
+	v.at = &t
+	return &v
 }
 
 // part is one feature's ops within an entity's batch.
@@ -306,6 +325,13 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 	sort.Strings(entities)
 	batches := make([]store.Batch, 0, len(entities))
 	var parts []part
+	view := func(st *store.Store) *store.Store {
+		if at != nil {
+			return st.At(*at)
+		}
+		return st
+	}
+	var batchEntity []string
 	for _, ent := range entities {
 		bi := len(batches)
 		key := ent + ":" + e.Entities[ent]
@@ -320,7 +346,7 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 			p := part{feat: fi, entity: key, first: len(b.Ops), batchAt: bi}
 			switch f.Kind {
 			case Count, Sum:
-				op := store.Op{Store: f.st, Key: key, Kind: store.Count, Delta: 1}
+				op := store.Op{Store: view(f.st), Key: key, Kind: store.Count, Delta: 1}
 				if f.Kind == Sum {
 					op.Delta = e.Amount
 				}
@@ -333,7 +359,7 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 				if of == "" && !read {
 					continue
 				}
-				op := store.Op{Store: f.st, Key: key, Kind: store.Distinct}
+				op := store.Op{Store: view(f.st), Key: key, Kind: store.Distinct}
 				if !read {
 					op.Members = []string{of}
 				}
@@ -350,7 +376,7 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 					if read {
 						cost = 0
 					}
-					b.Ops = append(b.Ops, store.Op{Store: f.st, Key: key, Kind: store.Limit, Tier: ti, Limit: lim, Delta: cost})
+					b.Ops = append(b.Ops, store.Op{Store: view(f.tiers[ti]), Key: key, Kind: store.Limit, Limit: lim, Delta: cost})
 				}
 			}
 			p.nops = len(b.Ops) - p.first
@@ -360,28 +386,23 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 		}
 		if len(b.Ops) > 0 {
 			batches = append(batches, b)
+			batchEntity = append(batchEntity, key)
 		}
 	}
 	if len(batches) == 0 {
 		return Result{}, invalidf("the event has none of the entities the set's features need")
 	}
-	var res []store.BatchResult
-	var err error
-	if at != nil {
-		res, err = store.ApplyAt(ctx, *at, batches...)
-	} else {
-		res, err = store.Apply(ctx, batches...)
-	}
+	res, err := store.Apply(ctx, batches...)
 	if err != nil {
 		var m *store.ManyError
-		if errors.As(err, &m) {
-			for _, e := range m.Errs {
-				if e != nil {
-					return Result{}, e
+		if errors.As(err, &m) && len(m.Errs) == len(batches) {
+			for i, be := range m.Errs {
+				if be != nil {
+					return Result{}, callError(e, read, batchEntity[i], be)
 				}
 			}
 		}
-		return Result{}, err
+		return Result{}, callError(e, read, "", err)
 	}
 	out := Result{Allowed: true, Duplicate: e.ID != ""}
 	for _, br := range res {
@@ -402,7 +423,8 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 		v := Value{Feature: f.Name, Entity: p.entity, Kind: f.Kind}
 		switch f.Kind {
 		case Limit:
-			v.Allowed, v.Counted = true, br.Allowed && !br.Duplicate && !read
+			d := &store.Decision{Allowed: true, Duplicate: br.Duplicate, Policy: f.Name}
+			v.Decision, v.Counted = d, br.Allowed && !br.Duplicate && !read
 			v.Sums = make([]int64, len(f.Windows))
 			j := 0
 			for ti, lim := range f.Limits {
@@ -413,16 +435,17 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 				j++
 				v.Sums[ti] = o.Sum
 				if o.Refused {
-					v.Allowed = false
-					if o.RetryAfter < 0 || v.RetryAfter >= 0 && o.RetryAfter > v.RetryAfter {
-						v.RetryAfter = o.RetryAfter
+					d.Allowed = false
+					if o.RetryAfter < 0 || d.RetryAfter >= 0 && o.RetryAfter > d.RetryAfter {
+						d.RetryAfter = o.RetryAfter
 					}
 				}
-				if j == 1 || o.Remaining < v.Remaining {
-					v.Remaining, v.Sum = o.Remaining, o.Sum
+				if j == 1 || o.Remaining < d.Remaining {
+					d.Remaining, d.Sum, d.Limit, d.ResetAfter = o.Remaining, o.Sum, o.Limit, o.ResetAfter
+					v.Sum = o.Sum
 				}
 			}
-			if !v.Allowed && !read {
+			if !d.Allowed && !read {
 				out.RefusedBy = append(out.RefusedBy, f.Name)
 			}
 		default:

@@ -42,8 +42,10 @@
 package httplimit
 
 import (
-	"errors"
 	"fmt"
+	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/keyspace"
+	"github.com/windowstore/windowstore/store"
 	"math"
 	"net/http"
 	"strconv"
@@ -92,7 +94,7 @@ type Option func(*options)
 
 type options struct {
 	onError  func(r *http.Request, rule string, err error)
-	onShadow func(r *http.Request, rule string, d limit.Decision)
+	onShadow func(r *http.Request, rule string, d store.Decision)
 	legacy   bool
 	local    *LocalTier
 	metrics  Recorder
@@ -108,7 +110,7 @@ func WithOnError(fn func(r *http.Request, rule string, err error)) Option {
 // name and the decision (WouldRefuse true): those of a shadow rule
 // (Rule.Shadow), and those of a shadow limiter (limit.Shadow) in any rule.
 // fn runs on the request's goroutine, before the request goes on.
-func WithOnShadowRefusal(fn func(r *http.Request, rule string, d limit.Decision)) Option {
+func WithOnShadowRefusal(fn func(r *http.Request, rule string, d store.Decision)) Option {
 	return func(o *options) { o.onShadow = fn }
 }
 
@@ -157,9 +159,6 @@ const (
 	DegradedRefused Outcome = "degraded_refused"
 )
 
-// ErrInvalid reports a rule the middleware refuses.
-var ErrInvalid = errors.New("httplimit: invalid rule")
-
 // New returns the middleware for rules, or an error for a rule without a
 // valid name, key function or limiter.
 func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) {
@@ -169,16 +168,16 @@ func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) 
 	}
 	for i, r := range rules {
 		switch {
-		case !limit.ValidName(r.Name):
-			return nil, fmt.Errorf("%w: rule %d: name %q is not a token", ErrInvalid, i, r.Name)
+		case !keyspace.Token(r.Name):
+			return nil, invalidRule(strconv.Itoa(i), fmt.Sprintf("name %q is not a token (a letter or *, then letters, digits or :/!#$%%&'*+-.^_`|~)", r.Name))
 		case r.Key == nil:
-			return nil, fmt.Errorf("%w: rule %s: no key function", ErrInvalid, r.Name)
+			return nil, invalidRule(r.Name, "no key function")
 		case len(r.Limiters) == 0:
-			return nil, fmt.Errorf("%w: rule %s: no limiter", ErrInvalid, r.Name)
+			return nil, invalidRule(r.Name, "no limiter")
 		}
 		for _, l := range r.Limiters {
 			if l == nil {
-				return nil, fmt.Errorf("%w: rule %s: nil limiter", ErrInvalid, r.Name)
+				return nil, invalidRule(r.Name, "nil limiter")
 			}
 		}
 	}
@@ -231,7 +230,7 @@ func compile(r Rule) compiled {
 }
 
 // policy is the policy a decision names (a Multi's deciding one).
-func (c *compiled) policy(l limit.Limiter, d limit.Decision) limit.Policy {
+func (c *compiled) policy(l limit.Limiter, d store.Decision) limit.Policy {
 	if p, ok := c.policies[d.Policy]; ok {
 		return p
 	}
@@ -285,7 +284,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request) b
 		}
 	}
 
-	var best limit.Decision
+	var best store.Decision
 	var bestPolicy limit.Policy
 	chosen, shadowed, degraded := false, false, false
 	for _, l := range rule.run {
@@ -417,10 +416,13 @@ func policyField(ls []limit.Limiter) string {
 // policiesOf returns every policy of a limiter that has several (a
 // limit.Multi, or a limit.Degraded of one), or its one.
 func policiesOf(l limit.Limiter) []limit.Policy {
-	if m, ok := l.(interface{ Policies() []limit.Policy }); ok {
-		return m.Policies()
-	}
-	return []limit.Policy{l.Policy()}
+	return hook.LimitPolicies(l).([]limit.Policy)
+}
+
+// invalidRule is New's error for a rule it refuses: rule is its name (its
+// index when the name is the trouble).
+func invalidRule(rule, detail string) error {
+	return hook.NewError("httplimit", "rule "+rule, "", false, store.ErrInvalid, detail, nil)
 }
 
 func setFields(o *options, h http.Header, p limit.Policy, remaining int64, reset time.Duration) {

@@ -115,6 +115,3 @@ func PathValue(name string) KeyFunc {
 		return "p:" + v, nil
 	}
 }
-
-// Func keys requests with any function of the request.
-func Func(f func(r *http.Request) (string, error)) KeyFunc { return f }

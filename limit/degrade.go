@@ -3,6 +3,7 @@ package limit
 import (
 	"context"
 	"errors"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"io"
 	"net"
@@ -171,10 +172,17 @@ func Degrade(l Limiter, opts ...DegradeOption) (*Degraded, error) {
 
 // policiesOf returns a Multi's policies, or l's one.
 func policiesOf(l Limiter) []Policy {
-	if m, ok := l.(interface{ Policies() []Policy }); ok {
-		return m.Policies()
+	if m, ok := l.(interface{ policies() []Policy }); ok {
+		return m.policies()
 	}
 	return []Policy{l.Policy()}
+}
+
+// policies returns the wrapped limiter's policies: several for a Multi.
+func (d *Degraded) policies() []Policy { return append([]Policy(nil), d.parts...) }
+
+func init() {
+	hook.LimitPolicies = func(l any) any { return policiesOf(l.(Limiter)) }
 }
 
 // Policy returns the wrapped limiter's policy.
@@ -279,7 +287,7 @@ func (d *Degraded) Health() error {
 	if last != nil {
 		detail += "; the last: " + last.Error()
 	}
-	return &Error{Policy: d.policy.Name, Kind: ErrUnavailable, Detail: detail, Err: last}
+	return hook.NewError("limit", d.policy.Name, "", false, ErrUnavailable, detail, last)
 }
 
 // breaker is the circuit breaker's state machine.

@@ -397,7 +397,7 @@ type multiStub struct {
 	ps []Policy
 }
 
-func (m *multiStub) Policies() []Policy { return m.ps }
+func (m *multiStub) policies() []Policy { return m.ps }
 
 // TestDegradeShareRoundsDown: a degraded instance's share is limit / N
 // rounded down, for limits that N does not divide (10 / 3 is 3, not 4; 3 / 4

@@ -54,7 +54,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/windowstore/windowstore/internal/errmsg"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 )
@@ -108,29 +108,6 @@ func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 // tells its own.
 func WithObserver(o store.Observer) Option { return func(opts *options) { opts.observer = o } }
 
-// Error is the error of a limiter call. Its message names the package once,
-// the policy and the key, and what went wrong:
-//
-//	limit: perminute "": invalid argument: empty key
-//
-// errors.Is sees the kind (store.ErrInvalid) and the cause.
-type Error struct {
-	Policy string // the policy's name
-	Key    string // the key, as given
-	Kind   error  // store.ErrInvalid, or nil
-	Detail string // what went wrong
-	Err    error  // the cause, or nil
-
-	call bool // a call's error (it has a key), not a constructor's
-}
-
-func (e *Error) Error() string {
-	return errmsg.Format("limit", e.Policy, e.Key, e.call, e.Kind, e.Detail)
-}
-
-// Unwrap returns the kind and the cause.
-func (e *Error) Unwrap() []error { return errmsg.Unwrap(e.Kind, e.Err) }
-
 // maxExact (2^53) bounds limits and costs: the scripts compare in doubles.
 const maxExact = 1 << 53
 
@@ -157,12 +134,12 @@ func checkName(name string) error {
 
 // newError is an error of a constructor: it has a policy but no key.
 func newError(policy string, kind error, detail string) error {
-	return &Error{Policy: policy, Kind: kind, Detail: detail}
+	return hook.NewError("limit", policy, "", false, kind, detail, nil)
 }
 
 // callError is an error of a call for key.
 func callError(policy, key string, kind error, detail string, cause error) error {
-	return &Error{Policy: policy, Key: key, Kind: kind, Detail: detail, Err: cause, call: true}
+	return hook.NewError("limit", policy, key, true, kind, detail, cause)
 }
 
 func checkCost(policy, key string, n, max int64) error {

@@ -59,6 +59,15 @@ func (m *Multi) first(sw *slidingWindow) *slidingWindow {
 	return m.parts[0]
 }
 
+// policies returns every policy, in order.
+func (m *Multi) policies() []Policy {
+	out := make([]Policy, len(m.parts))
+	for i, p := range m.parts {
+		out[i] = p.policy
+	}
+	return out
+}
+
 // Policy returns the policy with the smallest limit per unit of time, the one
 // most likely to refuse.
 func (m *Multi) Policy() Policy {

@@ -9,10 +9,10 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 )
 
-// TestACLRules: the README's ACL rule for each mode allows every command its
+// TestACLRules: docs/acl.md's ACL rule for each mode allows every command its
 // scripts call, with event ids and distinct counts, and nothing they do not.
 func TestACLRules(t *testing.T) {
-	rules, err := acldoc.Rules("../README.md")
+	rules, err := acldoc.Rules("../docs/acl.md")
 	if err != nil {
 		t.Fatal(err)
 	}

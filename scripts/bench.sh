@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Measures the README's benchmark table and records it: starts a Redis 7.0
-# server in a container pinned to a core of its own, runs `windowctl bench`
-# on the other core(s), records the medians in tests/figures.json and renders
-# the README (go run ./tests/cmd/figures).
+# server in a container pinned to a core of its own, runs the bench
+# (tests/cmd/bench) on the other core(s), records the medians in
+# tests/figures.json and renders the README (go run ./tests/cmd/figures).
 #
 #   ./scripts/bench.sh            3 runs of every operation at 10 buckets, then
 #                                 add and the naive script at 10 and 1,440
@@ -37,18 +37,18 @@ docker run -d --rm --name "$name" --label windowstore.test=true --network host "
 trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT
 version=$(docker exec "$name" redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')
 
-bin=$(mktemp -d)/windowctl
-(cd cmd/windowctl && go build -o "$bin" .)
-for _ in $(seq 50); do "$bin" --addr "127.0.0.1:$port" detect >/dev/null 2>&1 && break; sleep 0.1; done
+bin=$(mktemp -d)/bench
+(cd tests && go build -o "$bin" ./cmd/bench)
+for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
 out=$(mktemp)
 echo "bench: every operation at 10 buckets, $runs runs of $duration" >&2
-"${client_pin[@]}" "$bin" --addr "127.0.0.1:$port" --json bench --keys 10000 --buckets 10 --runs "$runs" --duration "$duration" | tee -a "$out" >&2
+"${client_pin[@]}" "$bin" --addr "127.0.0.1:$port" --json --keys 10000 --buckets 10 --runs "$runs" --duration "$duration" | tee -a "$out" >&2
 echo "bench: add and the naive script at 10 and 1,440 buckets" >&2
-"${client_pin[@]}" "$bin" --addr "127.0.0.1:$port" --json bench --keys 1000 --buckets 10,1440 --ops add,naive --runs "$runs" --duration "$duration" |
+"${client_pin[@]}" "$bin" --addr "127.0.0.1:$port" --json --keys 1000 --buckets 10,1440 --ops add,naive --runs "$runs" --duration "$duration" |
   grep '"buckets":1440' | tee -a "$out" >&2
 
-how="Redis $version in a container pinned to a core of its own (docker --cpuset-cpus), windowctl bench on the other core, \
+how="Redis $version in a container pinned to a core of its own (docker --cpuset-cpus), tests/cmd/bench on the other core, \
 $(date -u +%Y-%m-%d), $cpus cores; 10,000 keys with full windows at 10 buckets (1,000 at 1,440), $duration per run, \
 medians of $runs runs and their range; ratios are of medians measured in the same invocation, and the 1,440-bucket rows \
 compare with the naive script at 1,440 buckets. Reproduce: \`./scripts/bench.sh\`."

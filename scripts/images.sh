@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the local server images the integration tests use, from Debian packages,
-# because this machine reaches no container registry. See README.md ("Images").
+# because this machine reaches no container registry. See docs/testing.md ("Tests").
 #
 # Each image is tagged with a recipe version; an image that already exists is kept,
 # so a second run costs a few milliseconds. Bump RECIPE when this file changes.

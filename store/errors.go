@@ -29,7 +29,7 @@ var (
 	// policy: it refuses writes. Nothing is written.
 	ErrOutOfMemory = errors.New("store: server out of memory (maxmemory)")
 	// ErrNoPermission reports an ACL that denies a command or a key the store
-	// needs (see the README for each backend's rules). Nothing is written.
+	// needs (see docs/acl.md for each backend's rules). Nothing is written.
 	ErrNoPermission = errors.New("store: the server's ACL denies this")
 	// ErrClock reports a server clock more than a year away from the client's.
 	ErrClock = errors.New("store: server and client clocks disagree by more than a year")
@@ -41,24 +41,37 @@ var (
 	ErrFuture = errors.New("store: event time too far ahead of the clock")
 )
 
-// Error is the error of a store operation. Its message names the package
-// once, the operation and the key, the kind of error, and what went wrong:
+// Error is the one error type of windowstore: the store's, and that of
+// packages limit, features and httplimit. Its message names its package once,
+// what was asked (an operation, a limiter's policy, a feature set's event, a
+// middleware rule) and the key, the kind of error, and what went wrong, in the
+// caller's words:
 //
 //	store: add "user:42": counter overflow: the window sum would leave the int64 range; nothing was written
+//	limit: perminute "ip:1.2.3.4": invalid argument: cost 1001 is not within [0, 1000]
+//	features: record event "evt-9": entity card:c1: wrong type: ...
+//	httplimit: rule api: invalid argument: no key function
 //
-// errors.Is sees the kind (ErrOverflow) and the cause; errors.As finds the
-// cause's type, such as a *backend.ScriptError, whose fields tell where in the
-// Lua an error was raised (its message never shows that).
+// errors.Is sees the kind (one of this package's Err... sentinels, or
+// limit.ErrUnavailable) and the cause; errors.As finds the cause's type, such
+// as a *rueidis.RedisError.
 type Error struct {
-	Op     string // the operation: "add", "sum", "allow", "inspect", "new"...
-	Key    string // the counter key, when the operation has one
-	Kind   error  // a sentinel of this package, or nil
+	Op     string // what was asked: "add", "sum", "allow", a policy's name, "record event ..."
+	Key    string // the counter key, when there is one
+	Kind   error  // a sentinel (ErrInvalid, ErrOverflow...), or nil
 	Detail string // what went wrong, beyond the kind; may be empty
 	Err    error  // the cause, or nil
+
+	pkg   string // the package that reports it; "" is "store"
+	keyed bool   // the key is shown even when empty
 }
 
 func (e *Error) Error() string {
-	return errmsg.Format("store", e.Op, e.Key, e.Key != "", e.Kind, e.Detail)
+	pkg := e.pkg
+	if pkg == "" {
+		pkg = "store"
+	}
+	return errmsg.Format(pkg, e.Op, e.Key, e.Key != "" || e.keyed, e.Kind, e.Detail)
 }
 
 // Unwrap returns the kind and the cause.

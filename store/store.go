@@ -96,7 +96,7 @@ type tier struct {
 
 func newTier(w Window) tier {
 	b, l := w.Bucket.Milliseconds(), w.Length.Milliseconds()
-	return tier{win: w, tag: w.Tag(), shape: backend.Shape(b, l), bucketMs: b, winMs: l}
+	return tier{win: w, tag: w.tag(), shape: backend.Shape(b, l), bucketMs: b, winMs: l}
 }
 
 // New returns a Store for counters of window w, kept through the caller's

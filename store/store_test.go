@@ -53,8 +53,8 @@ func TestWindowTag(t *testing.T) {
 		{Window{36 * time.Hour, 90 * time.Minute}, "36h/90m"},
 		{Window{1500 * time.Millisecond, 1500 * time.Millisecond}, "1500ms/1500ms"},
 	} {
-		if got := tt.w.Tag(); got != tt.want {
-			t.Errorf("%v.Tag() = %q, want %q", tt.w, got, tt.want)
+		if got := tt.w.tag(); got != tt.want {
+			t.Errorf("%v.tag() = %q, want %q", tt.w, got, tt.want)
 		}
 	}
 }

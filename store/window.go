@@ -51,21 +51,13 @@ func (w Window) Validate() error {
 	return nil
 }
 
-// Buckets returns the number of buckets in the window: Length / Bucket.
-func (w Window) Buckets() int {
-	if w.Bucket <= 0 {
-		return 0
-	}
-	return int(w.Length / w.Bucket)
-}
-
 // String returns "10m0s/1m0s" (length/bucket).
 func (w Window) String() string { return w.Length.String() + "/" + w.Bucket.String() }
 
-// Tag returns the window's shape as its counters' Redis keys carry it: the
+// tag returns the window's shape as its counters' Redis keys carry it: the
 // length and the bucket in their largest whole unit, "10m/1m", "1d/1h",
 // "1500ms/500ms".
-func (w Window) Tag() string { return compact(w.Length) + "/" + compact(w.Bucket) }
+func (w Window) tag() string { return compact(w.Length) + "/" + compact(w.Bucket) }
 
 // compact writes d in its largest whole unit among d, h, m, s and ms.
 func compact(d time.Duration) string {

@@ -32,8 +32,8 @@
 // fail with WRONGTYPE on the other, and the store reports store.ErrWrongType.
 //
 // Users of the open-source module: build it with -DSORT_MODE=ON. Its default
-// "scan" active-expire mode crashed Redis 7.0 under window workloads (see the
-// README).
+// "scan" active-expire mode crashed Redis 7.0 under window workloads (see
+// docs/backends.md).
 package tairhash
 
 import (

@@ -9,10 +9,10 @@ import (
 	"github.com/windowstore/windowstore/internal/acldoc"
 )
 
-// TestACLRules: the README's TairHash rule allows every command the scripts
+// TestACLRules: docs/acl.md's TairHash rule allows every command the scripts
 // call, with event ids and distinct counts, and nothing they do not.
 func TestACLRules(t *testing.T) {
-	rules, err := acldoc.Rules("../README.md")
+	rules, err := acldoc.Rules("../docs/acl.md")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,10 +14,10 @@ import (
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
-// ACL rules: the least each backend needs, read from the README, which
+// ACL rules: the least each backend needs, read from docs/acl.md, which
 // documents them (package acldoc).
 var aclRules = func() map[string][]string {
-	r, err := acldoc.Rules("../README.md")
+	r, err := acldoc.Rules("../docs/acl.md")
 	if err != nil {
 		panic(err)
 	}
@@ -59,7 +59,7 @@ func TestACLMinimal(t *testing.T) {
 		labels := map[string]string{"nativehash-plain": "plain hash", "nativehash-fieldttl": "field TTL", "tairhash": "TairHash"}
 		key := tg.wantBackend
 		rule := aclRule(labels[key])
-		require.NotEmpty(t, rule, "no ACL rule for %s in the README", key)
+		require.NotEmpty(t, rule, "no ACL rule for %s in docs/acl.md", key)
 		srv := harness.Shared(t, tg.kind)
 		admin := srv.Client(t)
 		ctx := ctxT(t)
@@ -112,7 +112,7 @@ func TestACLMinimal(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n)
 		// Event ids, several windows at once (a group, with a write that
-		// answers no sum) and distinct counts: with the rules the README adds
+		// answers no sum) and distinct counts: with the rules docs/acl.md adds
 		// for them.
 		setUser(rule + " " + aclRule("event ids") + " " + aclRule("distinct counts"))
 		tiers, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix("acl:"),
@@ -157,7 +157,7 @@ func TestACLMinimal(t *testing.T) {
 }
 
 // TestACLLimiters runs the log, fixed-window and GCRA limiters as users restricted
-// to the rules the README gives for them.
+// to the rules docs/acl.md gives for them.
 func TestACLLimiters(t *testing.T) {
 	t.Parallel()
 	srv := harness.Shared(t, harness.Redis70)

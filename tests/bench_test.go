@@ -119,7 +119,7 @@ func BenchmarkStore(b *testing.B) {
 
 // BenchmarkBaseline measures, on the same server, the floor of server work
 // (raw HINCRBY and HGETALL, auto-pipelined) and the textbook naive
-// window script: the references for the ratios in the README.
+// window script: the references for the ratios in docs/benchmarks.md.
 func BenchmarkBaseline(b *testing.B) {
 	for _, buckets := range []int{10, 60} {
 		benchStore(b, buckets) // same data shape as BenchmarkStore

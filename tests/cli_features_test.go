@@ -112,7 +112,7 @@ func TestWindowctlFeatures(t *testing.T) {
 	})
 }
 
-// TestREADMEServerErrors runs the rows of README.md's bad-input table that a
+// TestREADMEServerErrors runs the rows of docs/windowctl.md's bad-input table that a
 // server refuses (exit 1) with the built windowctl on a real server, and
 // checks each message word for word; every such row must be covered here.
 func TestREADMEServerErrors(t *testing.T) {
@@ -120,7 +120,7 @@ func TestREADMEServerErrors(t *testing.T) {
 	c := srv.Client(t)
 	ctx := ctxT(t)
 	prefix := harness.Prefix(t)
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "docs", "windowctl.md"))
 	require.NoError(t, err)
 	var want []string
 	row := regexp.MustCompile("(?m)^\\| [^`|][^|]* \\| `([^`]*)`[^|]* \\| 1 \\|$")
@@ -147,5 +147,5 @@ func TestREADMEServerErrors(t *testing.T) {
 	}
 	slices.Sort(want)
 	slices.Sort(got)
-	require.Equal(t, want, got, "README.md's server rows and this test disagree")
+	require.Equal(t, want, got, "docs/windowctl.md's server rows and this test disagree")
 }

@@ -19,7 +19,7 @@ import (
 
 // TestCluster runs the store on a real 3-master, 3-replica Redis Cluster:
 // counters across many slots, a batch read spanning every node, every
-// operation the README names on keys of every master (see clusterOps), a slot
+// operation the docs name on keys of every master (see clusterOps), a slot
 // moved under load (MOVED and ASK), and a master killed.
 func TestCluster(t *testing.T) {
 	t.Parallel()
@@ -382,7 +382,7 @@ func holds(t *testing.T, n *harness.Server, rk string) bool {
 	return true
 }
 
-// clusterOps runs every operation the README names on keys spread over the
+// clusterOps runs every operation the docs name on keys spread over the
 // three masters, each checked against an exact model computed here: Allow,
 // AllowAll (a minute and an hour policy on one key), AddEvent and AllowEvent
 // with ids (a resend answers Duplicate and counts nothing; a refused

@@ -417,7 +417,7 @@ func TestLateEventTiers(t *testing.T) {
 // TestDistinct counts distinct members per window on every backend: across
 // buckets, over a lookback, after buckets leave, and in one round trip for
 // many keys. HyperLogLog is exact enough at small counts to compare with a
-// set; the README's error figures come from TestDistinctError.
+// set; docs/counters.md's error figures come from TestDistinctError.
 func TestDistinct(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		w := store.Window{Length: time.Minute, Bucket: 10 * time.Second}

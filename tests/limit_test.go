@@ -189,7 +189,7 @@ func TestLimiterRefusalsCostNothing(t *testing.T) {
 // TestLimiterMemory measures memory per key: the log at 100, 1,000 and 10,000
 // admitted events, the sliding window, the fixed window and the GCRA (a rate
 // of that many per hour, with a burst as large) at the same rates.
-// It logs the figures the README's trade-off table quotes, and asserts the
+// It logs the figures docs/ratelimiting.md's trade-off table quotes, and asserts the
 // memory target (memory is exact, not timed): at 1,000 events a sliding-window
 // counter takes at least 100 times less than the log.
 func TestLimiterMemory(t *testing.T) {

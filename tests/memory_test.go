@@ -52,7 +52,7 @@ func TestFieldEncodingMemory(t *testing.T) {
 // server's used_memory grows (less the growth of its clients' buffers, which
 // pipelined writes leave behind: mem_clients_normal) over 10,000 full counters (1,000 at 600 buckets;
 // MEMORY USAGE under-reports TairHash), at 10, 60 and 600 buckets, on a fresh
-// server. It logs the figures the README's backend table quotes; it asserts
+// server. It logs the figures docs/backends.md's memory table quotes; it asserts
 // only the plain hash's 12-bytes-per-bucket bound.
 //
 // The counters are filled with the store's own writes (AddNoSumAt), oldest

@@ -10,15 +10,19 @@ import (
 	"github.com/windowstore/windowstore/tests/figures/render"
 )
 
-// TestREADMEFigures: README.md's figure tables are exactly what
-// tests/figures.json renders (go run ./tests/cmd/figures), so no figure is
-// copied by hand.
+// TestREADMEFigures: the figure tables of README.md and docs/*.md are
+// exactly what tests/figures.json renders (go run ./tests/cmd/figures), so
+// no figure is copied by hand.
 func TestREADMEFigures(t *testing.T) {
 	f, err := figures.Load(figures.Path())
 	require.NoError(t, err)
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
 	require.NoError(t, err)
-	out, err := render.README(string(readme), f)
-	require.NoError(t, err)
-	require.Equal(t, string(readme), out, "README.md's figure tables differ from tests/figures.json: run go run ./tests/cmd/figures")
+	for _, doc := range append([]string{filepath.Join("..", "README.md")}, docs...) {
+		readme, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		out, err := render.README(string(readme), f)
+		require.NoError(t, err, doc)
+		require.Equal(t, string(readme), out, "%s's figure tables differ from tests/figures.json: run go run ./tests/cmd/figures", doc)
+	}
 }

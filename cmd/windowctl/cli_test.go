@@ -81,7 +81,6 @@ func TestCommandHelp(t *testing.T) {
 	// Each command's own flags and JSON shape are in its help.
 	for name, want := range map[string][]string{
 		"allow": {"--limit N", "exits with status 3", `"retry_after_ms":N`},
-		"bench": {"--keys N", "--buckets LIST", "--duration DURATION", "--ops LIST", "--batch-ops N", `"ops_per_sec"`},
 		"sum":   {`{"key":K,"error":"key holds a value that is not a counter"}`, "KEY<TAB>error: MESSAGE"},
 		"demo":  {`"time_s":N`, `"decision"`, "stderr"},
 		"add":   {`{"key":K,"sum":N}`},
@@ -159,10 +158,6 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"version", "x"}, "version takes no arguments"},
 		{[]string{"help", "frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"help", "add", "sum"}, "usage: help [COMMAND]"},
-		{[]string{"bench", "x"}, "bench takes no arguments"},
-		{[]string{"bench", "--keys", "5"}, "bench: --keys 5: want 100 to 1,000,000"},
-		{[]string{"bench", "--ops", "add,frob"}, `bench: unknown op "frob"`},
-		{[]string{"--window", "0s", "bench"}, "--window 0s: must be positive"},
 		{[]string{"--backend", "memcached", "add", "k"}, `--backend "memcached": want auto, tairhash, nativehash, nativehash-fieldttl, nativehash-plain`},
 		{[]string{"--addr", "http://x", "add", "k"}, `--addr "http://x": not a redis://, rediss:// or unix:// URL; want host:port or redis://host:port`},
 		{[]string{"--tls-ca", "ca.pem", "add", "k"}, "need a rediss:// address"},

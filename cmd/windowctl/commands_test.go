@@ -190,26 +190,3 @@ func TestDemoJSON(t *testing.T) {
 		t.Errorf("text: exit %d, stderr %q, stdout:\n%s", code, errs, out)
 	}
 }
-
-// TestBenchJSON: bench --json prints one object per operation and window, and
-// nothing else.
-func TestBenchJSON(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a short benchmark")
-	}
-	_, ctl := embedded(t)
-	out, errs, code := ctl("bench", "--json", "--keys", "100", "--goroutines", "2", "--duration", "100ms", "--buckets", "2", "--ops", "add,rawhincrby")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	rows := lines(out)
-	if len(rows) != 2 {
-		t.Fatalf("stdout:\n%s", out)
-	}
-	for i, op := range []string{"add", "rawhincrby"} {
-		m := jsonObject(t, rows[i])
-		if m["op"] != op || m["buckets"] != 2.0 || m["backend"] != "nativehash-plain" || m["ops_per_sec"].(float64) <= 0 {
-			t.Errorf("row %d: %v", i, m)
-		}
-	}
-}

@@ -3,10 +3,11 @@
 //
 //	windowctl [flags] COMMAND [args]
 //
-// Its commands are detect, add, sum, allow, inspect, demo, bench, version and
-// help. `windowctl help` prints the whole usage (the global flags and the exit
-// statuses) and `windowctl help COMMAND` a command's; both are made from the
-// table of commands in commands.go.
+// Its commands are detect, add, sum, allow, inspect, distinct, demo, version
+// and help, each declared in its own file (cmd_NAME.go) and listed in the
+// table in commands.go. `windowctl help` prints the whole usage (the global
+// flags and the exit statuses) and `windowctl help COMMAND` a command's; both
+// are made from the table. The benchmark is not here: it is tests/cmd/bench.
 package main
 
 import "os"

@@ -10,13 +10,13 @@ import (
 	"testing"
 )
 
-// readmeRows returns the rows of README.md's bad-input table: the example
-// invocations (one row may give several, in backquotes, comma-separated),
-// the message, and the exit status. Rows whose input is prose (a server's
-// refusal) have no invocations.
+// readmeRows returns the rows of docs/windowctl.md's bad-input table: the
+// example invocations (one row may give several, in backquotes,
+// comma-separated), the message, and the exit status. Rows whose input is
+// prose (a server's refusal) have no invocations.
 func readmeRows(t *testing.T) []readmeRow {
 	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "README.md"))
+	f, err := os.Open(filepath.Join("..", "..", "docs", "windowctl.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,10 +81,10 @@ func args(s string) []string {
 	return out
 }
 
-// TestREADMEBadInput runs every invocation of README.md's bad-input table and
-// checks its message, word for word, and its exit status; nothing is sent to
-// a server (the address is one where nothing listens). The rows about a
-// server's refusals run on real servers in the integration suite.
+// TestREADMEBadInput runs every invocation of docs/windowctl.md's bad-input
+// table and checks its message, word for word, and its exit status; nothing
+// is sent to a server (the address is one where nothing listens). The rows
+// about a server's refusals run on real servers in the integration suite.
 func TestREADMEBadInput(t *testing.T) {
 	ran := 0
 	for _, r := range readmeRows(t) {
@@ -95,7 +95,7 @@ func TestREADMEBadInput(t *testing.T) {
 			out, errs, code := call(t, nil, append([]string{"--addr", "127.0.0.1:1"}, args(in)...)...)
 			first, _, _ := strings.Cut(errs, "\n")
 			if code != r.exit || first != "windowctl: "+r.msg || out != "" {
-				t.Errorf("%s: exit %d, stderr %q, stdout %q; the README says exit %d and %q", in, code, first, out, r.exit, r.msg)
+				t.Errorf("%s: exit %d, stderr %q, stdout %q; docs/windowctl.md says exit %d and %q", in, code, first, out, r.exit, r.msg)
 			}
 			ran++
 		}

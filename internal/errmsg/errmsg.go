@@ -1,5 +1,5 @@
 // Package errmsg is the one home of the message style of windowstore's error
-// types (store.Error, limit.Error): the package named once, then what the
+// type (store.Error, which limit, features and httplimit use too): the package named once, then what the
 // error is about, the key, the kind and the detail:
 //
 //	store: add "user:42": counter overflow: the window sum would leave the int64 range; nothing was written

@@ -31,6 +31,15 @@ var (
 	UnescapeKey func(s string) (string, error)
 	// SameClient reports whether two *store.Store use one client.
 	SameClient func(a, b any) bool
+	// WindowTag returns a store.Window's shape as its counters' Redis keys
+	// carry it: "10m/1m".
+	WindowTag func(w any) string
+	// NewError returns a *store.Error of another package (pkg): limit,
+	// features and httplimit report their errors in the store's one type.
+	NewError func(pkg, op, key string, keyed bool, kind error, detail string, cause error) error
+	// LimitPolicies returns a limit.Limiter's policies, as a []limit.Policy:
+	// several for a Multi, or a Degraded of one.
+	LimitPolicies func(l any) any
 	// LimitScripts returns package limit's scripts (set by package limit),
 	// for the Lua checks that need no server.
 	LimitScripts func() []*backend.Script

@@ -1,12 +1,12 @@
-// Package figures keeps the measured figures the README quotes in one place,
-// tests/figures.json, so that the README and the measurements agree
-// mechanically:
+// Package figures keeps the measured figures the docs quote in one place,
+// tests/figures.json, so that the docs (README.md and docs/*.md) and the
+// measurements agree mechanically:
 //
 //   - a test that measures a figure calls Check, which compares it with the
 //     committed value and fails when it has drifted beyond the tolerance;
 //   - with WINDOWSTORE_FIGURES=update, Check records instead, and TestMain
 //     writes the file anew (Save);
-//   - the README's figure tables are rendered from the file by
+//   - the docs' figure tables are rendered from the file by
 //     `go run ./tests/cmd/figures` (between <!-- figures:NAME --> markers),
 //     and TestREADMEFigures fails when they differ from what it would render.
 //
@@ -32,11 +32,11 @@ import (
 type Figure struct {
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit,omitempty"`
-	// How says how it was measured, for the README's readers.
+	// How says how it was measured, for the docs' readers.
 	How string `json:"how,omitempty"`
 	// Server is the server that measured it, as INFO server names it
 	// ("Redis 7.0.15", "Valkey 8.1.1": harness's Server.Version): the
-	// README's tables name the server from here, never by hand.
+	// docs' tables name the server from here, never by hand.
 	Server string `json:"server,omitempty"`
 }
 
@@ -98,12 +98,12 @@ func Check(t testing.TB, name string, f Figure, tol float64) {
 			"then go run ./tests/cmd/figures", name, f.Value, f.Unit, t.Name())
 	}
 	if c.Server != f.Server {
-		t.Errorf("figure %s was recorded on %q, and this run measured it on %q: the README would name a server that did not "+
+		t.Errorf("figure %s was recorded on %q, and this run measured it on %q: the docs would name a server that did not "+
 			"measure it: record it with WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, then go run ./tests/cmd/figures",
 			name, c.Server, f.Server, t.Name())
 	}
 	if !Close(c.Value, f.Value, tol) {
-		t.Errorf("figure %s drifted: measured %g %s, the README says %g (tolerance %.0f%%): if the change is meant, record it with "+
+		t.Errorf("figure %s drifted: measured %g %s, the docs say %g (tolerance %.0f%%): if the change is meant, record it with "+
 			"WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, then go run ./tests/cmd/figures", name, f.Value, f.Unit, c.Value, tol*100, t.Name())
 	}
 }

@@ -362,7 +362,7 @@ func (s *Server) WaitReplicas(t testing.TB, marker string, timeout time.Duration
 // Version names the server as it names itself in INFO server: "Valkey
 // 8.1.1" (valkey_version), else "Redis 7.0.15" (redis_version, which Valkey
 // also reports, as the Redis version it is compatible with). The figures a
-// test measures carry it (package figures), so that the README names the
+// test measures carry it (package figures), so that the docs name the
 // server that measured them.
 func (s *Server) Version(t testing.TB) string {
 	t.Helper()

@@ -1,8 +1,10 @@
-// Command figures renders the README's figure tables from tests/figures.json,
-// between the markers <!-- figures:NAME --> and <!-- /figures:NAME -->:
+// Command figures renders the figure tables of README.md and docs/*.md from
+// tests/figures.json, between the markers <!-- figures:NAME --> and
+// <!-- /figures:NAME --> (docs/benchmarks.md, docs/backends.md,
+// docs/ratelimiting.md and docs/counters.md hold them):
 //
-//	go run ./tests/cmd/figures          # rewrite README.md's tables
-//	go run ./tests/cmd/figures -check   # exit 1 when README.md's tables differ
+//	go run ./tests/cmd/figures          # rewrite the docs' tables
+//	go run ./tests/cmd/figures -check   # exit 1 when the docs' tables differ
 //	go run ./tests/cmd/figures -bench FILE -how TEXT
 //	                                    # record windowctl bench --json's lines
 //	                                    # (FILE, - for stdin), then rewrite
@@ -26,9 +28,9 @@ import (
 )
 
 func main() {
-	check := flag.Bool("check", false, "only check that README.md's tables are up to date")
+	check := flag.Bool("check", false, "only check that the docs' tables are up to date")
 	benchFile := flag.String("bench", "", "record the lines of windowctl bench --json from this file (- for stdin) first")
-	how := flag.String("how", "", "with -bench: how the figures were measured, for the README")
+	how := flag.String("how", "", "with -bench: how the figures were measured, for the docs")
 	flag.Parse()
 	if *benchFile != "" {
 		if err := recordBench(*benchFile, *how); err != nil {
@@ -36,30 +38,37 @@ func main() {
 		}
 	}
 	_, file, _, _ := runtime.Caller(0)
-	readme := filepath.Join(filepath.Dir(file), "..", "..", "..", "README.md")
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		fail(err)
+	}
 	f, err := figures.Load(figures.Path())
 	if err != nil {
 		fail(err)
 	}
-	b, err := os.ReadFile(readme)
-	if err != nil {
-		fail(err)
+	for _, doc := range append([]string{filepath.Join(root, "README.md")}, docs...) {
+		name, _ := filepath.Rel(root, doc)
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			fail(err)
+		}
+		out, err := render.README(string(b), f)
+		if err != nil {
+			fail(fmt.Errorf("%s: %w", name, err))
+		}
+		if out == string(b) {
+			fmt.Printf("figures: %s is up to date\n", name)
+			continue
+		}
+		if *check {
+			fail(fmt.Errorf("%s's figure tables differ from tests/figures.json: run go run ./tests/cmd/figures", name))
+		}
+		if err := os.WriteFile(doc, []byte(out), 0o644); err != nil {
+			fail(err)
+		}
+		fmt.Printf("figures: %s rewritten\n", name)
 	}
-	out, err := render.README(string(b), f)
-	if err != nil {
-		fail(err)
-	}
-	if out == string(b) {
-		fmt.Println("figures: README.md is up to date")
-		return
-	}
-	if *check {
-		fail(fmt.Errorf("README.md's figure tables differ from tests/figures.json: run go run ./tests/cmd/figures"))
-	}
-	if err := os.WriteFile(readme, []byte(out), 0o644); err != nil {
-		fail(err)
-	}
-	fmt.Println("figures: README.md rewritten")
 }
 
 // benchLine is the part of a windowctl bench --json line that is recorded.

@@ -1,5 +1,5 @@
-// Package render writes the README's figure tables from the figures file
-// (see package figures, and tests/cmd/figures).
+// Package render writes the docs' figure tables (README.md, docs/*.md) from
+// the figures file (see package figures, and tests/cmd/figures).
 package render
 
 import (
@@ -24,7 +24,8 @@ var renderers = map[string]func(figures.File) string{
 	"bench":    bench,
 }
 
-// README returns the README with every figure region rendered anew.
+// README returns a document (README.md or a file of docs/) with every figure
+// region rendered anew.
 func README(readme string, f figures.File) (string, error) {
 	var err error
 	out := region.ReplaceAllStringFunc(readme, func(m string) string {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -23,7 +22,7 @@ import (
 	"github.com/windowstore/windowstore/store"
 )
 
-// benchConfig is what `windowctl bench` measures.
+// benchConfig is what bench measures.
 type benchConfig struct {
 	keys       int
 	buckets    []int
@@ -40,10 +39,9 @@ type benchConfig struct {
 var benchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "record6", "distinct",
 	"naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
 
-// benchDetails is bench's help; its flags are listed from benchSetup.
+// benchDetails is the body of --help; the flags follow it (benchFlags).
 const benchDetails = `Measures every operation with --goroutines goroutines on one client, over
---keys keys whose windows are full, with buckets of 1 s (the --window and
---bucket flags do not apply), and reports for each:
+--keys keys whose windows are full, with buckets of 1 s, and reports for each:
 
   server µs/op   the server's CPU time per operation: the growth of INFO cpu's
                  used_cpu_sys and used_cpu_user (of the main thread, where the
@@ -76,9 +74,13 @@ scripts with EVALSHA instead of as functions. Keys are written under the prefix
 "bench:": use a server of your own. Run the server on a core of its own for
 steadier figures: taskset -c 1 redis-server, or docker run --cpuset-cpus 1.`
 
-// benchSetup adds bench's flags and checks them (the table's setup).
-func benchSetup(fs *flag.FlagSet) func(pos []string) (action, error) {
-	cfg := benchConfig{keys: 10000, goroutines: 64, duration: 3 * time.Second, runs: 3,
+// benchJSON is the shape of a --json line.
+const benchJSON = `{"op":"add","buckets":N,"backend":"…","field_ttl":bool,"ops_per_sec":N,"p50_us":N,"p99_us":N,"vs_naive":N,"vs_raw_hincrby":N,"errors":N,"first_error":"…"} per op and window`
+
+// benchFlags adds bench's own flags to fs; check checks them once parsed,
+// with the --buckets and --ops lists returned here.
+func benchFlags(fs *flag.FlagSet) (cfg *benchConfig, buckets, ops *string) {
+	cfg = &benchConfig{keys: 10000, goroutines: 64, duration: 3 * time.Second, runs: 3,
 		batchOps: store.DefaultBatchOps, batchCalls: store.DefaultBatchCalls, functions: true}
 	fs.BoolVar(&cfg.functions, "functions", cfg.functions, "run the store's scripts as Redis Functions (store.WithFunctions); false: EVALSHA")
 	fs.IntVar(&cfg.keys, "keys", cfg.keys, "number of counters, `N` from 100 to 1,000,000")
@@ -87,48 +89,30 @@ func benchSetup(fs *flag.FlagSet) func(pos []string) (action, error) {
 	fs.IntVar(&cfg.runs, "runs", cfg.runs, "how many times each operation runs, `N` from 1 to 25; the figures are medians")
 	fs.IntVar(&cfg.batchOps, "batch-ops", cfg.batchOps, "the store's writes per script call, `N` from 1 to 10,000")
 	fs.IntVar(&cfg.batchCalls, "batch-calls", cfg.batchCalls, "the store's script calls in flight, `N` from 1 to 1,024")
-	buckets := fs.String("buckets", "10,60", "the windows to measure, a `LIST` of bucket counts from 1 to 1440")
-	ops := fs.String("ops", strings.Join(benchOps, ","), "the operations to measure, a `LIST`")
-	return func(pos []string) (action, error) {
-		if len(pos) != 0 {
-			return nil, noArgsError("bench")
-		}
-		if err := cfg.check(*buckets, *ops); err != nil {
-			return nil, err
-		}
-		return func(e *env) error { return runBench(e, cfg) }, nil
-	}
-}
-
-// runBench connects and measures.
-func runBench(e *env, cfg benchConfig) error {
-	client, err := connect(e.g)
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	return bench(context.Background(), client, e.g, cfg, e.p)
+	buckets = fs.String("buckets", "10,60", "the windows to measure, a `LIST` of bucket counts from 1 to 1440")
+	ops = fs.String("ops", strings.Join(benchOps, ","), "the operations to measure, a `LIST`")
+	return cfg, buckets, ops
 }
 
 // check checks bench's flags and sets the bucket counts and operations.
 func (cfg *benchConfig) check(buckets, ops string) error {
 	switch {
 	case cfg.keys < 100 || cfg.keys > 1000000:
-		return cmdUsagef("bench", "bench: --keys %d: want 100 to 1,000,000", cfg.keys)
+		return usagef("--keys %d: want 100 to 1,000,000", cfg.keys)
 	case cfg.goroutines < 1 || cfg.goroutines > 4096:
-		return cmdUsagef("bench", "bench: --goroutines %d: want 1 to 4096", cfg.goroutines)
+		return usagef("--goroutines %d: want 1 to 4096", cfg.goroutines)
 	case cfg.batchOps < 1 || cfg.batchOps > 10000 || cfg.batchCalls < 1 || cfg.batchCalls > 1024:
-		return cmdUsagef("bench", "bench: --batch-ops %d, --batch-calls %d: want 1 to 10,000 and 1 to 1,024", cfg.batchOps, cfg.batchCalls)
+		return usagef("--batch-ops %d, --batch-calls %d: want 1 to 10,000 and 1 to 1,024", cfg.batchOps, cfg.batchCalls)
 	case cfg.duration < 100*time.Millisecond || cfg.duration > 10*time.Minute:
-		return cmdUsagef("bench", "bench: --duration %v: want 100ms to 10m", cfg.duration)
+		return usagef("--duration %v: want 100ms to 10m", cfg.duration)
 	case cfg.runs < 1 || cfg.runs > 25:
-		return cmdUsagef("bench", "bench: --runs %d: want 1 to 25", cfg.runs)
+		return usagef("--runs %d: want 1 to 25", cfg.runs)
 	}
 	cfg.buckets = nil
 	for _, b := range strings.Split(buckets, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(b))
 		if err != nil || n < 1 || n > 1440 {
-			return cmdUsagef("bench", "bench: --buckets %q: want numbers from 1 to 1440", buckets)
+			return usagef("--buckets %q: want numbers from 1 to 1440", buckets)
 		}
 		cfg.buckets = append(cfg.buckets, n)
 	}
@@ -136,7 +120,7 @@ func (cfg *benchConfig) check(buckets, ops string) error {
 	for _, o := range strings.Split(ops, ",") {
 		o = strings.TrimSpace(o)
 		if !slices.Contains(benchOps, o) {
-			return cmdUsagef("bench", "bench: unknown op %q (want %s)", o, strings.Join(benchOps, ","))
+			return usagef("unknown op %q (want %s)", o, strings.Join(benchOps, ","))
 		}
 		cfg.ops = append(cfg.ops, o)
 	}
@@ -181,18 +165,15 @@ type benchRunResult struct {
 // benchOp is one operation: do runs it once for a key.
 type benchOp func(ctx context.Context, key string) error
 
-func bench(ctx context.Context, client rueidis.Client, g *globals, cfg benchConfig, p *printer) error {
-	gr, err := goredisClient(g)
-	if err != nil {
-		return err
-	}
+func bench(ctx context.Context, client rueidis.Client, opt rueidis.ClientOption, backend string, cfg benchConfig, p *printer) error {
+	gr := goredisClient(opt)
 	defer gr.Close()
 	for _, nb := range cfg.buckets {
 		keys := cfg.keys
 		if nb > 600 && keys > 1000 {
 			keys = 1000 // 1,440 buckets of 10,000 counters would take minutes to fill
 		}
-		ops, st, err := benchSetupOps(ctx, client, gr, g, cfg, nb, keys)
+		ops, st, err := benchSetupOps(ctx, client, gr, backend, cfg, nb, keys)
 		if err != nil {
 			return err
 		}
@@ -303,20 +284,16 @@ func (r *benchResult) summarize() {
 }
 
 // goredisClient is a go-redis client of the same server, for redis_rate.
-func goredisClient(g *globals) (*goredis.Client, error) {
-	opt, err := g.clientOption()
-	if err != nil {
-		return nil, err
-	}
+func goredisClient(opt rueidis.ClientOption) *goredis.Client {
 	o := &goredis.Options{Addr: opt.InitAddress[0], Username: opt.Username, Password: opt.Password, DB: opt.SelectDB,
 		PoolSize: 128, TLSConfig: opt.TLSConfig}
-	return goredis.NewClient(o), nil
+	return goredis.NewClient(o)
 }
 
 // benchSetupOps fills the counters of one window and returns every operation.
-func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Client, g *globals, cfg benchConfig, nb, keys int) (map[string]benchOp, *store.Store, error) {
+func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Client, backend string, cfg benchConfig, nb, keys int) (map[string]benchOp, *store.Store, error) {
 	prefix := fmt.Sprintf("bench:%d:", nb)
-	opts := []store.Option{store.WithPrefix(prefix + "ws:"), store.WithBackend(store.Backend(g.backend)),
+	opts := []store.Option{store.WithPrefix(prefix + "ws:"), store.WithBackend(store.Backend(backend)),
 		store.WithBatching(cfg.batchOps, cfg.batchCalls), store.WithFunctions(cfg.functions)}
 	w := store.Window{Length: time.Duration(nb) * time.Second, Bucket: time.Second}
 	// Three policies of nb buckets each: nb s of 1 s, 10 nb s of 10 s, 100 nb s of 100 s.

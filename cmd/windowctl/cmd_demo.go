@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -13,6 +14,26 @@ import (
 	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/store"
 )
+
+var demoCmd = &command{
+	name:    "demo",
+	summary: "play a short risk-control scenario",
+	details: "Plays a login guard (allow) and a card-spend total (add, sum) over a one-minute\n" +
+		"window of 10 s buckets, on a simulated clock, as a table. With no --addr (and\n" +
+		"no $WINDOWSTORE_ADDR) it runs on an embedded in-process server and says so.\n" +
+		"Its window is fixed (--window, --bucket and --prefix do not apply); keys go\n" +
+		"under a random prefix \"windowctl-demo:NNNNNN:\". With --json, stdout has only\n" +
+		"the table's rows and the notes go to stderr.",
+	json: `{"time_s":N,"event":"…","sum":N,"decision":"…"} per row of the table`,
+	setup: func(fs *flag.FlagSet) func([]string) (action, error) {
+		return func(pos []string) (action, error) {
+			if len(pos) != 0 {
+				return nil, noArgsError("demo")
+			}
+			return func(e *env) error { return demo(e) }, nil
+		}
+	},
+}
 
 // demo plays a short risk-control scenario on a simulated clock: a login guard
 // (Allow) and a card-spend total (Add, SumWithin) over a one-minute window of

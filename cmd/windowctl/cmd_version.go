@@ -1,10 +1,28 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 )
+
+var versionCmd = &command{
+	name:    "version",
+	summary: "print the version of windowctl and of Go",
+	details: "Prints the module's version (a release tag, a pseudo-version of the commit it\n" +
+		"was built from, or (devel)), the Go version and the platform. Same as --version.",
+	json:  `{"module":"…","version":"(devel)","go":"go1.x","os":"linux","arch":"amd64","commit":"…","dirty":bool}`,
+	local: true,
+	setup: func(fs *flag.FlagSet) func([]string) (action, error) {
+		return func(pos []string) (action, error) {
+			if len(pos) != 0 {
+				return nil, noArgsError("version")
+			}
+			return func(e *env) error { return printVersion(e.p) }, nil
+		}
+	},
+}
 
 // version describes this build: the main module's version ("(devel)" when
 // the build has none), the Go version and the platform, and the commit when

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// call runs bench in-process and returns stdout, stderr and the exit status.
+func call(args ...string) (string, string, int) {
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return out.String(), errb.String(), code
+}
+
+// TestHelp: --help prints the flags and the JSON shape on stdout, exit 0.
+func TestHelp(t *testing.T) {
+	out, errs, code := call("--help")
+	if code != 0 || errs != "" {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	for _, w := range []string{"--keys N", "--buckets LIST", "--duration DURATION", "--ops LIST", "--batch-ops N", "--addr ADDR",
+		"--json", `"ops_per_sec"`, "rawhincrby"} {
+		if !strings.Contains(strings.ReplaceAll(out, "\n  -", "\n  --"), w) {
+			t.Errorf("--help lacks %q:\n%s", w, out)
+		}
+	}
+}
+
+// TestBadUsage: bad flags exit 2 with a message on stderr, before anything is
+// sent (nothing listens at 127.0.0.1:1).
+func TestBadUsage(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"x"}, "bench takes no arguments"},
+		{[]string{"--keys", "5"}, "--keys 5: want 100 to 1,000,000"},
+		{[]string{"--ops", "add,frob"}, `unknown op "frob"`},
+		{[]string{"--buckets", "0"}, `--buckets "0": want numbers from 1 to 1440`},
+		{[]string{"--backend", "memcached"}, `--backend "memcached": want auto`},
+		{[]string{"--nope"}, "flag provided but not defined: -nope"},
+		{[]string{"--tls-ca", "ca.pem"}, "need a rediss:// address"},
+	} {
+		out, errs, code := call(append([]string{"--addr", "127.0.0.1:1"}, tt.args...)...)
+		if code != 2 || out != "" || !strings.HasPrefix(errs, "bench: ") || !strings.Contains(errs, tt.msg) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", tt.args, code, out, errs, tt.msg)
+		}
+	}
+}
+
+// TestJSON: --json prints one object per operation and window, and nothing
+// else.
+func TestJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a short benchmark")
+	}
+	mr := miniredis.RunT(t)
+	// miniredis lists HPEXPIREAT but cannot run it: the plain hash.
+	out, errs, code := call("--addr", mr.Addr(), "--backend", "nativehash-plain", "--json", "--keys", "100", "--goroutines", "2",
+		"--duration", "100ms", "--buckets", "2", "--ops", "add,rawhincrby")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	rows := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(rows) != 2 {
+		t.Fatalf("stdout:\n%s", out)
+	}
+	for i, op := range []string{"add", "rawhincrby"} {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(rows[i]), &m); err != nil {
+			t.Fatalf("not a JSON object: %q: %v", rows[i], err)
+		}
+		if m["op"] != op || m["buckets"] != 2.0 || m["backend"] != "nativehash-plain" || m["ops_per_sec"].(float64) <= 0 {
+			t.Errorf("row %d: %v", i, m)
+		}
+	}
+}
