@@ -118,6 +118,7 @@ func init() {
 	hook.Functions = func(st any) bool { return st.(*Store).runner.Functions() }
 	hook.Codec = func(st any) *codec.Codec { return st.(*Store).codec }
 	hook.Backends = backendNames
+	hook.Client = func(st any) any { return st.(*Store).client }
 	hook.WindowTag = func(w any) string { return w.(Window).tag() }
 	hook.NewError = func(pkg, op, key string, keyed bool, kind error, detail string, cause error) error {
 		return &Error{Op: op, Key: key, Kind: kind, Detail: detail, Err: cause, pkg: pkg, keyed: keyed}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/internal/acldoc"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -70,12 +71,12 @@ func TestACLMinimal(t *testing.T) {
 		require.Equal(t, tg.wantFieldTTL, s.Detection().FieldTTL, s.Detection().Reason)
 		k := harness.Prefix(t)
 		at := time.Now().Add(-30 * time.Second)
-		_, err = s.AddAt(ctx, at, k, 2) // a bucket that is stale 31 s later, for HDEL
+		_, err = s.At(at).Add(ctx, k, 2) // a bucket that is stale 31 s later, for HDEL
 		require.NoError(t, err)
 		n, err := s.Add(ctx, k, 3)
 		require.NoError(t, err)
 		require.EqualValues(t, 5, n)
-		n, err = s.SumAt(ctx, at.Add(61*time.Second), k)
+		n, err = s.At(at.Add(61*time.Second)).Sum(ctx, k)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n)
 		_, err = s.SumMany(ctx, []string{k, k + "x"})
@@ -84,13 +85,13 @@ func TestACLMinimal(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 		// A write once the first bucket is stale deletes it (HDEL).
-		n, err = s.AddAt(ctx, at.Add(61*time.Second), k, 0)
+		n, err = s.At(at.Add(61*time.Second)).Add(ctx, k, 0)
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n)
 		_, err = s.Inspect(ctx, k)
 		require.NoError(t, err)
 		// The rule has no +fcall: the store fell back to EVALSHA by itself.
-		require.False(t, s.Functions(), "functions in use without +fcall")
+		require.False(t, hook.Functions(s), "functions in use without +fcall")
 		// With the functions rule, a store runs FCALL and FCALL_RO.
 		setUser(rule + " " + aclRule("functions"))
 		fs, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix("acl:"), store.WithBackend(tg.backend))
@@ -106,7 +107,7 @@ func TestACLMinimal(t *testing.T) {
 		n, err = fs.Sum(ctx, k)
 		require.NoError(t, err)
 		require.EqualValues(t, 5, n)
-		require.True(t, fs.Functions(), "the functions rule did not suffice")
+		require.True(t, hook.Functions(fs), "the functions rule did not suffice")
 		require.GreaterOrEqual(t, fcalls()-before, int64(2), "no FCALL or FCALL_RO reached the server")
 		n, err = fs.Add(ctx, k, -1)
 		require.NoError(t, err)
@@ -119,14 +120,14 @@ func TestACLMinimal(t *testing.T) {
 			store.WithBackend(tg.backend), store.WithTiers(store.Window{Length: time.Hour, Bucket: time.Minute}))
 		require.NoError(t, err)
 		for i := 0; i < 2; i++ {
-			a, err := tiers.AddEvent(ctx, store.Event{ID: "e1", Key: k + "t", Delta: 2})
+			a, err := tiers.Record(ctx, store.Event{ID: "e1", Key: k + "t", Delta: 2})
 			require.NoError(t, err)
 			require.Equal(t, i == 1, a.Duplicate)
 			require.EqualValues(t, 2+i, a.Sum, "a duplicate answers the state now")
-			_, err = tiers.AddNoSumEvent(ctx, store.Event{ID: "e2", Key: k + "t", Delta: 1})
+			_, err = tiers.Record(ctx, store.Event{ID: "e2", Key: k + "t", Delta: 1, NoSum: true})
 			require.NoError(t, err)
 		}
-		ar, err := tiers.AllowEvent(ctx, store.Event{ID: "e3", Key: k + "t", Delta: 1}, 10)
+		ar, err := tiers.Record(ctx, store.Event{ID: "e3", Key: k + "t", Delta: 1, Limit: 10})
 		require.NoError(t, err)
 		require.True(t, ar.Allowed)
 		require.EqualValues(t, 4, ar.Sum)

@@ -52,7 +52,7 @@ func benchStore(b *testing.B, buckets int) *store.Store {
 			key := strconv.Itoa(j)
 			calls = append(calls, func() { // oldest bucket first
 				for i := buckets - 1; i >= 0; i-- {
-					if _, err := s.AddAt(ctx, now.Add(-time.Duration(i)*time.Second), key, 1); err != nil {
+					if _, err := s.At(now.Add(-time.Duration(i)*time.Second)).Add(ctx, key, 1); err != nil {
 						b.Error(err)
 					}
 				}
@@ -96,7 +96,10 @@ func BenchmarkStore(b *testing.B) {
 			runParallel(b, func(ctx context.Context, k string) error { _, err := s.Add(ctx, k, 1); return err })
 		})
 		b.Run(fmt.Sprintf("AddNoSum/buckets=%d", buckets), func(b *testing.B) {
-			runParallel(b, func(ctx context.Context, k string) error { return s.AddNoSum(ctx, k, 1) })
+			runParallel(b, func(ctx context.Context, k string) error {
+				_, err := s.Record(ctx, store.Event{Key: k, Delta: 1, NoSum: true})
+				return err
+			})
 		})
 		b.Run(fmt.Sprintf("Sum/buckets=%d", buckets), func(b *testing.B) {
 			runParallel(b, func(ctx context.Context, k string) error { _, err := s.Sum(ctx, k); return err })

@@ -108,7 +108,7 @@ func bigGroupWalk(t *testing.T, shape string, ss []*store.Store, tiered *store.S
 			if shape == "stores" {
 				ps[i] = store.Policy{Store: ss[i], Key: key, Limit: limits[i]}
 			} else {
-				ps[i] = store.Policy{Store: tiered, Tier: i, Key: key, Limit: limits[i]}
+				ps[i] = store.Policy{Store: tiered.Over(ws[i].Length), Key: key, Limit: limits[i]}
 			}
 		}
 		return ps
@@ -156,7 +156,7 @@ func bigGroupWalk(t *testing.T, shape string, ss []*store.Store, tiered *store.S
 					ok = false
 				}
 			}
-			res, err := store.ApplyAt(ctx, at, count(delta))
+			res, err := applyAt(ctx, at, count(delta))
 			if !ok {
 				require.ErrorIs(t, err, store.ErrOverflow, "%s: Apply %d must overflow (sums %v)", where, delta, sums)
 				seen["apply overflow"]++
@@ -235,7 +235,7 @@ func bigGroupWalk(t *testing.T, shape string, ss []*store.Store, tiered *store.S
 				}
 			}
 		}
-		r, err := store.AllowAllAt(ctx, at, cost, policies(limits)...)
+		r, err := allowAllAt(ctx, at, cost, policies(limits)...)
 		if overflow {
 			require.ErrorIs(t, err, store.ErrOverflow, "%s: AllowAll(%d, %v) on %v", where, cost, limits, sums)
 			seen["allow overflow"]++
@@ -244,7 +244,7 @@ func bigGroupWalk(t *testing.T, shape string, ss []*store.Store, tiered *store.S
 		require.NoError(t, err, "%s: AllowAll(%d, %v) on %v", where, cost, limits, sums)
 		require.Equal(t, allowed, r.Allowed, "%s: AllowAll(%d, %v) on %v", where, cost, limits, sums)
 		for i, m := range models {
-			var want store.Result
+			var want store.Decision
 			if allowed {
 				want, _ = m.allow(at, limits[i], cost) // counts the cost
 			} else if fits[i] {
@@ -263,7 +263,7 @@ func bigGroupWalk(t *testing.T, shape string, ss []*store.Store, tiered *store.S
 			continue
 		}
 		require.Equal(t, groupRetry(models, at, cost, limits), r.RetryAfter, "%s: AllowAll(%d, %v) on %v: retry", where, cost, limits, sums)
-		require.False(t, fits[r.RefusedBy], "%s: RefusedBy %d admits", where, r.RefusedBy)
+		require.False(t, fits[refusedBy(r)], "%s: RefusedBy %d admits", where, refusedBy(r))
 		seen[fmt.Sprintf("allow refused, retry>0 %v", r.RetryAfter > 0)]++
 	}
 	require.Greater(t, seen["allow admitted"], 5)
@@ -305,7 +305,7 @@ func TestRecordBigNumbers(t *testing.T) {
 					ok = false
 				}
 			}
-			r, err := set.RecordAt(ctx, at, features.Event{Entities: map[string]string{"card": "c"}, Amount: amount})
+			r, err := set.At(at).Record(ctx, features.Event{Entities: map[string]string{"card": "c"}, Amount: amount})
 			where := fmt.Sprintf("step %d at %v amount %d", step, at.Format(time.RFC3339Nano), amount)
 			if !ok {
 				require.ErrorIs(t, err, store.ErrOverflow, where)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
@@ -297,7 +296,7 @@ func TestWindowctlBadInput(t *testing.T) {
 func TestWindowctlDetect(t *testing.T) {
 	t.Parallel()
 	for _, tg := range targets {
-		if tg.backend != store.Auto {
+		if tg.backend != "auto" {
 			continue // detect shows the automatic choice only
 		}
 		t.Run(tg.name, func(t *testing.T) {

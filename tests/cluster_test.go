@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"github.com/windowstore/windowstore/internal/hook"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,7 +39,7 @@ func TestCluster(t *testing.T) {
 	}
 	masters := map[string]bool{}
 	for _, k := range keys {
-		rk, _ := s.RedisKey(k)
+		rk, _ := hook.RedisKey(s, k)
 		slot, err := c.Do(ctx, c.B().ClusterKeyslot().Key(rk).Build()).AsInt64()
 		require.NoError(t, err)
 		masters[cl.Master(t, c, slot).Addr] = true
@@ -59,7 +60,7 @@ func TestCluster(t *testing.T) {
 		}
 		slots := map[int64]bool{}
 		for _, f := range []string{"logins", "spend", "pw-resets"} {
-			rk, _ := u.RedisKey(f)
+			rk, _ := hook.RedisKey(u, f)
 			slot, err := c.Do(ctx, c.B().ClusterKeyslot().Key(rk).Build()).AsInt64()
 			require.NoError(t, err)
 			slots[slot] = true
@@ -99,7 +100,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("a slot moves under load", func(t *testing.T) {
 		u := s.Entity("hot")
-		rk, _ := u.RedisKey("c0")
+		rk, _ := hook.RedisKey(u, "c0")
 		slot, err := c.Do(ctx, c.B().ClusterKeyslot().Key(rk).Build()).AsInt64()
 		require.NoError(t, err)
 		src := cl.Master(t, c, slot)
@@ -246,7 +247,7 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("a master is killed", func(t *testing.T) {
-		rk, _ := s.RedisKey("user:1")
+		rk, _ := hook.RedisKey(s, "user:1")
 		slot, err := c.Do(ctx, c.B().ClusterKeyslot().Key(rk).Build()).AsInt64()
 		require.NoError(t, err)
 		victim := cl.Master(t, c, slot)
@@ -403,7 +404,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 		t.Helper()
 		ms := map[string]bool{}
 		for _, k := range keys {
-			rk, err := st.RedisKey(k)
+			rk, err := hook.RedisKey(st, k)
 			require.NoError(t, err)
 			ms[cl.Master(t, c, slotOf(t, c, rk)).Addr] = true
 		}
@@ -462,7 +463,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 				if fits {
 					allowed++
 				} else {
-					require.GreaterOrEqual(t, r.RefusedBy, 0)
+					require.GreaterOrEqual(t, refusedBy(r), 0)
 				}
 				require.Len(t, r.Policies, 2)
 				require.Equal(t, allowed, r.Policies[0].Sum, "%s call %d: the minute", k, j)
@@ -481,12 +482,12 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 		keys := named("ev:")
 		spans(t, s, keys)
 		for i, k := range keys {
-			rk, _ := s.RedisKey(k)
+			rk, _ := hook.RedisKey(s, k)
 			master := cl.Master(t, c, slotOf(t, c, rk))
 			var sum int64
 			for j := 0; j < 3; j++ {
 				e := store.Event{Key: k, Delta: int64(i + 1), ID: "e-" + strconv.Itoa(i) + "-" + strconv.Itoa(j)}
-				a, err := s.AddEvent(ctx, e)
+				a, err := s.Record(ctx, e)
 				require.NoError(t, err)
 				sum += e.Delta
 				require.False(t, a.Duplicate)
@@ -494,7 +495,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 				idk := rk + ":id:" + e.ID
 				require.Equal(t, slotOf(t, c, rk), slotOf(t, c, idk))
 				require.True(t, holds(t, master, idk), "the id key %s is not on %s, the master of its slot", idk, master.Addr)
-				a, err = s.AddEvent(ctx, e) // the resend
+				a, err = s.Record(ctx, e) // the resend
 				require.NoError(t, err)
 				require.True(t, a.Duplicate, "%s %s: the resend", k, e.ID)
 				require.Equal(t, sum, a.Sum, "%s %s: the resend counted", k, e.ID)
@@ -506,16 +507,17 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 		keys = named("ae:")
 		spans(t, s, keys)
 		for _, k := range keys {
-			rk, _ := s.RedisKey(k)
+			rk, _ := hook.RedisKey(s, k)
 			master := cl.Master(t, c, slotOf(t, c, rk))
 			for j := 0; j < 3; j++ { // limit 2: allowed, allowed, refused
 				e := store.Event{Key: k, Delta: 1, ID: "a-" + strconv.Itoa(j)}
-				r, err := s.AllowEvent(ctx, e, 2)
+				e.Limit = 2
+				r, err := s.Record(ctx, e)
 				require.NoError(t, err)
 				require.False(t, r.Duplicate)
 				require.Equal(t, j < 2, r.Allowed, "%s %s", k, e.ID)
 				require.EqualValues(t, min(j+1, 2), r.Sum, "%s %s", k, e.ID)
-				r, err = s.AllowEvent(ctx, e, 2)
+				r, err = s.Record(ctx, e)
 				require.NoError(t, err)
 				require.EqualValues(t, min(j+1, 2), r.Sum, "%s %s: the resend", k, e.ID)
 				if j < 2 {
@@ -551,7 +553,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 			got, err = s.CountDistinct(ctx, k)
 			require.NoError(t, err)
 			require.EqualValues(t, m, got, k)
-			rk, _ := s.RedisKey(k)
+			rk, _ := hook.RedisKey(s, k)
 			master := cl.Master(t, c, slotOf(t, c, rk))
 			bks := strings.Fields(master.Cmd(t, "KEYS", rk+":d:*"))
 			require.NotEmpty(t, bks, "no HyperLogLog bucket of %s on %s, the master of its slot", rk, master.Addr)
@@ -581,30 +583,30 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 				require.Equal(t, sum, n, k)
 			}
 			e := store.Event{Key: k, Delta: 5, ID: "t-" + k}
-			a, err := st.AddEvent(ctx, e)
+			a, err := st.Record(ctx, e)
 			require.NoError(t, err)
 			sum += 5
 			require.Equal(t, []int64{sum, sum, sum}, a.Sums, k)
-			a, err = st.AddEvent(ctx, e)
+			a, err = st.Record(ctx, e)
 			require.NoError(t, err)
 			require.True(t, a.Duplicate, k)
 			require.Equal(t, []int64{sum, sum, sum}, a.Sums, "%s: the resend counted", k)
 			for _, w := range ws {
-				got, err := st.SumOver(ctx, k, w.Length)
+				got, err := st.Over(w.Length).Sum(ctx, k)
 				require.NoError(t, err)
 				require.Equal(t, sum, got, "%s over %v", k, w.Length)
 			}
 			got, err := st.AddDistinct(ctx, k, "x", "y", "x")
 			require.NoError(t, err)
 			require.EqualValues(t, 2, got, k)
-			got, err = st.CountDistinctWithin(ctx, k, time.Hour)
+			got, err = st.Over(time.Hour).CountDistinct(ctx, k)
 			require.NoError(t, err)
 			require.EqualValues(t, 2, got, "%s: the hour tier's distinct count", k)
 			// Every tier's key is in the key's slot, on its master.
-			rk, _ := st.RedisKey(k)
+			rk, _ := hook.RedisKey(st, k)
 			master := cl.Master(t, c, slotOf(t, c, rk))
 			for _, w := range ws {
-				tk := strings.TrimSuffix(rk, ws[0].Tag()) + w.Tag()
+				tk := strings.TrimSuffix(rk, hook.WindowTag(ws[0])) + hook.WindowTag(w)
 				require.Equal(t, slotOf(t, c, rk), slotOf(t, c, tk), tk)
 				require.True(t, holds(t, master, tk), "tier key %s is not on %s", tk, master.Addr)
 			}
@@ -690,7 +692,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 			}
 			snap, err := s.Inspect(ctx, k)
 			require.NoError(t, err)
-			rk, _ := s.RedisKey(k)
+			rk, _ := hook.RedisKey(s, k)
 			require.Equal(t, rk, snap.RedisKey)
 			require.Positive(t, snap.KeyTTL, k)
 			var live int64
@@ -785,13 +787,13 @@ func TestClusterSlotMigration(t *testing.T) {
 	st, err := store.New(ctx, c, hour)
 	require.NoError(t, err)
 	ent := st.Entity("user:hot")
-	seen, err := ent.RedisKey("seen")
+	seen, err := hook.RedisKey(ent, "seen")
 	require.NoError(t, err)
 	require.Equal(t, slot, slotOf(t, c, seen))
 	members, ackedMembers := map[string]bool{}, map[string]bool{}
 	for i := 0; i < 10; i++ {
 		m := "m" + strconv.Itoa(i)
-		_, err := ent.AddDistinctAt(ctx, t0, "seen", m)
+		_, err := ent.At(t0).AddDistinct(ctx, "seen", m)
 		require.NoError(t, err)
 		members[m], ackedMembers[m] = true, true
 	}
@@ -822,7 +824,7 @@ func TestClusterSlotMigration(t *testing.T) {
 				}
 				attempts.Add(1)
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				_, err := ent.AddDistinctAt(cctx, t0, "seen", m)
+				_, err := ent.At(t0).AddDistinct(cctx, "seen", m)
 				cancel()
 				mu.Lock()
 				members[m] = true
@@ -851,7 +853,7 @@ func TestClusterSlotMigration(t *testing.T) {
 			}
 			attempts.Add(1)
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			n, err := ent.CountDistinctAt(cctx, t0, "seen")
+			n, err := ent.At(t0).CountDistinct(cctx, "seen")
 			cancel()
 			if err != nil {
 				fails.Add(1)
@@ -957,7 +959,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	require.GreaterOrEqual(t, cards, int64(len(certainCards)), "acknowledged cards were lost")
 	require.LessOrEqual(t, cards, int64(len(allCards)), "cards that were never sent")
 
-	n, err := ent.CountDistinctAt(ctx, t0, "seen")
+	n, err := ent.At(t0).CountDistinct(ctx, "seen")
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, int64(len(ackedMembers)), "acknowledged members were lost")
 	require.LessOrEqual(t, n, int64(len(members)), "members that were never sent")
@@ -975,10 +977,10 @@ func TestClusterSlotMigration(t *testing.T) {
 		"after resending every event (%d acknowledged, %d uncertain): some counted twice or not at all", certain, uncertain)
 	require.EqualValues(t, len(allCards), cards, "distinct cards after resending every event")
 	for m := range members {
-		_, err := ent.AddDistinctAt(ctx, t0, "seen", m)
+		_, err := ent.At(t0).AddDistinct(ctx, "seen", m)
 		require.NoError(t, err)
 	}
-	n, err = ent.CountDistinctAt(ctx, t0, "seen")
+	n, err = ent.At(t0).CountDistinct(ctx, "seen")
 	require.NoError(t, err)
 	require.EqualValues(t, len(members), n, "distinct members after resending every member")
 }
@@ -1004,7 +1006,7 @@ func TestClusterTryAgainResent(t *testing.T) {
 		require.NoError(t, err)
 		_, err = ent.AddDistinct(ctx, "cards", "c0")
 		require.NoError(t, err)
-		rk, err := ent.RedisKey("a")
+		rk, err := hook.RedisKey(ent, "a")
 		require.NoError(t, err)
 		slot := slotOf(t, c, rk)
 		src := cl.Master(t, c, slot)

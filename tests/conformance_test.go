@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"github.com/windowstore/windowstore/internal/hook"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -76,21 +77,21 @@ func TestConformanceEventStream(t *testing.T) {
 						delta = -2
 					}
 					evs = append(evs, event{at, delta})
-					got, err := s.AddAt(ctx, at, "stream", delta)
+					got, err := s.At(at).Add(ctx, "stream", delta)
 					require.NoError(t, err)
-					require.Equal(t, modelSum(s.Codec(), evs, at, st.w.Length), got, "AddAt %v", at)
+					require.Equal(t, modelSum(hook.Codec(s), evs, at, st.w.Length), got, "AddAt %v", at)
 					q := at.Add(st.step / 2)
-					got, err = s.SumAt(ctx, q, "stream")
+					got, err = s.At(q).Sum(ctx, "stream")
 					require.NoError(t, err)
-					require.Equal(t, modelSum(s.Codec(), evs, q, st.w.Length), got, "SumAt %v", q)
+					require.Equal(t, modelSum(hook.Codec(s), evs, q, st.w.Length), got, "SumAt %v", q)
 					half := st.w.Length / 2 / st.w.Bucket * st.w.Bucket
-					got, err = s.SumWithinAt(ctx, q, "stream", half)
+					got, err = s.At(q).Over(half).Sum(ctx, "stream")
 					require.NoError(t, err)
-					require.Equal(t, modelSum(s.Codec(), evs, q, half), got, "SumWithinAt %v %v", q, half)
+					require.Equal(t, modelSum(hook.Codec(s), evs, q, half), got, "SumWithinAt %v %v", q, half)
 					at = at.Add(st.step)
 				}
 				// Long after the last event everything has left the window.
-				got, err := s.SumAt(ctx, at.Add(st.w.Length+st.w.Bucket), "stream")
+				got, err := s.At(at.Add(st.w.Length+st.w.Bucket)).Sum(ctx, "stream")
 				require.NoError(t, err)
 				require.Zero(t, got)
 			})
@@ -108,7 +109,7 @@ func TestConformanceExpiry(t *testing.T) {
 		s, srv := newStore(t, tg, w)
 		ctx := ctxT(t)
 		c := srv.Client(t)
-		rk, _ := s.RedisKey("exp")
+		rk, _ := hook.RedisKey(s, "exp")
 		limit := (w.Length + w.Bucket).Milliseconds()
 		for i := 0; i < 6; i++ {
 			_, err := s.Add(ctx, "exp", 1)
@@ -199,12 +200,12 @@ func TestConformanceRetryAfterHonest(t *testing.T) {
 		ctx := ctxT(t)
 		t0 := time.Now().Truncate(time.Second)
 		for i, at := range []time.Duration{100 * time.Millisecond, 2300 * time.Millisecond, 2400 * time.Millisecond, 5 * time.Second} {
-			r, err := s.AllowAt(ctx, t0.Add(at), "honest", 4, 1)
+			r, err := s.At(t0.Add(at)).Allow(ctx, "honest", 4, 1)
 			require.NoError(t, err)
 			require.True(t, r.Allowed, "call %d", i)
 		}
 		now := t0.Add(6 * time.Second)
-		r, err := s.AllowAt(ctx, now, "honest", 4, 2)
+		r, err := s.At(now).Allow(ctx, "honest", 4, 2)
 		require.NoError(t, err)
 		require.False(t, r.Allowed)
 		require.EqualValues(t, 4, r.Sum)
@@ -212,14 +213,14 @@ func TestConformanceRetryAfterHonest(t *testing.T) {
 		// Two must leave: the +0.1s bucket leaves at +10s, the +2s one at +12s.
 		require.Equal(t, 6*time.Second, r.RetryAfter)
 		require.Equal(t, 9*time.Second, r.ResetAfter)
-		r, err = s.AllowAt(ctx, now.Add(r.RetryAfter-time.Millisecond), "honest", 4, 2)
+		r, err = s.At(now.Add(r.RetryAfter-time.Millisecond)).Allow(ctx, "honest", 4, 2)
 		require.NoError(t, err)
 		require.False(t, r.Allowed, "a retry before RetryAfter must fail")
-		r, err = s.AllowAt(ctx, now.Add(6*time.Second), "honest", 4, 2)
+		r, err = s.At(now.Add(6*time.Second)).Allow(ctx, "honest", 4, 2)
 		require.NoError(t, err)
 		require.True(t, r.Allowed, "a retry at RetryAfter must succeed")
 		// A cost over the limit never fits.
-		r, err = s.AllowAt(ctx, now.Add(6*time.Second), "honest", 4, 5)
+		r, err = s.At(now.Add(6*time.Second)).Allow(ctx, "honest", 4, 5)
 		require.NoError(t, err)
 		require.False(t, r.Allowed)
 		require.Equal(t, time.Duration(-1), r.RetryAfter)
@@ -234,9 +235,9 @@ func TestConformanceWrongType(t *testing.T) {
 		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
 		ctx := ctxT(t)
 		c := srv.Client(t)
-		str, _ := s.RedisKey("str")
-		lst, _ := s.RedisKey("list")
-		foreign, _ := s.RedisKey("foreign")
+		str, _ := hook.RedisKey(s, "str")
+		lst, _ := hook.RedisKey(s, "list")
+		foreign, _ := hook.RedisKey(s, "foreign")
 		require.NoError(t, c.Do(ctx, c.B().Set().Key(str).Value("hello").Build()).Error())
 		require.NoError(t, c.Do(ctx, c.B().Rpush().Key(lst).Element("a").Build()).Error())
 		require.NoError(t, c.Do(ctx, c.B().Hset().Key(foreign).FieldValue().FieldValue("name", "x").Build()).Error())
@@ -247,11 +248,11 @@ func TestConformanceWrongType(t *testing.T) {
 			require.ErrorIs(t, err, store.ErrWrongType, k)
 			_, err = s.Allow(ctx, k, 10, 1)
 			require.ErrorIs(t, err, store.ErrWrongType, k)
-			err = s.AddNoSum(ctx, k, 1)
+			_, err = s.Record(ctx, store.Event{Key: k, Delta: 1, NoSum: true})
 			require.ErrorIs(t, err, store.ErrWrongType, k)
 			_, err = s.Inspect(ctx, k)
 			require.ErrorIs(t, err, store.ErrWrongType, k)
-			_, err = s.AddEvent(ctx, store.Event{ID: "e", Key: k, Delta: 1})
+			_, err = s.Record(ctx, store.Event{ID: "e", Key: k, Delta: 1})
 			require.ErrorIs(t, err, store.ErrWrongType, k)
 		}
 		v, err := c.Do(ctx, c.B().Get().Key(str).Build()).ToString()
@@ -279,17 +280,17 @@ func TestConformanceOverflow(t *testing.T) {
 		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
 		ctx := ctxT(t)
 		t0 := time.Now().Truncate(time.Second)
-		n, err := s.AddAt(ctx, t0, "of", math.MaxInt64)
+		n, err := s.At(t0).Add(ctx, "of", math.MaxInt64)
 		require.NoError(t, err)
 		require.EqualValues(t, int64(math.MaxInt64), n)
-		_, err = s.AddAt(ctx, t0, "of", 1)
+		_, err = s.At(t0).Add(ctx, "of", 1)
 		require.ErrorIs(t, err, store.ErrOverflow)
-		n, err = s.SumAt(ctx, t0, "of")
+		n, err = s.At(t0).Sum(ctx, "of")
 		require.NoError(t, err)
 		require.EqualValues(t, int64(math.MaxInt64), n, "a refused write changed the counter")
 		// Allow decides exactly on a sum beyond 2^53: refused, and told when the
 		// bucket leaves (t0 is on a bucket start: a full window from now).
-		r, err := s.AllowAt(ctx, t0, "of", 10, 1)
+		r, err := s.At(t0).Allow(ctx, "of", 10, 1)
 		require.NoError(t, err)
 		require.False(t, r.Allowed)
 		require.Equal(t, int64(math.MaxInt64), r.Sum)
@@ -298,37 +299,37 @@ func TestConformanceOverflow(t *testing.T) {
 
 		// 2^60 + 3 and 2^60 + 5 in two buckets: 2^61 + 8, beyond doubles, exact here.
 		a, b := int64(1)<<60+3, int64(1)<<60+5
-		_, err = s.AddAt(ctx, t0, "big", a)
+		_, err = s.At(t0).Add(ctx, "big", a)
 		require.NoError(t, err)
-		n, err = s.AddAt(ctx, t0.Add(time.Second), "big", b)
+		n, err = s.At(t0.Add(time.Second)).Add(ctx, "big", b)
 		require.NoError(t, err)
 		require.Equal(t, a+b, n)
-		sums, err := s.SumManyAt(ctx, t0.Add(time.Second), []string{"big", "of", "none"})
+		sums, err := s.At(t0.Add(time.Second)).SumMany(ctx, []string{"big", "of", "none"})
 		require.NoError(t, err)
 		require.Equal(t, []int64{a + b, math.MaxInt64, 0}, sums)
 		// Two buckets of 2^62 + 2^62 = 2^63: past int64. Refused, nothing written.
-		_, err = s.AddAt(ctx, t0, "past", 1<<62)
+		_, err = s.At(t0).Add(ctx, "past", 1<<62)
 		require.NoError(t, err)
-		_, err = s.AddAt(ctx, t0.Add(time.Second), "past", 1<<62)
+		_, err = s.At(t0.Add(time.Second)).Add(ctx, "past", 1<<62)
 		require.ErrorIs(t, err, store.ErrOverflow)
-		n, err = s.SumAt(ctx, t0.Add(time.Second), "past")
+		n, err = s.At(t0.Add(time.Second)).Sum(ctx, "past")
 		require.NoError(t, err)
 		require.EqualValues(t, int64(1)<<62, n, "a refused add changed the counter")
 		snap, err := s.Inspect(ctx, "past")
 		require.NoError(t, err)
 		require.Len(t, snap.Buckets, 1)
 		// The same below: -2^62 - 2^62 - 1 < MinInt64.
-		_, err = s.AddAt(ctx, t0, "neg", -(1 << 62))
+		_, err = s.At(t0).Add(ctx, "neg", -(1 << 62))
 		require.NoError(t, err)
-		n, err = s.AddAt(ctx, t0.Add(time.Second), "neg", -(1 << 62))
+		n, err = s.At(t0.Add(time.Second)).Add(ctx, "neg", -(1 << 62))
 		require.NoError(t, err)
 		require.Equal(t, int64(math.MinInt64), n)
-		_, err = s.AddAt(ctx, t0.Add(2*time.Second), "neg", -1)
+		_, err = s.At(t0.Add(2*time.Second)).Add(ctx, "neg", -1)
 		require.ErrorIs(t, err, store.ErrOverflow)
 		// Exact mixed signs beyond 2^53: (2^62 + 1) + (-2^62 + 2) = 3.
-		_, err = s.AddAt(ctx, t0, "mix", 1<<62+1)
+		_, err = s.At(t0).Add(ctx, "mix", 1<<62+1)
 		require.NoError(t, err)
-		n, err = s.AddAt(ctx, t0.Add(time.Second), "mix", -(1<<62)+2)
+		n, err = s.At(t0.Add(time.Second)).Add(ctx, "mix", -(1<<62)+2)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n)
 	})
@@ -358,7 +359,7 @@ func TestConformanceSumMany(t *testing.T) {
 			}
 			require.Equal(t, want, n, keys[i])
 		}
-		bad, _ := s.RedisKey("k5")
+		bad, _ := hook.RedisKey(s, "k5")
 		require.NoError(t, c.Do(ctx, c.B().Set().Key(bad).Value("x").Build()).Error())
 		sums, err = s.SumMany(ctx, []string{"k3", "k5", "", "k6"})
 		var many *store.ManyError
@@ -459,21 +460,23 @@ func TestConformanceAddNoSum(t *testing.T) {
 		var evs []event
 		for i := 0; i < 40; i++ {
 			at := t0.Add(time.Duration(i) * 700 * time.Millisecond)
-			require.NoError(t, s.AddNoSumAt(ctx, at, "ns", int64(i%3+1)))
+			_, err := s.At(at).Record(ctx, store.Event{Key: "ns", Delta: int64(i%3 + 1), NoSum: true})
+			require.NoError(t, err)
 			evs = append(evs, event{at, int64(i%3 + 1)})
 			// (With field TTLs, buckets go when real time passes, and this
 			// clock runs ahead of it; only the plain hash must sweep.)
 			if !tg.wantFieldTTL {
 				snap, err := s.Inspect(ctx, "ns")
 				require.NoError(t, err)
-				require.LessOrEqual(t, len(snap.Buckets), w.Buckets()+2, "stale buckets pile up")
+				require.LessOrEqual(t, len(snap.Buckets), int(w.Length/w.Bucket)+2, "stale buckets pile up")
 			}
 		}
 		last := evs[len(evs)-1].at
-		n, err := s.SumAt(ctx, last, "ns")
+		n, err := s.At(last).Sum(ctx, "ns")
 		require.NoError(t, err)
-		require.Equal(t, modelSum(s.Codec(), evs, last, w.Length), n)
-		require.ErrorIs(t, s.AddNoSum(ctx, "", 1), store.ErrInvalid)
+		require.Equal(t, modelSum(hook.Codec(s), evs, last, w.Length), n)
+		_, err = s.Record(ctx, store.Event{Key: "", Delta: 1, NoSum: true})
+		require.ErrorIs(t, err, store.ErrInvalid)
 	})
 }
 
@@ -526,19 +529,20 @@ func TestConformanceRandomWalk(t *testing.T) {
 					}
 					real = time.Now()
 					delta := rng.Int64N(20) - 5
-					model := modelSum(s.Codec(), evs, at, wk.w.Length)
+					model := modelSum(hook.Codec(s), evs, at, wk.w.Length)
 					switch rng.IntN(4) {
 					case 0:
-						got, err := s.AddAt(ctx, at, "walk", delta)
+						got, err := s.At(at).Add(ctx, "walk", delta)
 						require.NoError(t, err)
 						evs = append(evs, event{at, delta})
 						require.Equal(t, model+delta, got, "AddAt %v (step %d)", at, i)
 					case 1:
-						require.NoError(t, s.AddNoSumAt(ctx, at, "walk", delta))
+						_, err := s.At(at).Record(ctx, store.Event{Key: "walk", Delta: delta, NoSum: true})
+						require.NoError(t, err)
 						evs = append(evs, event{at, delta})
 					case 2:
 						cost, limit := rng.Int64N(4), rng.Int64N(60)
-						r, err := s.AllowAt(ctx, at, "walk", limit, cost)
+						r, err := s.At(at).Allow(ctx, "walk", limit, cost)
 						require.NoError(t, err)
 						want := model+cost <= limit
 						require.Equal(t, want, r.Allowed, "AllowAt %v sum %d cost %d limit %d (step %d)", at, model, cost, limit, i)
@@ -548,7 +552,7 @@ func TestConformanceRandomWalk(t *testing.T) {
 						}
 						require.Equal(t, model, r.Sum, "AllowAt %v (step %d)", at, i)
 					default:
-						got, err := s.SumAt(ctx, at, "walk")
+						got, err := s.At(at).Sum(ctx, "walk")
 						require.NoError(t, err)
 						require.Equal(t, model, got, "SumAt %v (step %d)", at, i)
 					}
@@ -569,16 +573,16 @@ func TestConformanceRefusalInThePast(t *testing.T) {
 		s, _ := newStore(t, tg, w)
 		ctx := ctxT(t)
 		t0 := utc("2026-06-01T12:00:00.5Z")
-		_, err := s.AddAt(ctx, t0.Add(2*time.Second), "past", 5)
+		_, err := s.At(t0.Add(2*time.Second)).Add(ctx, "past", 5)
 		require.NoError(t, err)
-		r, err := s.AllowAt(ctx, t0, "past", 0, 1)
+		r, err := s.At(t0).Allow(ctx, "past", 0, 1)
 		require.NoError(t, err)
 		require.False(t, r.Allowed)
 		later := t0.Add(2*time.Second + w.Length + w.Bucket)
-		n, err := s.AddAt(ctx, later, "past", 3)
+		n, err := s.At(later).Add(ctx, "past", 3)
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n)
-		n, err = s.SumAt(ctx, later.Add(w.Bucket), "past")
+		n, err = s.At(later.Add(w.Bucket)).Sum(ctx, "past")
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n)
 	})

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"github.com/windowstore/windowstore/internal/hook"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -82,12 +83,12 @@ func (m *exactModel) add(now time.Time, delta int64) (*big.Int, bool) {
 
 // allow is what Allow must answer, exactly; ok false when it must fail with
 // ErrOverflow (the window sum, or the bucket it would write, leaves int64).
-func (m *exactModel) allow(now time.Time, limit, cost int64) (r store.Result, ok bool) {
+func (m *exactModel) allow(now time.Time, limit, cost int64) (r store.Decision, ok bool) {
 	sum := m.sum(now, m.w.Length)
 	if !fitsInt64(sum) {
 		return r, false
 	}
-	r.Limit, r.RefusedBy = limit, 0
+	r.Limit = limit
 	fits := cost <= limit && new(big.Int).Add(sum, big.NewInt(cost)).Cmp(big.NewInt(limit)) <= 0
 	if fits {
 		if cost > 0 {
@@ -98,7 +99,7 @@ func (m *exactModel) allow(now time.Time, limit, cost int64) (r store.Result, ok
 			}
 			m.buckets[s] = b
 		}
-		r.Allowed, r.RefusedBy = true, -1
+		r.Allowed = true
 		sum.Add(sum, big.NewInt(cost))
 	}
 	r.Sum = sum.Int64()
@@ -168,38 +169,38 @@ func TestExactReproduction(t *testing.T) {
 		ctx := ctxT(t)
 		t0 := utc("2026-06-01T12:00:00Z")
 		for i := 0; i < 3; i++ {
-			_, err := s.AddAt(ctx, t0.Add(time.Duration(i)*time.Second), "r", 1<<52+1)
+			_, err := s.At(t0.Add(time.Duration(i)*time.Second)).Add(ctx, "r", 1<<52+1)
 			require.NoError(t, err)
 		}
 		var n int64
 		var err error
 		for i := 3; i < 6; i++ {
-			n, err = s.AddAt(ctx, t0.Add(time.Duration(i)*time.Second), "r", -(1 << 52))
+			n, err = s.At(t0.Add(time.Duration(i)*time.Second)).Add(ctx, "r", -(1 << 52))
 			require.NoError(t, err)
 		}
 		require.EqualValues(t, 3, n, "Add")
 		at := t0.Add(5500 * time.Millisecond)
-		n, err = s.SumAt(ctx, at, "r")
+		n, err = s.At(at).Sum(ctx, "r")
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n, "Sum")
-		n, err = s.SumWithinAt(ctx, at, "r", w.Length)
+		n, err = s.At(at).Over(w.Length).Sum(ctx, "r")
 		require.NoError(t, err)
 		require.EqualValues(t, 3, n, "SumWithin")
-		sums, err := s.SumManyAt(ctx, at, []string{"r"})
+		sums, err := s.At(at).SumMany(ctx, []string{"r"})
 		require.NoError(t, err)
 		require.Equal(t, []int64{3}, sums, "SumMany")
-		r, err := s.AllowAt(ctx, at, "r", 3, 0)
+		r, err := s.At(at).Allow(ctx, "r", 3, 0)
 		require.NoError(t, err)
 		require.True(t, r.Allowed, "Allow(limit 3, cost 0) on a sum of 3")
 		require.EqualValues(t, 3, r.Sum)
-		n, err = s.AddAt(ctx, t0.Add(6*time.Second), "r", 5)
+		n, err = s.At(t0.Add(6*time.Second)).Add(ctx, "r", 5)
 		require.NoError(t, err)
 		require.EqualValues(t, 8, n)
 		// The sweep at +15.5s takes off the buckets of +0s..+5s: 3, exactly.
-		n, err = s.AddAt(ctx, t0.Add(15500*time.Millisecond), "r", 1)
+		n, err = s.At(t0.Add(15500*time.Millisecond)).Add(ctx, "r", 1)
 		require.NoError(t, err)
 		require.EqualValues(t, 6, n, "the running total lost a unit in the sweep")
-		n, err = s.SumAt(ctx, t0.Add(15600*time.Millisecond), "r")
+		n, err = s.At(t0.Add(15600*time.Millisecond)).Sum(ctx, "r")
 		require.NoError(t, err)
 		require.EqualValues(t, 6, n)
 	})
@@ -234,7 +235,7 @@ func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint6
 	s, _ := newStore(t, tg, w)
 	ctx := ctxT(t)
 	rng := rand.New(rand.NewPCG(seed, 53))
-	m := newExactModel(s.Codec(), w)
+	m := newExactModel(hook.Codec(s), w)
 	seen := map[string]int{}
 	defer func() { t.Logf("outcomes: %v", seen) }()
 	for i := 0; i < 300; i++ {
@@ -253,7 +254,7 @@ func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint6
 		case op < 5:
 			delta := hugeValue(rng)
 			want, ok := m.add(at, delta)
-			got, err := s.AddAt(ctx, at, "x", delta)
+			got, err := s.At(at).Add(ctx, "x", delta)
 			if !ok {
 				require.ErrorIs(t, err, store.ErrOverflow, "%s: Add %d must overflow", step, delta)
 				seen["add overflow"]++
@@ -264,8 +265,8 @@ func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint6
 			require.Equal(t, want.Int64(), got, "%s: Add %d", step, delta)
 		case op < 7:
 			want := m.sum(at, w.Length)
-			got, err := s.SumAt(ctx, at, "x")
-			many, errMany := s.SumManyAt(ctx, at, []string{"x", "none"})
+			got, err := s.At(at).Sum(ctx, "x")
+			many, errMany := s.At(at).SumMany(ctx, []string{"x", "none"})
 			if !fitsInt64(want) {
 				seen["sum overflow"]++
 				require.ErrorIs(t, err, store.ErrOverflow, "%s: Sum of %v", step, want)
@@ -276,9 +277,9 @@ func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint6
 			require.Equal(t, want.Int64(), got, "%s: Sum", step)
 			require.NoError(t, errMany, step)
 			require.Equal(t, []int64{want.Int64(), 0}, many, "%s: SumMany", step)
-			lb := w.Bucket * time.Duration(1+rng.IntN(w.Buckets()))
+			lb := w.Bucket * time.Duration(1+rng.IntN(int(w.Length/w.Bucket)))
 			want = m.sum(at, lb)
-			got, err = s.SumWithinAt(ctx, at, "x", lb)
+			got, err = s.At(at).Over(lb).Sum(ctx, "x")
 			if !fitsInt64(want) {
 				require.ErrorIs(t, err, store.ErrOverflow, "%s: SumWithin %v of %v", step, lb, want)
 				continue
@@ -301,7 +302,7 @@ func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint6
 				limit, cost = 1<<53, rng.Int64N(4)
 			}
 			want, ok := m.allow(at, limit, cost)
-			got, err := s.AllowAt(ctx, at, "x", limit, cost)
+			got, err := s.At(at).Allow(ctx, "x", limit, cost)
 			if !ok {
 				require.ErrorIs(t, err, store.ErrOverflow, "%s: Allow(%d, %d) on %v", step, limit, cost, sum)
 				continue
@@ -313,7 +314,7 @@ func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint6
 	}
 	// Long after, everything has left, exactly.
 	at = at.Add(w.Length + w.Bucket)
-	n, err := s.SumAt(ctx, at, "x")
+	n, err := s.At(at).Sum(ctx, "x")
 	require.NoError(t, err)
 	require.Zero(t, n)
 }

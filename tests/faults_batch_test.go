@@ -353,7 +353,7 @@ var idlessWrites = []idless{
 			return err
 		}
 		return write, func(ctx context.Context) []int64 {
-			day, err := d.SumOver(ctx, "k", 24*time.Hour)
+			day, err := d.Over(24*time.Hour).Sum(ctx, "k")
 			require.NoError(t, err)
 			return []int64{sumOf(t, ctx, d, "k"), day}
 		}
@@ -386,7 +386,7 @@ var idlessWrites = []idless{
 	{"AddEventTime", func(t *testing.T, e *faultEnv) (func(context.Context) error, func(context.Context) []int64) {
 		s, d := e.stores(t, hourWin)
 		write := func(ctx context.Context) error {
-			_, err := s.AddEvent(ctx, store.Event{Key: "k", Delta: 1, Time: time.Now().Add(-30 * time.Second)})
+			_, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, Time: time.Now().Add(-30 * time.Second)})
 			return err
 		}
 		return write, func(ctx context.Context) []int64 { return []int64{sumOf(t, ctx, d, "k")} }
@@ -402,8 +402,8 @@ func sumOf(t *testing.T, ctx context.Context, s *store.Store, key string) int64 
 
 // TestFaultBatchIdlessNeverResent: a write without an event id whose
 // connection drops is never sent again, on every batch-path write (Apply,
-// AllowAll, a multi-resolution store's Add, features Record, AddEvent with a
-// time but no id), on every target. Through cutProxy:
+// AllowAll, a multi-resolution store's Add, features Record, Record with an
+// event time but no id), on every target. Through cutProxy:
 //
 //   - one write whose reply is lost after the server ran it: the call fails
 //     with a network error and its counters hold 1, not 2 (a resend would
@@ -481,9 +481,10 @@ func TestFaultBatchIdlessNeverResent(t *testing.T) {
 // again by the store, and the resend answers Duplicate: the store's call
 // succeeds, the observer saw exactly one failed script call, the server's
 // counters (read directly, while the store's call still waited and at the
-// end) hold the write once. Covered: AddEvent, AllowEvent and Apply with a
-// Batch ID, on every target; then 8 writers of 25 AddEvents with ids while 3
-// (at most DefaultRetries) writes are cut: every call succeeds, the sum is
+// end) hold the write once. Covered: Record with an id (AddEvent), with an
+// id and a limit (AllowEvent), and Apply with a Batch ID, on every target;
+// then 8 writers of 25 Records with ids while 3 (at most the store's default
+// retries) writes are cut: every call succeeds, the sum is
 // exactly 200, and every event found in a cut write (by its id, in the
 // bytes the proxy cut) answered Duplicate.
 func TestFaultExactlyOnceObserved(t *testing.T) {
@@ -512,10 +513,10 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			ctx := ctxT(t)
 			obs := &callErrors{}
 			s, d := e.stores(t, hourWin, store.WithObserver(obs))
-			_, err := s.AddEvent(ctx, store.Event{Key: "warm", Delta: 1, ID: "warm"})
+			_, err := s.Record(ctx, store.Event{Key: "warm", Delta: 1, ID: "warm"})
 			require.NoError(t, err)
 			seen := once(t, e, func() []int64 { n, _ := d.Sum(context.Background(), "k"); return []int64{n} })
-			a, err := s.AddEvent(ctx, store.Event{Key: "k", Delta: 3, ID: "e1"})
+			a, err := s.Record(ctx, store.Event{Key: "k", Delta: 3, ID: "e1"})
 			require.NoError(t, err, "the store did not resend the write with an id")
 			require.Equal(t, []int64{3}, seen(), "the first send had not counted on the server before the cut")
 			require.EqualValues(t, 1, obs.n.Load(), "script calls that failed: the cut one only")
@@ -523,7 +524,7 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			require.EqualValues(t, 3, a.Sum)
 			require.EqualValues(t, 3, sumOf(t, ctx, d, "k"), "the event counted twice, or not at all")
 			// Without a cut: a new id counts, and is no duplicate.
-			a, err = s.AddEvent(ctx, store.Event{Key: "k", Delta: 3, ID: "e2"})
+			a, err = s.Record(ctx, store.Event{Key: "k", Delta: 3, ID: "e2"})
 			require.NoError(t, err)
 			require.False(t, a.Duplicate)
 			require.EqualValues(t, 6, a.Sum)
@@ -533,10 +534,10 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			ctx := ctxT(t)
 			obs := &callErrors{}
 			s, d := e.stores(t, hourWin, store.WithObserver(obs))
-			_, err := s.AllowEvent(ctx, store.Event{Key: "warm", Delta: 1, ID: "warm"}, 10)
+			_, err := s.Record(ctx, store.Event{Key: "warm", Delta: 1, ID: "warm", Limit: 10})
 			require.NoError(t, err)
 			seen := once(t, e, func() []int64 { n, _ := d.Sum(context.Background(), "k"); return []int64{n} })
-			r, err := s.AllowEvent(ctx, store.Event{Key: "k", Delta: 2, ID: "a1"}, 10)
+			r, err := s.Record(ctx, store.Event{Key: "k", Delta: 2, ID: "a1", Limit: 10})
 			require.NoError(t, err, "the store did not resend the write with an id")
 			require.Equal(t, []int64{2}, seen(), "the first send had not counted on the server before the cut")
 			require.EqualValues(t, 1, obs.n.Load(), "script calls that failed: the cut one only")
@@ -544,7 +545,7 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			require.True(t, r.Allowed, "a duplicate answers the first call's decision")
 			require.EqualValues(t, 2, r.Sum)
 			require.EqualValues(t, 2, sumOf(t, ctx, d, "k"), "the event counted twice, or not at all")
-			r, err = s.AllowEvent(ctx, store.Event{Key: "k", Delta: 2, ID: "a2"}, 10)
+			r, err = s.Record(ctx, store.Event{Key: "k", Delta: 2, ID: "a2", Limit: 10})
 			require.NoError(t, err)
 			require.False(t, r.Duplicate)
 			require.EqualValues(t, 4, r.Sum)
@@ -585,12 +586,13 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			ctx := ctxT(t)
 			obs := &callErrors{}
 			s, d := e.stores(t, hourWin, store.WithObserver(obs))
-			_, err := s.AddEvent(ctx, store.Event{Key: "warm", Delta: 1, ID: "warm"})
+			_, err := s.Record(ctx, store.Event{Key: "warm", Delta: 1, ID: "warm"})
 			require.NoError(t, err)
 			// A write fails at most once per cut (the cut write, or one
-			// pipelined with it), so with cuts <= DefaultRetries every
-			// write succeeds within its retries.
-			const writers, each, cuts = 8, 25, store.DefaultRetries
+			// pipelined with it), so with cuts <= the store's default
+			// retries (3, store.WithRetries) every write succeeds within its
+			// retries.
+			const writers, each, cuts = 8, 25, 3
 			e.px.arm(cuts, nil)
 			var mu sync.Mutex
 			dups := map[string]bool{} // the ids answered Duplicate
@@ -601,7 +603,7 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 					defer wg.Done()
 					for i := 0; i < each; i++ {
 						id := fmt.Sprintf("w%d-%d", g, i)
-						a, err := s.AddEvent(ctx, store.Event{Key: "k", Delta: 1, ID: id})
+						a, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, ID: id})
 						if err != nil {
 							t.Errorf("writer %d event %d: %v", g, i, err)
 							return

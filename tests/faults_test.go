@@ -15,6 +15,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -102,7 +103,7 @@ func TestFaultScriptCacheGone(t *testing.T) {
 	sq, err := store.New(ctx, quiet, faultWindow)
 	require.NoError(t, err)
 	// The store runs functions (FCALL) by default; one with EVALSHA too.
-	evalsha, err := store.New(ctx, c, faultWindow, store.WithPrefix("evalsha:"), store.WithFunctions(false))
+	evalsha, err := store.New(ctx, c, faultWindow, store.WithPrefix("evalsha:"), hook.WithFunctions(false).(store.Option))
 	require.NoError(t, err)
 	// flush empties the script cache and the functions.
 	flush := func() {
@@ -128,8 +129,8 @@ func TestFaultScriptCacheGone(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 	}
-	require.True(t, s.Functions())
-	require.False(t, evalsha.Functions())
+	require.True(t, hook.Functions(s))
+	require.False(t, hook.Functions(evalsha))
 
 	// rueidis picks one of its pipelined connections at random for each
 	// call: enough calls (one at a time) open them all.
@@ -276,7 +277,7 @@ func TestFaultServerStalls(t *testing.T) {
 func TestFaultOutOfMemory(t *testing.T) {
 	t.Parallel()
 	for _, tg := range targets {
-		if tg.backend != store.Auto || tg.kind == harness.TairHash {
+		if tg.backend != "auto" || tg.kind == harness.TairHash {
 			continue
 		}
 		t.Run(tg.name, func(t *testing.T) {
@@ -312,7 +313,7 @@ func TestFaultOutOfMemory(t *testing.T) {
 			r, err := s.Allow(ctx, "k", 100, 1)
 			require.ErrorIs(t, err, store.ErrOutOfMemory)
 			require.False(t, r.Allowed)
-			rk, _ := s.RedisKey("new")
+			rk, _ := hook.RedisKey(s, "new")
 			ex, err := c.Do(ctx, c.B().Exists().Key(rk).Build()).AsInt64()
 			require.NoError(t, err)
 			require.Zero(t, ex)

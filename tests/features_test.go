@@ -44,7 +44,7 @@ func TestRecord(t *testing.T) {
 		require.NoError(t, err)
 		t0 := time.Now().Truncate(time.Hour).Add(-3 * time.Hour)
 		login := func(i int, user, ip string) features.Result {
-			r, err := set.RecordAt(ctx, t0.Add(time.Duration(i)*5*time.Second), features.Event{ID: "login-" + strconv.Itoa(i),
+			r, err := set.At(t0.Add(time.Duration(i)*5*time.Second)).Record(ctx, features.Event{ID: "login-" + strconv.Itoa(i),
 				Entities: map[string]string{"user": user, "ip": ip}})
 			require.NoError(t, err)
 			return r
@@ -55,7 +55,7 @@ func TestRecord(t *testing.T) {
 			v, _ := r.Get("user_attempts")
 			require.Equal(t, []int64{int64(i + 1), int64(i + 1), int64(i + 1)}, v.Sums)
 			v, _ = r.Get("user_login_limit")
-			require.EqualValues(t, 4-i, v.Remaining)
+			require.EqualValues(t, 4-i, v.Decision.Remaining)
 		}
 		r := login(5, "u1", "ip1")
 		require.False(t, r.Allowed)
@@ -80,7 +80,7 @@ func TestRecord(t *testing.T) {
 		require.EqualValues(t, 7, v.Sum)
 		// Payments: spend sums and its limit, distinct cards per device.
 		pay := func(i int, card, device string, amount int64) features.Result {
-			r, err := set.RecordAt(ctx, t0.Add(time.Hour+time.Duration(i)*time.Minute), features.Event{ID: "pay-" + strconv.Itoa(i),
+			r, err := set.At(t0.Add(time.Hour+time.Duration(i)*time.Minute)).Record(ctx, features.Event{ID: "pay-" + strconv.Itoa(i),
 				Entities: map[string]string{"card": card, "device": device}, Amount: amount})
 			require.NoError(t, err)
 			return r
@@ -97,7 +97,7 @@ func TestRecord(t *testing.T) {
 		require.EqualValues(t, 1100, v.Sum, "the spend sum records the attempt")
 		v, _ = r.Get("card_spend_limit")
 		require.EqualValues(t, 900, v.Sum)
-		require.EqualValues(t, 100, v.Remaining)
+		require.EqualValues(t, 100, v.Decision.Remaining)
 		r = pay(3, "c2", "d1", 10)
 		v, _ = r.Get("device_cards")
 		require.EqualValues(t, 2, v.Sum)
@@ -105,7 +105,7 @@ func TestRecord(t *testing.T) {
 		// the day windows still hold them.
 		keys := scanKeys(t, c, prefix)
 		before := dump(t, c, keys...)
-		rd, err := set.ReadAt(ctx, t0.Add(time.Hour+4*time.Minute), map[string]string{"user": "u1", "ip": "ip1", "card": "c1", "device": "d1"})
+		rd, err := set.At(t0.Add(time.Hour+4*time.Minute)).Read(ctx, map[string]string{"user": "u1", "ip": "ip1", "card": "c1", "device": "d1"})
 		require.NoError(t, err)
 		require.Equal(t, before, dump(t, c, keys...), "Read wrote")
 		require.Equal(t, keys, scanKeys(t, c, prefix), "Read made keys")
@@ -118,7 +118,7 @@ func TestRecord(t *testing.T) {
 			require.Equal(t, n, v.Sums, name)
 		}
 		// An event without an entity leaves its features out.
-		r, err = set.RecordAt(ctx, t0.Add(2*time.Hour), features.Event{Entities: map[string]string{"ip": "ip9"}})
+		r, err = set.At(t0.Add(2*time.Hour)).Record(ctx, features.Event{Entities: map[string]string{"ip": "ip9"}})
 		require.NoError(t, err)
 		require.Len(t, r.Values, 1, "ip_users needs a user")
 	})
@@ -140,12 +140,12 @@ func TestRecordInvalid(t *testing.T) {
 		{{Name: "a", Entity: "u", Windows: w}, {Name: "a", Entity: "v", Windows: w}},
 	} {
 		_, err := features.New(ctx, c, fs)
-		require.ErrorIs(t, err, features.ErrInvalid, "%+v", fs)
+		require.ErrorIs(t, err, store.ErrInvalid, "%+v", fs)
 	}
 	set, err := features.New(ctx, c, []features.Feature{{Name: "a", Entity: "u", Windows: w}}, store.WithPrefix(prefixFor(t)))
 	require.NoError(t, err)
 	_, err = set.Record(ctx, features.Event{Entities: map[string]string{"nope": "x"}})
-	require.ErrorIs(t, err, features.ErrInvalid)
+	require.ErrorIs(t, err, store.ErrInvalid)
 	require.True(t, strings.HasPrefix(err.Error(), "features: "), err.Error())
 }
 

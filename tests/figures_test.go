@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"github.com/windowstore/windowstore/internal/hook"
 	"math"
 	"strconv"
 	"sync"
@@ -78,7 +79,7 @@ func TestTierMemory(t *testing.T) {
 	}
 	key := func(k int) string { return "c" + strconv.Itoa(k) }
 	mk := func(prefix string, w store.Window, opts ...store.Option) *store.Store {
-		s, err := store.New(ctx, c, w, append([]store.Option{store.WithPrefix(prefix), store.WithBackend(store.NativeHashPlain)}, opts...)...)
+		s, err := store.New(ctx, c, w, append([]store.Option{store.WithPrefix(prefix), store.WithBackend("nativehash-plain")}, opts...)...)
 		require.NoError(t, err)
 		return s
 	}
@@ -86,58 +87,62 @@ func TestTierMemory(t *testing.T) {
 	wide := mk("wide:", store.Window{Length: 24 * time.Hour, Bucket: time.Minute})
 	measure("1440", 200, func(k int) error {
 		for i := 1439; i >= 0; i-- {
-			if err := wide.AddNoSumAt(ctx, now.Add(-time.Duration(i)*time.Minute), key(k), 1); err != nil {
+			if _, err := wide.At(now.Add(-time.Duration(i)*time.Minute)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err
 			}
 		}
 		return nil
-	}, func(k int) []string { rk, _ := wide.RedisKey(key(k)); return []string{rk} })
+	}, func(k int) []string { rk, _ := hook.RedisKey(wide, key(k)); return []string{rk} })
 	// The tiers: one write per event updates both; a day of hourly events,
 	// then the last hour's minutes.
 	tiered := mk("tiered:", hour, store.WithTiers(day))
 	tieredFill := func(k int) error {
 		for h := 23; h >= 1; h-- {
-			if err := tiered.AddNoSumAt(ctx, now.Add(-time.Duration(h)*time.Hour), key(k), 1); err != nil {
+			if _, err := tiered.At(now.Add(-time.Duration(h)*time.Hour)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err
 			}
 		}
 		for m := 59; m >= 0; m-- {
-			if err := tiered.AddNoSumAt(ctx, now.Add(-time.Duration(m)*time.Minute), key(k), 1); err != nil {
+			if _, err := tiered.At(now.Add(-time.Duration(m)*time.Minute)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	measure("tiered", 1000, tieredFill, func(k int) []string {
-		a, _ := mk("tiered:", hour).RedisKey(key(k))
-		b, _ := mk("tiered:", day).RedisKey(key(k))
+		a, _ := hook.RedisKey(mk("tiered:", hour), key(k))
+		b, _ := hook.RedisKey(mk("tiered:", day), key(k))
 		return []string{a, b}
 	})
 	sh, sd := mk("sep:", hour), mk("sep:", day)
 	measure("separate", 1000, func(k int) error {
 		for h := 23; h >= 0; h-- {
-			if err := sd.AddNoSumAt(ctx, now.Add(-time.Duration(h)*time.Hour), key(k), 1); err != nil {
+			if _, err := sd.At(now.Add(-time.Duration(h)*time.Hour)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err
 			}
 		}
 		for m := 59; m >= 0; m-- {
-			if err := sh.AddNoSumAt(ctx, now.Add(-time.Duration(m)*time.Minute), key(k), 1); err != nil {
+			if _, err := sh.At(now.Add(-time.Duration(m)*time.Minute)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err
 			}
 		}
 		return nil
-	}, func(k int) []string { a, _ := sh.RedisKey(key(k)); b, _ := sd.RedisKey(key(k)); return []string{a, b} })
+	}, func(k int) []string {
+		a, _ := hook.RedisKey(sh, key(k))
+		b, _ := hook.RedisKey(sd, key(k))
+		return []string{a, b}
+	})
 	alone := mk("alone:", hour)
 	measure("hour", 1000, func(k int) error {
 		for m := 59; m >= 0; m-- {
-			if err := alone.AddNoSumAt(ctx, now.Add(-time.Duration(m)*time.Minute), key(k), 1); err != nil {
+			if _, err := alone.At(now.Add(-time.Duration(m)*time.Minute)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err
 			}
 		}
 		return nil
-	}, func(k int) []string { a, _ := alone.RedisKey(key(k)); return []string{a} })
+	}, func(k int) []string { a, _ := hook.RedisKey(alone, key(k)); return []string{a} })
 	// The day tier holds what was written: 23 hourly events and 60 minutes.
-	n, err := tiered.SumOverAt(ctx, now, key(0), 24*time.Hour)
+	n, err := tiered.At(now).Over(24*time.Hour).Sum(ctx, key(0))
 	require.NoError(t, err)
 	require.EqualValues(t, 83, n)
 }
@@ -155,13 +160,13 @@ func TestEventIDMemory(t *testing.T) {
 			s, err := store.New(ctx, c, store.Window{Length: time.Hour, Bucket: time.Minute}, store.WithPrefix("ids:"))
 			require.NoError(t, err)
 			now := time.Now()
-			parallelKeys(t, 100, func(k int) error { _, err := s.AddAt(ctx, now, "u"+strconv.Itoa(k), 1); return err })
-			_, err = s.AddEventAt(ctx, now, store.Event{Key: "u0", ID: "warm-up-id-0000000000"})
+			parallelKeys(t, 100, func(k int) error { _, err := s.At(now).Add(ctx, "u"+strconv.Itoa(k), 1); return err })
+			_, err = s.At(now).Record(ctx, store.Event{Key: "u0", ID: "warm-up-id-0000000000"})
 			require.NoError(t, err)
 			before := memoryInfo(t, c)
 			const ids = 30000
 			parallelKeys(t, ids, func(k int) error {
-				_, err := s.AddEventAt(ctx, now, store.Event{Key: "u" + strconv.Itoa(k%100), ID: fmt.Sprintf("evt-%016x", k)})
+				_, err := s.At(now).Record(ctx, store.Event{Key: "u" + strconv.Itoa(k%100), ID: fmt.Sprintf("evt-%016x", k)})
 				return err
 			})
 			after := memoryInfo(t, c)
@@ -199,20 +204,20 @@ func TestDistinctError(t *testing.T) {
 			for i := first; i < first+batch && i < n; i++ {
 				members = append(members, "member-"+strconv.Itoa(i))
 			}
-			_, err := s.AddDistinctAt(ctx, now.Add(-time.Duration(b)*time.Second), "k", members...)
+			_, err := s.At(now.Add(-time.Duration(b)*time.Second)).AddDistinct(ctx, "k", members...)
 			return err
 		})
-		got, err := s.CountDistinctAt(ctx, now, "k")
+		got, err := s.At(now).CountDistinct(ctx, "k")
 		require.NoError(t, err)
 		rel := math.Abs(float64(got)-float64(n)) / float64(n) * 100
 		t.Logf("%d distinct: counted %d, error %.3f%%", n, got, rel)
 		require.Less(t, rel, 3.0, "beyond 3 standard errors")
 		figures.Check(t, fmt.Sprintf("distinct/error/%d", n), figures.Figure{Value: math.Round(rel*100) / 100, Unit: "%", Server: server}, 0)
 		// Memory: the live HyperLogLog buckets against one SET of the members.
-		rk, err := s.RedisKey("k")
+		rk, err := hook.RedisKey(s, "k")
 		require.NoError(t, err)
 		var hll int64
-		code := s.Codec()
+		code := hook.Codec(s)
 		for b := 0; b < 10; b++ {
 			bk := rk + ":d:" + strconv.FormatInt(code.Code(now.Add(-time.Duration(b)*time.Second)), 10)
 			m, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(bk).Args("SAMPLES", "0").Build()).AsInt64()

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
@@ -228,7 +229,7 @@ func TestGCRARetryAfterExact(t *testing.T) {
 			now := time.Now()
 			d, err := l.AllowAt(ctx, now, "k", 0)
 			require.NoError(t, err)
-			require.Equal(t, limit.Decision{Allowed: true, Limit: burst, Remaining: burst, Policy: "gcra"}, d)
+			require.Equal(t, store.Decision{Allowed: true, Limit: burst, Remaining: burst, Policy: "gcra"}, d)
 			require.EqualValues(t, 0, existsKey(t, c, rk), "a cost of 0 wrote the key")
 			for round := 0; round < 6; round++ {
 				n := int64(1 + round%burst)
@@ -265,9 +266,9 @@ func TestGCRARetryAfterExact(t *testing.T) {
 			require.Zero(t, after.ResetAfter)
 			never, err := l.AllowAt(ctx, now, "k2", burst+1)
 			require.NoError(t, err)
-			require.Equal(t, limit.Decision{Allowed: false, Limit: burst, Remaining: burst, RetryAfter: -1, Policy: "gcra"}, never)
+			require.Equal(t, store.Decision{Allowed: false, Limit: burst, Remaining: burst, RetryAfter: -1, Policy: "gcra"}, never)
 			_, err = l.Allow(ctx, "k", -1)
-			require.ErrorIs(t, err, limit.ErrInvalid)
+			require.ErrorIs(t, err, store.ErrInvalid)
 			// A key of another type is an error, and is left alone.
 			require.NoError(t, c.Do(ctx, c.B().Set().Key(prefix+"{x}:gcra").Value("not a state").Build()).Error())
 			_, err = l.Allow(ctx, "x", 1)

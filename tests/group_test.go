@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"github.com/windowstore/windowstore/internal/hook"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -24,7 +25,7 @@ func policyStores(t *testing.T, tg target, ws ...store.Window) []*store.Store {
 	s0, _ := newStore(t, tg, ws[0])
 	out := []*store.Store{s0}
 	for _, w := range ws[1:] {
-		s, err := store.New(ctxT(t), s0.Client(), w, store.WithPrefix(prefixOf(t, s0)), store.WithBackend(tg.backend))
+		s, err := store.New(ctxT(t), clientOf(s0), w, store.WithPrefix(prefixOf(t, s0)), store.WithBackend(tg.backend))
 		require.NoError(t, err)
 		out = append(out, s)
 	}
@@ -33,9 +34,9 @@ func policyStores(t *testing.T, tg target, ws ...store.Window) []*store.Store {
 
 // prefixOf recovers a store's prefix from one of its keys.
 func prefixOf(t *testing.T, s *store.Store) string {
-	rk, err := s.RedisKey("x")
+	rk, err := hook.RedisKey(s, "x")
 	require.NoError(t, err)
-	return rk[:len(rk)-len("{x}:")-len(s.Window().Tag())]
+	return rk[:len(rk)-len("{x}:")-len(hook.WindowTag(s.Window()))]
 }
 
 // dump is every key's DUMP, to see that nothing was written.
@@ -74,7 +75,7 @@ func TestAllowAllConcurrent(t *testing.T) {
 					admitted.Add(1)
 					return
 				}
-				assert.Equal(t, 1, r.RefusedBy, "the hour policy refuses")
+				assert.Equal(t, 1, refusedBy(r), "the hour policy refuses")
 				assert.Greater(t, r.RetryAfter, time.Duration(0))
 				assert.Len(t, r.Policies, 3)
 			}()
@@ -97,21 +98,21 @@ func TestAllowAllRefusalWritesNothing(t *testing.T) {
 		ctx := ctxT(t)
 		t0 := time.Now().Truncate(time.Minute).Add(-2 * time.Minute)
 		for i := 0; i < 3; i++ {
-			r, err := store.AllowAllAt(ctx, t0.Add(time.Duration(i)*time.Second), 1,
+			r, err := allowAllAt(ctx, t0.Add(time.Duration(i)*time.Second), 1,
 				store.Policy{Store: ss[0], Key: "k", Limit: 3}, store.Policy{Store: ss[1], Key: "k", Limit: 100})
 			require.NoError(t, err)
 			require.True(t, r.Allowed)
 		}
-		k0, _ := ss[0].RedisKey("k")
-		k1, _ := ss[1].RedisKey("k")
-		c := ss[0].Client()
+		k0, _ := hook.RedisKey(ss[0], "k")
+		k1, _ := hook.RedisKey(ss[1], "k")
+		c := clientOf(ss[0])
 		before := dump(t, c, k0, k1)
 		for i := 0; i < 20; i++ {
-			r, err := store.AllowAllAt(ctx, t0.Add(3*time.Second+time.Duration(i)*100*time.Millisecond), 1,
+			r, err := allowAllAt(ctx, t0.Add(3*time.Second+time.Duration(i)*100*time.Millisecond), 1,
 				store.Policy{Store: ss[0], Key: "k", Limit: 3}, store.Policy{Store: ss[1], Key: "k", Limit: 100})
 			require.NoError(t, err)
 			require.False(t, r.Allowed)
-			require.Equal(t, 0, r.RefusedBy)
+			require.Equal(t, 0, refusedBy(r))
 		}
 		require.Equal(t, before, dump(t, c, k0, k1), "a refusal wrote")
 	})
@@ -144,7 +145,7 @@ func TestAllowAllRandomWalk(t *testing.T) {
 		ctx := ctxT(t)
 		m := &multiModel{}
 		for i, s := range ss {
-			m.models = append(m.models, newExactModel(s.Codec(), ws[i]))
+			m.models = append(m.models, newExactModel(hook.Codec(s), ws[i]))
 		}
 		rng := rand.New(rand.NewPCG(5, 9))
 		at := utc("2026-04-01T08:00:00Z")
@@ -158,7 +159,7 @@ func TestAllowAllRandomWalk(t *testing.T) {
 				ps = append(ps, store.Policy{Store: s, Key: "w", Limit: limits[i]})
 			}
 			want := m.fits(at, cost, limits)
-			r, err := store.AllowAllAt(ctx, at, cost, ps...)
+			r, err := allowAllAt(ctx, at, cost, ps...)
 			require.NoError(t, err)
 			require.Equal(t, want, r.Allowed, "step %d at %v cost %d limits %v", step, at, cost, limits)
 			if want {
@@ -177,11 +178,11 @@ func TestAllowAllRandomWalk(t *testing.T) {
 			ra := r.RetryAfter
 			require.LessOrEqual(t, ra, 5*time.Minute)
 			require.False(t, m.fits(at.Add(ra-time.Millisecond), cost, limits), "the model admits before RetryAfter")
-			early, err := store.AllowAllAt(ctx, at.Add(ra-time.Millisecond), cost, ps...)
+			early, err := allowAllAt(ctx, at.Add(ra-time.Millisecond), cost, ps...)
 			require.NoError(t, err)
 			require.False(t, early.Allowed, "step %d: admitted a millisecond before RetryAfter %v", step, ra)
 			at = at.Add(ra)
-			ok, err := store.AllowAllAt(ctx, at, cost, ps...)
+			ok, err := allowAllAt(ctx, at, cost, ps...)
 			require.NoError(t, err)
 			require.True(t, ok.Allowed, "step %d: refused at RetryAfter %v", step, ra)
 			for _, mm := range m.models {
@@ -201,7 +202,6 @@ func TestTiers(t *testing.T) {
 		ws := []store.Window{{Length: 10 * time.Minute, Bucket: 10 * time.Second}, {Length: time.Hour, Bucket: time.Minute},
 			{Length: 24 * time.Hour, Bucket: time.Hour}}
 		s, _ := newStore(t, tg, ws[0], store.WithTiers(ws[1:]...))
-		require.Equal(t, ws, s.Tiers())
 		ctx := ctxT(t)
 		var models []*exactModel
 		for _, w := range ws {
@@ -213,7 +213,7 @@ func TestTiers(t *testing.T) {
 		for step := 0; step < 200; step++ {
 			at = at.Add(time.Duration(rng.Int64N(int64(10 * time.Minute))))
 			d := rng.Int64N(50) - 10
-			got, err := s.AddAt(ctx, at, "t", d)
+			got, err := s.At(at).Add(ctx, "t", d)
 			require.NoError(t, err)
 			for _, m := range models {
 				_, ok := m.add(at, d)
@@ -222,28 +222,28 @@ func TestTiers(t *testing.T) {
 			require.Equal(t, models[0].sum(at, ws[0].Length).Int64(), got, "step %d", step)
 			for _, d := range []time.Duration{30 * time.Second, 10 * time.Minute, 30 * time.Minute, time.Hour, 7 * time.Hour, 24 * time.Hour} {
 				i := map[time.Duration]int{30 * time.Second: 0, 10 * time.Minute: 0, 30 * time.Minute: 1, time.Hour: 1, 7 * time.Hour: 2, 24 * time.Hour: 2}[d]
-				n, err := s.SumOverAt(ctx, at, "t", d)
+				n, err := s.At(at).Over(d).Sum(ctx, "t")
 				require.NoError(t, err)
 				require.Equal(t, models[i].sum(at, d).Int64(), n, "step %d: SumOver %v", step, d)
 			}
 		}
-		_, err := s.SumOver(ctx, "t", 90*time.Second)
+		_, err := s.Over(90*time.Second).Sum(ctx, "t")
 		require.NoError(t, err, "90s is 9 buckets of the 10-minute tier")
-		_, err = s.SumOver(ctx, "t", 25*time.Hour)
+		_, err = s.Over(25*time.Hour).Sum(ctx, "t")
 		require.ErrorIs(t, err, store.ErrInvalid)
 		// A tiered Allow decides on the store's window and counts in every tier.
-		r, err := s.AllowAt(ctx, at, "lim", 1, 1)
+		r, err := s.At(at).Allow(ctx, "lim", 1, 1)
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 		for _, d := range []time.Duration{10 * time.Minute, time.Hour, 24 * time.Hour} {
-			n, err := s.SumOverAt(ctx, at, "lim", d)
+			n, err := s.At(at).Over(d).Sum(ctx, "lim")
 			require.NoError(t, err)
 			require.EqualValues(t, 1, n, d)
 		}
-		r, err = s.AllowAt(ctx, at, "lim", 1, 1)
+		r, err = s.At(at).Allow(ctx, "lim", 1, 1)
 		require.NoError(t, err)
 		require.False(t, r.Allowed)
-		n, err := s.SumOverAt(ctx, at, "lim", 24*time.Hour)
+		n, err := s.At(at).Over(24*time.Hour).Sum(ctx, "lim")
 		require.NoError(t, err)
 		require.EqualValues(t, 1, n, "a refusal counted in another tier")
 	})
@@ -257,11 +257,11 @@ func TestEventIDs(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(64, 1))
 		ctx := ctxT(t)
-		a, err := s.AddEvent(ctx, store.Event{Key: "k", Delta: 5, ID: "evt-1"})
+		a, err := s.Record(ctx, store.Event{Key: "k", Delta: 5, ID: "evt-1"})
 		require.NoError(t, err)
 		require.False(t, a.Duplicate)
 		require.EqualValues(t, 5, a.Sum)
-		a, err = s.AddEvent(ctx, store.Event{Key: "k", Delta: 5, ID: "evt-1"})
+		a, err = s.Record(ctx, store.Event{Key: "k", Delta: 5, ID: "evt-1"})
 		require.NoError(t, err)
 		require.True(t, a.Duplicate)
 		require.EqualValues(t, 5, a.Sum, "a duplicate answers the state now")
@@ -274,7 +274,7 @@ func TestEventIDs(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					a, err := s.AddEvent(ctx, store.Event{Key: "c", Delta: 1, ID: id})
+					a, err := s.Record(ctx, store.Event{Key: "c", Delta: 1, ID: id})
 					if assert.NoError(t, err) && !a.Duplicate {
 						counted.Add(1)
 					}
@@ -288,18 +288,18 @@ func TestEventIDs(t *testing.T) {
 		require.EqualValues(t, 3, n)
 		// Allow: an admitted id answers its decision again; a refused one
 		// records nothing.
-		r, err := s.AllowEvent(ctx, store.Event{Key: "a", Delta: 1, ID: "x"}, 1)
+		r, err := s.Record(ctx, store.Event{Key: "a", Delta: 1, ID: "x", Limit: 1})
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
-		r, err = s.AllowEvent(ctx, store.Event{Key: "a", Delta: 1, ID: "x"}, 1)
+		r, err = s.Record(ctx, store.Event{Key: "a", Delta: 1, ID: "x", Limit: 1})
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 		require.True(t, r.Duplicate)
-		r, err = s.AllowEvent(ctx, store.Event{Key: "a", Delta: 1, ID: "y"}, 1)
+		r, err = s.Record(ctx, store.Event{Key: "a", Delta: 1, ID: "y", Limit: 1})
 		require.NoError(t, err)
 		require.False(t, r.Allowed)
 		require.False(t, r.Duplicate)
-		rk, _ := s.RedisKey("a")
+		rk, _ := hook.RedisKey(s, "a")
 		c := srv.Client(t)
 		ex, err := c.Do(ctx, c.B().Exists().Key(rk+":id:y").Build()).AsInt64()
 		require.NoError(t, err)
@@ -310,7 +310,7 @@ func TestEventIDs(t *testing.T) {
 		require.Greater(t, pttl, int64(0))
 		require.LessOrEqual(t, pttl, (time.Minute + time.Second).Milliseconds())
 		// Ids from user input are escaped like keys.
-		a, err = s.AddEvent(ctx, store.Event{Key: "k", Delta: 1, ID: "{evil} id"})
+		a, err = s.Record(ctx, store.Event{Key: "k", Delta: 1, ID: "{evil} id"})
 		require.NoError(t, err)
 		require.False(t, a.Duplicate)
 		ex, err = c.Do(ctx, c.B().Exists().Key(rk[:len(rk)-len("{a}:1m/1s")]+"{k}:1m/1s:id:%7Bevil%7D%20id").Build()).AsInt64()
@@ -353,7 +353,7 @@ func TestLateEvents(t *testing.T) {
 		w := store.Window{Length: time.Minute, Bucket: 5 * time.Second}
 		s, _ := newStore(t, tg, w, store.WithFutureTolerance(2*time.Second))
 		ctx := ctxT(t)
-		m := &lateModel{exactModel: newExactModel(s.Codec(), w), future: 2 * time.Second}
+		m := &lateModel{exactModel: newExactModel(hook.Codec(s), w), future: 2 * time.Second}
 		rng := rand.New(rand.NewPCG(11, 13))
 		now := utc("2025-12-31T23:58:00Z") // across a year end
 		seen := map[string]int{}
@@ -372,7 +372,7 @@ func TestLateEvents(t *testing.T) {
 			d := rng.Int64N(20) - 4
 			want := m.add(now, e, d)
 			seen[want]++
-			a, err := s.AddEventAt(ctx, now, store.Event{Key: "late", Delta: d, Time: e})
+			a, err := s.At(now).Record(ctx, store.Event{Key: "late", Delta: d, Time: e})
 			switch want {
 			case "old":
 				require.ErrorIs(t, err, store.ErrTooOld, "step %d: event %v at %v", step, e, now)
@@ -382,10 +382,10 @@ func TestLateEvents(t *testing.T) {
 				require.NoError(t, err, "step %d: event %v at %v", step, e, now)
 				require.Equal(t, m.sum(now, w.Length).Int64(), a.Sum, "step %d: event %v at %v", step, e, now)
 			}
-			n, err := s.SumAt(ctx, now, "late")
+			n, err := s.At(now).Sum(ctx, "late")
 			require.NoError(t, err)
 			require.Equal(t, m.sum(now, w.Length).Int64(), n, "step %d", step)
-			n, err = s.SumWithinAt(ctx, now, "late", 20*time.Second)
+			n, err = s.At(now).Over(20*time.Second).Sum(ctx, "late")
 			require.NoError(t, err)
 			require.Equal(t, m.sum(now, 20*time.Second).Int64(), n, "step %d", step)
 		}
@@ -402,13 +402,13 @@ func TestLateEventTiers(t *testing.T) {
 		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithTiers(store.Window{Length: time.Hour, Bucket: time.Minute}))
 		ctx := ctxT(t)
 		now := utc("2026-05-05T10:30:30Z")
-		a, err := s.AddEventAt(ctx, now, store.Event{Key: "k", Delta: 4, Time: now.Add(-10 * time.Minute)})
+		a, err := s.At(now).Record(ctx, store.Event{Key: "k", Delta: 4, Time: now.Add(-10 * time.Minute)})
 		require.NoError(t, err)
 		require.Equal(t, []bool{false, true}, a.Counted)
 		require.Equal(t, []int64{0, 4}, a.Sums)
-		_, err = s.AddEventAt(ctx, now, store.Event{Key: "k", Delta: 4, Time: now.Add(-2 * time.Hour)})
+		_, err = s.At(now).Record(ctx, store.Event{Key: "k", Delta: 4, Time: now.Add(-2 * time.Hour)})
 		require.ErrorIs(t, err, store.ErrTooOld)
-		n, err := s.SumOverAt(ctx, now, "k", time.Hour)
+		n, err := s.At(now).Over(time.Hour).Sum(ctx, "k")
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n)
 	})
@@ -428,7 +428,7 @@ func TestDistinct(t *testing.T) {
 		for i := 0; i < 12; i++ {
 			at := t0.Add(time.Duration(i) * 10 * time.Second)
 			members := []string{"card-" + strconv.Itoa(i%7), "card-" + strconv.Itoa(i%5+20)}
-			n, err := s.AddDistinctAt(ctx, at, "dev", members...)
+			n, err := s.At(at).AddDistinct(ctx, "dev", members...)
 			require.NoError(t, err)
 			exact[at] = members
 			want := map[string]bool{}
@@ -442,13 +442,13 @@ func TestDistinct(t *testing.T) {
 			require.EqualValues(t, len(want), n, "at %v", at)
 		}
 		last := t0.Add(110 * time.Second)
-		within, err := s.CountDistinctWithinAt(ctx, last, "dev", 20*time.Second)
+		within, err := s.At(last).Over(20*time.Second).CountDistinct(ctx, "dev")
 		require.NoError(t, err)
 		require.EqualValues(t, 4, within) // the last two buckets: cards 3, 4, 23, 24
 		many, err := s.CountDistinctMany(ctx, []string{"dev", "nobody"})
 		require.NoError(t, err)
 		require.EqualValues(t, 0, many[1])
-		later, err := s.CountDistinctAt(ctx, last.Add(w.Length+w.Bucket), "dev")
+		later, err := s.At(last.Add(w.Length+w.Bucket)).CountDistinct(ctx, "dev")
 		require.NoError(t, err)
 		require.Zero(t, later)
 		_, err = s.AddDistinct(ctx, "dev")
@@ -492,34 +492,34 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 		t0 := time.Now().Truncate(time.Minute).Add(-2 * time.Minute)
 		// "sum": the window sum is at the top. "bucket": the sum is not, the
 		// current bucket is (an older bucket holds -10).
-		_, err := u.AddAt(ctx, t0, "sum", math.MaxInt64)
+		_, err := u.At(t0).Add(ctx, "sum", math.MaxInt64)
 		require.NoError(t, err)
-		_, err = u.AddAt(ctx, t0, "bucket", -10)
+		_, err = u.At(t0).Add(ctx, "bucket", -10)
 		require.NoError(t, err)
-		_, err = u.AddAt(ctx, t0.Add(time.Second), "bucket", math.MaxInt64)
+		_, err = u.At(t0.Add(time.Second)).Add(ctx, "bucket", math.MaxInt64)
 		require.NoError(t, err)
-		_, err = u.AddAt(ctx, t0.Add(time.Second), "quiet", math.MaxInt64-10)
+		_, err = u.At(t0.Add(time.Second)).Add(ctx, "quiet", math.MaxInt64-10)
 		require.NoError(t, err)
 		keys := []string{}
 		for _, k := range []string{"a", "b", "quiet", "sum", "bucket"} {
-			rk, err := u.RedisKey(k)
+			rk, err := hook.RedisKey(u, k)
 			require.NoError(t, err)
 			keys = append(keys, rk)
 		}
-		c := s.Client()
+		c := clientOf(s)
 		before := dump(t, c, keys...)
 		at := t0.Add(time.Second + 500*time.Millisecond)
 		for _, last := range []store.Op{
 			{Store: u, Key: "sum", Delta: 1},
 			{Store: u, Key: "bucket", Delta: 5},
-			{Store: u, Key: "quiet", Kind: store.CountQuiet, Delta: 11},
+			{Store: u, Key: "quiet", NoSum: true, Delta: 11},
 		} {
-			ops := []store.Op{{Store: u, Key: "a", Delta: 1}, {Store: u, Key: "b", Kind: store.CountQuiet, Delta: 1}}
+			ops := []store.Op{{Store: u, Key: "a", Delta: 1}, {Store: u, Key: "b", NoSum: true, Delta: 1}}
 			if last.Key != "quiet" {
-				ops = append(ops, store.Op{Store: u, Key: "quiet", Kind: store.CountQuiet, Delta: 1})
+				ops = append(ops, store.Op{Store: u, Key: "quiet", NoSum: true, Delta: 1})
 			}
 			ops = append(ops, last)
-			_, err := store.ApplyAt(ctx, at, store.Batch{ID: "ev-" + last.Key, Ops: ops})
+			_, err := applyAt(ctx, at, store.Batch{ID: "ev-" + last.Key, Ops: ops})
 			require.ErrorIs(t, err, store.ErrOverflow, "overflow of %q", last.Key)
 			require.Equal(t, before, dump(t, c, keys...), "a failed batch (overflow of %q) wrote", last.Key)
 			idKey := keys[0] + ":id:ev-" + last.Key

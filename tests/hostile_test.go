@@ -7,6 +7,8 @@ import (
 
 	"github.com/redis/rueidis/rueidiscompat"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -27,7 +29,7 @@ func TestHostileKeys(t *testing.T) {
 		"a:b", "a", ":b", "a:", // separators
 		"1.2.3.4", "::ffff:1.2.3.4", "2001:db8::1", // IPs
 		"\xff\xfe", "\x00", "line\nbreak", "tab\there", "é", "日本", "%", "%%", "%25", // bytes and escapes
-		strings.Repeat("x", store.MaxKeyLen),
+		strings.Repeat("x", keyspace.MaxKeyLen),
 	}
 	for i, k := range keys {
 		_, err := s.Add(ctx, k, int64(i+1))
@@ -47,11 +49,11 @@ func TestHostileKeys(t *testing.T) {
 		body, ok := strings.CutSuffix(strings.TrimPrefix(rk, prefix+"{"), "}:1m/1s")
 		require.True(t, ok, rk)
 		require.False(t, strings.ContainsAny(body, "{} \n\t\x00"), "raw %q reached Redis", rk)
-		back, err := store.UnescapeKey(body)
+		back, err := hook.UnescapeKey(body)
 		require.NoError(t, err)
 		require.Contains(t, keys, back)
 	}
-	for _, bad := range []string{"", strings.Repeat("x", store.MaxKeyLen+1)} {
+	for _, bad := range []string{"", strings.Repeat("x", keyspace.MaxKeyLen+1)} {
 		_, err := s.Add(ctx, bad, 1)
 		require.ErrorIs(t, err, store.ErrInvalid)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/windowstore/windowstore/httplimit"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/metrics/prom"
+	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
@@ -210,7 +211,7 @@ func TestMiddlewareShadow(t *testing.T) {
 	mw, err := httplimit.New([]httplimit.Rule{
 		{Name: "preview", Key: httplimit.Header("X-API-Key"), Limiters: []limit.Limiter{tight}, Shadow: true},
 		{Name: "api", Key: httplimit.Header("X-API-Key"), Limiters: []limit.Limiter{loose}},
-	}, httplimit.WithRecorder(rec), httplimit.WithOnShadowRefusal(func(_ *http.Request, rule string, d limit.Decision) {
+	}, httplimit.WithRecorder(rec), httplimit.WithOnShadowRefusal(func(_ *http.Request, rule string, d store.Decision) {
 		if rule != "preview" || !d.Allowed || !d.WouldRefuse || d.RetryAfter <= 0 {
 			t.Errorf("hook: rule %s, %+v", rule, d)
 		}

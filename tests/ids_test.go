@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -67,7 +68,7 @@ func TestFaultRetryWithIDs(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				_, err := s.AddEvent(ctx, store.Event{Key: "k", Delta: 1, ID: fmt.Sprintf("w%d-%d", g, i)})
+				_, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, ID: fmt.Sprintf("w%d-%d", g, i)})
 				if err != nil {
 					t.Errorf("writer %d event %d: %v", g, i, err)
 					return
@@ -103,14 +104,14 @@ func TestReplicationEventIDs(t *testing.T) {
 			// A: replicated (WAIT). B: acknowledged by the master after the
 			// replica was promoted: lost with the master.
 			for i := 0; i < 50; i++ {
-				_, err := ms.AddEvent(ctx, ev(i))
+				_, err := ms.Record(ctx, ev(i))
 				require.NoError(t, err)
 			}
 			require.EqualValues(t, 1, master.WaitReplicas(t, harness.Prefix(t)+"wait", 5*time.Second), "the replica acknowledged the first 50 events")
 			rc := replica.Client(t)
 			require.NoError(t, rc.Do(ctx, rc.B().Replicaof().No().One().Build()).Error())
 			for i := 50; i < 80; i++ {
-				_, err := ms.AddEvent(ctx, ev(i))
+				_, err := ms.Record(ctx, ev(i))
 				require.NoError(t, err)
 			}
 			master.Stop()
@@ -119,7 +120,7 @@ func TestReplicationEventIDs(t *testing.T) {
 			require.NoError(t, err)
 			dups := 0
 			for i := 0; i < 80; i++ {
-				a, err := rs.AddEvent(ctx, ev(i))
+				a, err := rs.Record(ctx, ev(i))
 				require.NoError(t, err)
 				if a.Duplicate {
 					dups++
@@ -138,27 +139,27 @@ func TestReplicationEventIDs(t *testing.T) {
 // every backend: neither corrupts the other.
 func TestShapesNeverMeet(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
-		a, _ := newStore(t, tg, store.Window{Length: 10 * time.Second, Bucket: time.Second})
-		b, err := store.New(ctxT(t), a.Client(), store.Window{Length: time.Minute, Bucket: 5 * time.Second},
+		a, srv := newStore(t, tg, store.Window{Length: 10 * time.Second, Bucket: time.Second})
+		b, err := store.New(ctxT(t), srv.Client(t), store.Window{Length: time.Minute, Bucket: 5 * time.Second},
 			store.WithPrefix(prefixOf(t, a)), store.WithBackend(tg.backend))
 		require.NoError(t, err)
 		ctx := ctxT(t)
 		now := time.Now()
 		for i := 0; i < 20; i++ {
-			_, err := a.AddAt(ctx, now.Add(time.Duration(i)*300*time.Millisecond), "k", 2)
+			_, err := a.At(now.Add(time.Duration(i)*300*time.Millisecond)).Add(ctx, "k", 2)
 			require.NoError(t, err)
-			_, err = b.AddAt(ctx, now.Add(time.Duration(i)*300*time.Millisecond), "k", 3)
+			_, err = b.At(now.Add(time.Duration(i)*300*time.Millisecond)).Add(ctx, "k", 3)
 			require.NoError(t, err)
 		}
 		at := now.Add(6 * time.Second)
-		na, err := a.SumAt(ctx, at, "k")
+		na, err := a.At(at).Sum(ctx, "k")
 		require.NoError(t, err)
-		nb, err := b.SumAt(ctx, at, "k")
+		nb, err := b.At(at).Sum(ctx, "k")
 		require.NoError(t, err)
 		require.EqualValues(t, 40, na)
 		require.EqualValues(t, 60, nb)
-		ka, _ := a.RedisKey("k")
-		kb, _ := b.RedisKey("k")
+		ka, _ := hook.RedisKey(a, "k")
+		kb, _ := hook.RedisKey(b, "k")
 		require.NotEqual(t, ka, kb)
 	})
 }
@@ -171,23 +172,23 @@ func TestNegativeSums(t *testing.T) {
 		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
 		ctx := ctxT(t)
 		now := time.Now()
-		_, err := s.AddAt(ctx, now, "credit", -5)
+		_, err := s.At(now).Add(ctx, "credit", -5)
 		require.NoError(t, err)
-		r, err := s.AllowAt(ctx, now, "credit", 3, 0)
+		r, err := s.At(now).Allow(ctx, "credit", 3, 0)
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 		require.EqualValues(t, -5, r.Sum)
 		require.EqualValues(t, 3, r.Remaining, "remaining never exceeds the limit")
-		r, err = s.AllowAt(ctx, now, "credit", 3, 4)
+		r, err = s.At(now).Allow(ctx, "credit", 3, 4)
 		require.NoError(t, err)
 		require.False(t, r.Allowed, "a cost above the limit never fits, credits or not")
 		require.Equal(t, time.Duration(-1), r.RetryAfter)
-		r, err = s.AllowAt(ctx, now, "credit", 3, 3)
+		r, err = s.At(now).Allow(ctx, "credit", 3, 3)
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 		require.EqualValues(t, -2, r.Sum)
 		require.EqualValues(t, 3, r.Remaining)
-		r, err = s.AllowAt(ctx, now, "credit", 3, 3)
+		r, err = s.At(now).Allow(ctx, "credit", 3, 3)
 		require.NoError(t, err)
 		require.True(t, r.Allowed, "-2 + 3 <= 3")
 		require.EqualValues(t, 1, r.Sum)

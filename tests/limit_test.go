@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/figures"
@@ -28,7 +29,7 @@ type limiterKind struct {
 // redisKey is the Redis key a limiter of this kind keeps key's state in.
 func (lk limiterKind) redisKey(prefix, key string, w time.Duration) string {
 	if lk.name == "sliding-window" {
-		return prefix + "{" + key + "}:" + lk.policyName + ":" + store.Window{Length: w, Bucket: w / 10}.Tag()
+		return prefix + "{" + key + "}:" + lk.policyName + ":" + hook.WindowTag(store.Window{Length: w, Bucket: w / 10})
 	}
 	return prefix + "{" + key + "}:" + lk.policyName
 }
@@ -57,7 +58,7 @@ var limiterKinds = []limiterKind{
 // at (the client's clock, the same for every call of a test): on the
 // server's clock a window edge falling between two calls would reset its
 // count. The other algorithms use the server's clock.
-func (lk limiterKind) allow(ctx context.Context, l limit.Limiter, at time.Time, key string, n int64) (limit.Decision, error) {
+func (lk limiterKind) allow(ctx context.Context, l limit.Limiter, at time.Time, key string, n int64) (store.Decision, error) {
 	if lk.name == "fixed-window" {
 		return l.AllowAt(ctx, at, key, n)
 	}

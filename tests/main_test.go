@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 type target struct {
 	name    string
 	kind    harness.Kind
-	backend store.Backend
+	backend string
 	// want is the backend and mode the store must pick.
 	wantBackend  string
 	wantFieldTTL bool
@@ -54,11 +54,11 @@ type target struct {
 
 // targets lists every backend on every server that supports it.
 var targets = []target{
-	{"redis70/auto", harness.Redis70, store.Auto, "nativehash-plain", false},
-	{"redis80/auto", harness.Redis80, store.Auto, "nativehash-fieldttl", true},
-	{"redis80/plain", harness.Redis80, store.NativeHashPlain, "nativehash-plain", false},
-	{"valkey81/auto", harness.Valkey, store.Auto, "nativehash-plain", false},
-	{"tairhash/auto", harness.TairHash, store.Auto, "tairhash", true},
+	{"redis70/auto", harness.Redis70, "auto", "nativehash-plain", false},
+	{"redis80/auto", harness.Redis80, "auto", "nativehash-fieldttl", true},
+	{"redis80/plain", harness.Redis80, "nativehash-plain", "nativehash-plain", false},
+	{"valkey81/auto", harness.Valkey, "auto", "nativehash-plain", false},
+	{"tairhash/auto", harness.TairHash, "auto", "tairhash", true},
 }
 
 func ctxT(t testing.TB) context.Context {

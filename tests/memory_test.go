@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/figures"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -29,10 +30,10 @@ func TestFieldEncodingMemory(t *testing.T) {
 		c := srv.Client(t)
 		t0 := time.Now().Truncate(w.Bucket).Add(-w.Length + w.Bucket)
 		for i := 0; i < 60; i++ {
-			_, err := s.AddAt(ctx, t0.Add(time.Duration(i)*w.Bucket), "mem", int64(i%60+1))
+			_, err := s.At(t0.Add(time.Duration(i)*w.Bucket)).Add(ctx, "mem", int64(i%60+1))
 			require.NoError(t, err)
 		}
-		rk, _ := s.RedisKey("mem")
+		rk, _ := hook.RedisKey(s, "mem")
 		n, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(rk).Args("SAMPLES", "0").Build()).AsInt64()
 		require.NoError(t, err)
 		snap, err := s.Inspect(ctx, "mem")
@@ -55,9 +56,10 @@ func TestFieldEncodingMemory(t *testing.T) {
 // server. It logs the figures docs/backends.md's memory table quotes; it asserts
 // only the plain hash's 12-bytes-per-bucket bound.
 //
-// The counters are filled with the store's own writes (AddNoSumAt), oldest
-// bucket first, in bulk: for each bucket, every counter's write at once from
-// 256 goroutines, so that the store coalesces them (see fill).
+// The counters are filled with the store's own writes (Record with NoSum,
+// at each bucket's instant), oldest bucket first, in bulk: for each bucket,
+// every counter's write at once from 256 goroutines, so that the store
+// coalesces them (see fill).
 func TestMemoryPerCounter(t *testing.T) {
 	t.Parallel()
 	forEach(t, func(t *testing.T, tg target) {
@@ -79,7 +81,8 @@ func TestMemoryPerCounter(t *testing.T) {
 			// write script in the server's script cache (one write to a key
 			// that is not counted).
 			calls0 := scriptCalls(t, srv)
-			require.NoError(t, s.AddNoSumAt(ctx, now, "warm", 1))
+			_, err = s.At(now).Record(ctx, store.Event{Key: "warm", Delta: 1, NoSum: true})
+			require.NoError(t, err)
 			before := memoryInfo(t, c)
 			start := time.Now()
 			// Oldest bucket first: a write at an earlier instant would take
@@ -129,7 +132,7 @@ func fill(t *testing.T, s *store.Store, at time.Time, n int, delta int64) {
 		go func() {
 			defer wg.Done()
 			for k := g; k < n && !failed.Load(); k += workers {
-				if err := s.AddNoSumAt(ctx, at, strconv.Itoa(k), delta); err != nil {
+				if _, err := s.At(at).Record(ctx, store.Event{Key: strconv.Itoa(k), Delta: delta, NoSum: true}); err != nil {
 					failed.Store(true)
 					t.Errorf("counter %d at %v: %v", k, at, err)
 				}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	wsotel "github.com/windowstore/windowstore/metrics/otel"
 	"github.com/windowstore/windowstore/store"
@@ -142,7 +143,7 @@ func TestOTelObserver(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalid)
 
 	// A key that holds a string: the server's error, given its kind.
-	rk, err := s.RedisKey("str")
+	rk, err := hook.RedisKey(s, "str")
 	require.NoError(t, err)
 	srv.Cmd(t, "SET", rk, "x")
 	_, err = s.Add(ctx, "str", 1)
@@ -158,7 +159,7 @@ func TestOTelObserver(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, d.Allowed)
 	_, err = l.Allow(ctx, "u", -1)
-	require.ErrorIs(t, err, limit.ErrInvalid)
+	require.ErrorIs(t, err, store.ErrInvalid)
 
 	// A deadline already past.
 	dead, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Second))
@@ -342,13 +343,13 @@ func TestOTelDegraded(t *testing.T) {
 	for range 2 {
 		require.Equal(t, http.StatusOK, get(t, ts.URL, map[string]string{"X-API-Key": "k"}).StatusCode)
 	}
-	require.Equal(t, map[string]int64{"limiter=perkey": int64(limit.BreakerClosed)}, breaker())
+	require.Equal(t, map[string]int64{"limiter=perkey": 0}, breaker(), "0: closed")
 
 	srv.Kill(t)
 	for range 5 {
 		require.Equal(t, http.StatusOK, get(t, ts.URL, map[string]string{"X-API-Key": "k"}).StatusCode)
 	}
-	require.Equal(t, map[string]int64{"limiter=perkey": int64(limit.BreakerOpen)}, breaker())
+	require.Equal(t, map[string]int64{"limiter=perkey": 2}, breaker(), "2: open")
 	got := collectOTel(t, reader)
 	require.Equal(t, map[string]int64{"outcome=allowed,rule=api": 2, "outcome=degraded_allowed,rule=api": 5},
 		got.sums(t, "ratelimit.decisions"))

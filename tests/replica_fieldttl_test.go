@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"github.com/windowstore/windowstore/internal/hook"
 	"strconv"
 	"testing"
 	"time"
@@ -37,13 +38,13 @@ func TestReplicaFieldTTLExpiredNotDeleted(t *testing.T) {
 	pc, rc := primary.Client(t), replica.Client(t)
 
 	w := store.Window{Length: 2 * time.Second, Bucket: 500 * time.Millisecond}
-	opts := []store.Option{store.WithBackend(store.NativeHashFieldTTL)}
+	opts := []store.Option{store.WithBackend("nativehash-fieldttl")}
 	ps, err := store.New(ctx, pc, w, opts...)
 	require.NoError(t, err)
 	require.Equal(t, "nativehash-fieldttl", ps.Detection().Backend, ps.Detection().Reason)
 	rs, err := store.New(ctx, rc, w, opts...)
 	require.NoError(t, err)
-	codec := ps.Codec()
+	codec := hook.Codec(ps)
 
 	keys := []string{"a", "b", "c"}
 	model := map[string][]event{}
@@ -62,7 +63,7 @@ func TestReplicaFieldTTLExpiredNotDeleted(t *testing.T) {
 		for j, k := range keys {
 			d := int64(step*10 + j + 1)
 			model[k] = append(model[k], event{at, d})
-			got, err := s.AddAt(ctx, at, k, d)
+			got, err := s.At(at).Add(ctx, k, d)
 			require.NoError(t, err)
 			if inBucket(codec, at) {
 				require.Equal(t, modelSum(codec, model[k], at, w.Length), got, "the sum the write of %s at %v returned", k, at)
@@ -70,7 +71,7 @@ func TestReplicaFieldTTLExpiredNotDeleted(t *testing.T) {
 		}
 	}
 	rawFields := func(srv *harness.Server, k string) int {
-		rk, err := ps.RedisKey(k)
+		rk, err := hook.RedisKey(ps, k)
 		require.NoError(t, err)
 		n, err := strconv.Atoi(srv.Cmd(t, "HLEN", rk))
 		require.NoError(t, err)
@@ -100,9 +101,9 @@ func TestReplicaFieldTTLExpiredNotDeleted(t *testing.T) {
 		snap, err := ps.Inspect(ctx, "a")
 		require.NoError(t, err)
 		praw, rraw := rawFields(primary, "a"), rawFields(replica, "a")
-		psum, err := ps.SumManyAt(ctx, at, keys)
+		psum, err := ps.At(at).SumMany(ctx, keys)
 		require.NoError(t, err)
-		rsum, err := rs.SumManyAt(ctx, at, keys)
+		rsum, err := rs.At(at).SumMany(ctx, keys)
 		require.NoError(t, err)
 		if !inBucket(codec, at) {
 			t.Logf("step %d took longer than its bucket: not compared", step)
@@ -138,7 +139,7 @@ func TestReplicaFieldTTLExpiredNotDeleted(t *testing.T) {
 		if step < 103 {
 			write(rs, at, step)
 		}
-		got, err := rs.SumManyAt(ctx, at, keys)
+		got, err := rs.At(at).SumMany(ctx, keys)
 		require.NoError(t, err)
 		if !inBucket(codec, at) {
 			t.Logf("step %d took longer than its bucket: not compared", step)

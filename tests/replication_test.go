@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -115,9 +116,9 @@ func TestReplication(t *testing.T) {
 			t.Helper()
 			for try := 1; ; try++ {
 				at := freshBucket(ms)
-				want, err := ms.SumManyAt(ctx, at, keys)
+				want, err := ms.At(at).SumMany(ctx, keys)
 				require.NoError(t, err)
-				got, err := other.SumManyAt(ctx, at, keys)
+				got, err := other.At(at).SumMany(ctx, keys)
 				require.NoError(t, err)
 				if time.Since(at) >= w.Bucket-time.Millisecond && try < 5 {
 					continue // a field may have expired between the reads
@@ -171,10 +172,10 @@ func TestReplication(t *testing.T) {
 // half gone.
 func freshBucket(s *store.Store) time.Time {
 	w := s.Window()
-	_, start, _ := s.Codec().Bounds(time.Now())
+	_, start, _ := hook.Codec(s).Bounds(time.Now())
 	if time.Since(start) > w.Bucket/2 {
 		time.Sleep(time.Until(start.Add(w.Bucket + time.Millisecond)))
-		_, start, _ = s.Codec().Bounds(time.Now())
+		_, start, _ = hook.Codec(s).Bounds(time.Now())
 	}
 	at := start.Add(time.Millisecond)
 	time.Sleep(time.Until(at))

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"github.com/windowstore/windowstore/internal/hook"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,28 +25,28 @@ func TestLateEventTierSums(t *testing.T) {
 		s, _ := newStore(t, tg, hour, store.WithTiers(day))
 		ctx := ctxT(t)
 		p := time.Now().UTC().Truncate(time.Hour).Add(-3 * time.Hour)
-		_, err := s.AddEventAt(ctx, p, store.Event{Key: "c1", Delta: 1000})
+		_, err := s.At(p).Record(ctx, store.Event{Key: "c1", Delta: 1000})
 		require.NoError(t, err)
-		a, err := s.AddEventAt(ctx, p.Add(10*time.Minute), store.Event{Key: "c1", Delta: 70, Time: p.Add(-65 * time.Minute)})
+		a, err := s.At(p.Add(10*time.Minute)).Record(ctx, store.Event{Key: "c1", Delta: 70, Time: p.Add(-65 * time.Minute)})
 		require.NoError(t, err)
 		require.Equal(t, []int64{1000, 1070}, a.Sums)
 		require.Equal(t, []bool{false, true}, a.Counted)
 		require.EqualValues(t, 1000, a.Sum)
-		n, err := s.SumAt(ctx, p.Add(10*time.Minute), "c1")
+		n, err := s.At(p.Add(10*time.Minute)).Sum(ctx, "c1")
 		require.NoError(t, err)
 		require.EqualValues(t, 1000, n)
 
 		// The same through a feature set: a Sum and a Count over both windows,
 		// and a Distinct, whose late member misses the hour too.
-		set, err := features.New(ctx, s.Client(), []features.Feature{
+		set, err := features.New(ctx, clientOf(s), []features.Feature{
 			{Name: "spend", Entity: "card", Kind: features.Sum, Windows: []store.Window{hour, day}},
 			{Name: "uses", Entity: "card", Kind: features.Count, Windows: []store.Window{hour, day}},
 			{Name: "ips", Entity: "card", Kind: features.Distinct, Of: "ip", Windows: []store.Window{hour, day}},
 		}, store.WithPrefix(prefixFor(t)+"fx:"), store.WithBackend(tg.backend))
 		require.NoError(t, err)
-		_, err = set.RecordAt(ctx, p, features.Event{Entities: map[string]string{"card": "c1", "ip": "a"}, Amount: 1000})
+		_, err = set.At(p).Record(ctx, features.Event{Entities: map[string]string{"card": "c1", "ip": "a"}, Amount: 1000})
 		require.NoError(t, err)
-		r, err := set.RecordAt(ctx, p.Add(10*time.Minute), features.Event{Entities: map[string]string{"card": "c1", "ip": "b"},
+		r, err := set.At(p.Add(10*time.Minute)).Record(ctx, features.Event{Entities: map[string]string{"card": "c1", "ip": "b"},
 			Amount: 70, Time: p.Add(-65 * time.Minute)})
 		require.NoError(t, err)
 		for name, want := range map[string][]int64{"spend": {1000, 1070}, "uses": {1, 2}, "ips": {1, 2}} {
@@ -75,7 +76,7 @@ func TestRecordDuplicateOfRefusal(t *testing.T) {
 		require.NoError(t, err)
 		t0 := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
 		rec := func(at time.Duration, id string) features.Result {
-			r, err := set.RecordAt(ctx, t0.Add(at), features.Event{ID: id, Entities: map[string]string{"user": "u"}})
+			r, err := set.At(t0.Add(at)).Record(ctx, features.Event{ID: id, Entities: map[string]string{"user": "u"}})
 			require.NoError(t, err)
 			return r
 		}
@@ -90,13 +91,13 @@ func TestRecordDuplicateOfRefusal(t *testing.T) {
 			require.False(t, dup.Allowed, "at +%v: the first decision was a refusal", at)
 			require.Equal(t, []string{"tight"}, dup.RefusedBy, "at +%v", at)
 			tight, _ := dup.Get("tight")
-			require.False(t, tight.Allowed, "at +%v: the refusing limit's value contradicts the decision", at)
+			require.False(t, tight.Decision.Allowed, "at +%v: the refusing limit's value contradicts the decision", at)
 			require.False(t, tight.Counted)
 			loose, _ := dup.Get("loose")
-			require.True(t, loose.Allowed, "at +%v: the limit that admitted is not to blame", at)
+			require.True(t, loose.Decision.Allowed, "at +%v: the limit that admitted is not to blame", at)
 			if at == 2*time.Second {
 				require.Greater(t, dup.RetryAfter, time.Duration(0))
-				require.Equal(t, dup.RetryAfter, tight.RetryAfter)
+				require.Equal(t, dup.RetryAfter, tight.Decision.RetryAfter)
 				v, _ := dup.Get("attempts")
 				require.EqualValues(t, 2, v.Sum, "a duplicate counted")
 			} else {
@@ -184,7 +185,7 @@ func TestRecordEmptyEntity(t *testing.T) {
 			require.False(t, strings.Contains(k, "card:}"), "a key for an empty card: %s", k)
 		}
 		_, err = set.Record(ctx, features.Event{Entities: map[string]string{"card": "", "device": ""}})
-		require.ErrorIs(t, err, features.ErrInvalid)
+		require.ErrorIs(t, err, store.ErrInvalid)
 	})
 }
 
@@ -206,7 +207,7 @@ func TestEventEdges(t *testing.T) {
 		c := srv.Client(t)
 		ctx := ctxT(t)
 		now := time.Now().UTC().Truncate(time.Minute).Add(-5 * time.Minute) // on a bucket's edge
-		_, err := s.AddAt(ctx, now, "e", 1)
+		_, err := s.At(now).Add(ctx, "e", 1)
 		require.NoError(t, err)
 		prefix := prefixOf(t, s)
 		keys := scanKeys(t, c, prefix)
@@ -214,26 +215,26 @@ func TestEventEdges(t *testing.T) {
 		before := dump(t, c, keys...)
 		start := now.Add(-w.Length) // a bucket starts here, and has left the window
 		for _, at := range []time.Time{start.Add(-time.Millisecond), start, start.Add(time.Second - time.Millisecond)} {
-			_, err := s.AddEventAt(ctx, now, store.Event{Key: "e", Delta: 1, Time: at})
+			_, err := s.At(now).Record(ctx, store.Event{Key: "e", Delta: 1, Time: at})
 			require.ErrorIs(t, err, store.ErrTooOld, "event at now-window%+v", at.Sub(start))
 		}
-		_, err = s.AddEventAt(ctx, now, store.Event{Key: "e", Delta: 1, Time: now.Add(tol + time.Millisecond)})
+		_, err = s.At(now).Record(ctx, store.Event{Key: "e", Delta: 1, Time: now.Add(tol + time.Millisecond)})
 		require.ErrorIs(t, err, store.ErrFuture, "an event a millisecond beyond the tolerance")
 		require.Equal(t, keys, scanKeys(t, c, prefix), "a refused event made a key")
 		require.Equal(t, before, dump(t, c, keys...), "a refused event wrote")
 
-		a, err := s.AddEventAt(ctx, now, store.Event{Key: "e", Delta: 10, Time: start.Add(time.Second)})
+		a, err := s.At(now).Record(ctx, store.Event{Key: "e", Delta: 10, Time: start.Add(time.Second)})
 		require.NoError(t, err, "the oldest live bucket's first millisecond")
 		require.EqualValues(t, 11, a.Sum)
-		a, err = s.AddEventAt(ctx, now, store.Event{Key: "e", Delta: 100, Time: now.Add(tol)})
+		a, err = s.At(now).Record(ctx, store.Event{Key: "e", Delta: 100, Time: now.Add(tol)})
 		require.NoError(t, err, "an event at the tolerance")
 		require.EqualValues(t, 111, a.Sum)
 		// The late event's bucket leaves the window exactly a window after it
 		// started: a millisecond before, it still counts.
-		n, err := s.SumAt(ctx, start.Add(time.Second+w.Length-time.Millisecond), "e")
+		n, err := s.At(start.Add(time.Second+w.Length-time.Millisecond)).Sum(ctx, "e")
 		require.NoError(t, err)
 		require.EqualValues(t, 111, n)
-		n, err = s.SumAt(ctx, start.Add(time.Second+w.Length), "e")
+		n, err = s.At(start.Add(time.Second+w.Length)).Sum(ctx, "e")
 		require.NoError(t, err)
 		require.EqualValues(t, 101, n)
 	})
@@ -255,7 +256,7 @@ func TestDistinctKeysExpire(t *testing.T) {
 		for i := 0; i < 6; i++ {
 			at := time.Now()
 			t0 := time.Now()
-			_, err := s.AddDistinctAt(ctx, at, "dev", "m"+strconv.Itoa(i))
+			_, err := s.At(at).AddDistinct(ctx, "dev", "m"+strconv.Itoa(i))
 			require.NoError(t, err)
 			var keys []string
 			for _, k := range scanKeys(t, c, prefix) {
@@ -267,7 +268,7 @@ func TestDistinctKeysExpire(t *testing.T) {
 				code, start, _ := mustCodec(t, w.Bucket).Bounds(at)
 				key := ""
 				for _, k := range keys {
-					if strings.Contains(k, w.Tag()+":d:") && strings.HasSuffix(k, ":"+strconv.FormatInt(code, 10)) {
+					if strings.Contains(k, hook.WindowTag(w)+":d:") && strings.HasSuffix(k, ":"+strconv.FormatInt(code, 10)) {
 						key = k
 					}
 				}
@@ -330,12 +331,15 @@ func TestObserverOncePerCall(t *testing.T) {
 		call func() error
 	}{
 		{"add", func() error { _, err := s.Add(ctx, "k", 1); return err }},
-		{"add", func() error { return s.AddNoSum(ctx, "k", 1) }},
-		{"add", func() error { _, err := s.AddEvent(ctx, store.Event{Key: "k", Delta: 1, ID: "e"}); return err }},
+		{"add", func() error { _, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, NoSum: true}); return err }},
+		{"add", func() error { _, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, ID: "e"}); return err }},
 		{"allow", func() error { _, err := s.Allow(ctx, "k", 100, 1); return err }},
-		{"allow", func() error { _, err := s.AllowEvent(ctx, store.Event{Key: "k", Delta: 1, ID: "f"}, 100); return err }},
 		{"allow", func() error {
-			_, err := store.AllowAll(ctx, 1, store.Policy{Store: s, Key: "k", Limit: 100}, store.Policy{Store: s, Tier: 1, Key: "k", Limit: 100})
+			_, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, ID: "f", Limit: 100})
+			return err
+		}},
+		{"allow", func() error {
+			_, err := store.AllowAll(ctx, 1, store.Policy{Store: s, Key: "k", Limit: 100}, store.Policy{Store: s.Over(time.Hour), Key: "k", Limit: 100})
 			return err
 		}},
 		{"apply", func() error {
@@ -361,7 +365,7 @@ func TestInspectAheadOfClock(t *testing.T) {
 		s, _ := newStore(t, tg, w)
 		ctx := ctxT(t)
 		ahead := time.Now().Add(3 * time.Second)
-		_, err := s.AddAt(ctx, ahead, "k", 7)
+		_, err := s.At(ahead).Add(ctx, "k", 7)
 		require.NoError(t, err)
 		n, err := s.Sum(ctx, "k")
 		require.NoError(t, err)
@@ -369,7 +373,7 @@ func TestInspectAheadOfClock(t *testing.T) {
 		snap, err := s.Inspect(ctx, "k")
 		require.NoError(t, err)
 		require.Len(t, snap.Buckets, 1)
-		_, start, _ := s.Codec().Bounds(ahead)
+		_, start, _ := hook.Codec(s).Bounds(ahead)
 		require.True(t, snap.Buckets[0].Live, "a bucket ahead of the clock within the tolerance")
 		require.Equal(t, start.UnixMilli(), snap.Buckets[0].Start.UnixMilli())
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -25,9 +26,9 @@ func TestYearWrapRealTime(t *testing.T) {
 		wrap := time.Now().Truncate(time.Second).Add(2 * time.Second)
 		_, next := codec.UTC.Year(wrap)
 		cal := codec.Shifted(wrap.Sub(next))
-		s, _ := newStore(t, tg, w, store.WithCalendar(cal))
+		s, _ := newStore(t, tg, w, hook.WithCalendar(cal).(store.Option))
 		ctx := ctxT(t)
-		cd := s.Codec()
+		cd := hook.Codec(s)
 
 		// The codes of the old year's last buckets and of the new year's
 		// first ones, as far as the adds below can reach even on a stalled

@@ -67,7 +67,7 @@ func (c *cli) add(ctx context.Context, key string, delta int64) error {
 
 // addEvent is add with an event id or an event time.
 func (c *cli) addEvent(ctx context.Context, e store.Event) error {
-	a, err := c.st.AddEvent(ctx, e)
+	a, err := c.st.Record(ctx, e)
 	if err != nil {
 		return err
 	}

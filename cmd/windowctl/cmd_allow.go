@@ -21,10 +21,11 @@ var allowCmd = &command{
 		"exits with status 3 (the decision is still printed on stdout); retry_after_ms\n" +
 		"says when enough of the window will have slid out, -1 when COST > N.\n" +
 		"--limit N/WINDOW (such as 3/10s) sets a policy of its own window (in buckets\n" +
-		"of --bucket, which must divide it); repeat it for several policies, decided\n" +
-		"together, atomically: COST counts in every one or in none. The top-level\n" +
-		"figures are the deciding policy's (the refusing one, or else the one with\n" +
-		"the least remaining); \"policies\" lists each one's.\n" +
+		"of --bucket, which must divide it); repeat it for several policies, one per\n" +
+		"window, decided together, atomically: COST counts in every one or in none.\n" +
+		"The top-level figures are the deciding policy's (the refusing one, or else\n" +
+		"the one with the least remaining); \"policies\" lists each one's.\n" +
+		"N and COST are at most 2^53.\n" +
 		"Text: KEY<TAB>allowed|refused, retry after D<TAB>sum N<TAB>remaining N.",
 	json: `{"key":K,"allowed":bool,"sum":N,"remaining":N,"retry_after_ms":N}; with N/WINDOW limits also ` +
 		`"policies":[{"limit":N,"window_ms":N,"sum":N,"remaining":N,"retry_after_ms":N},...]`,
@@ -50,6 +51,9 @@ var allowCmd = &command{
 				if err != nil || n < 0 {
 					return nil, cmdUsagef("allow", "allow: COST %q is not a non-negative integer", pos[1])
 				}
+				if n > maxAmount {
+					return nil, cmdUsagef("allow", "allow: COST %q is over the maximum 2^53 (%d)", pos[1], int64(maxAmount))
+				}
 				cost = n
 			}
 			if len(limits.l) == 1 && limits.l[0].window == 0 {
@@ -62,6 +66,12 @@ var allowCmd = &command{
 					}
 					if err := (store.Window{Length: limits.l[i].window, Bucket: e.g.bucket}).Validate(); err != nil {
 						return cmdUsagef("allow", "allow: --limit %s: %s", limits.l[i].text, err.(*store.Error).Detail)
+					}
+					for _, prev := range limits.l[:i] {
+						if prev.window == limits.l[i].window {
+							return cmdUsagef("allow", "allow: --limit %s and --limit %s both limit the window %v: give each window one limit",
+								prev.text, limits.l[i].text, limits.l[i].window)
+						}
 					}
 				}
 				return e.onStore(func(ctx context.Context, c *cli) error {
@@ -96,6 +106,9 @@ func (f *limitsFlag) Set(s string) error {
 		return nil
 	}
 	l := limitFlag{limit: v, text: s}
+	if v > maxAmount {
+		f.err = fmt.Errorf("--limit %s: N is over the maximum 2^53 (%d)", s, int64(maxAmount))
+	}
 	if slash {
 		d, err := time.ParseDuration(w)
 		if err != nil || d <= 0 {
@@ -106,6 +119,9 @@ func (f *limitsFlag) Set(s string) error {
 	f.l = append(f.l, l)
 	return nil
 }
+
+// maxAmount is the largest limit and cost the store takes: 2^53.
+const maxAmount = 1 << 53
 
 // errRefused is allow's answer when it refuses: exit status 3, with the
 // decision already printed.
@@ -124,8 +140,8 @@ func (c *cli) allow(ctx context.Context, key string, limit, cost int64) error {
 func (c *cli) allowAll(ctx context.Context, key string, cost int64, limits []limitFlag, bucket time.Duration) error {
 	var ps []store.Policy
 	for _, l := range limits {
-		st, err := store.New(ctx, c.st.Client(), store.Window{Length: l.window, Bucket: bucket},
-			store.WithPrefix(c.prefix), store.WithBackend(store.Backend(c.backend)))
+		st, err := store.New(ctx, c.client, store.Window{Length: l.window, Bucket: bucket},
+			store.WithPrefix(c.prefix), store.WithBackend(c.backend))
 		if err != nil {
 			return err
 		}
@@ -135,13 +151,13 @@ func (c *cli) allowAll(ctx context.Context, key string, cost int64, limits []lim
 	if err != nil {
 		return err
 	}
-	var out []policyOut
-	if len(r.Policies) == 0 { // one policy
-		r.Policies = []store.PolicyResult{{Window: ps[0].Store.Window(), Limit: r.Limit, Sum: r.Sum, Remaining: r.Remaining,
-			RetryAfter: r.RetryAfter, ResetAfter: r.ResetAfter}}
+	policies := r.Policies
+	if len(policies) == 0 { // one policy: the decision is its own
+		policies = []store.Decision{r}
 	}
-	for _, p := range r.Policies {
-		out = append(out, policyOut{Limit: p.Limit, WindowMs: p.Window.Length.Milliseconds(), Sum: p.Sum, Remaining: p.Remaining,
+	var out []policyOut
+	for i, p := range policies {
+		out = append(out, policyOut{Limit: p.Limit, WindowMs: limits[i].window.Milliseconds(), Sum: p.Sum, Remaining: p.Remaining,
 			RetryAfterMs: msOf(p.RetryAfter)})
 	}
 	return c.decision(key, r, out)
@@ -155,7 +171,7 @@ func msOf(d time.Duration) int64 {
 }
 
 // decision prints an allow's answer; a refusal is errRefused (exit 3).
-func (c *cli) decision(key string, r store.Result, policies []policyOut) error {
+func (c *cli) decision(key string, r store.Decision, policies []policyOut) error {
 	retry := msOf(r.RetryAfter)
 	verdict := "allowed"
 	if !r.Allowed {

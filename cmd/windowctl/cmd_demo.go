@@ -36,7 +36,7 @@ var demoCmd = &command{
 }
 
 // demo plays a short risk-control scenario on a simulated clock: a login guard
-// (Allow) and a card-spend total (Add, SumWithin) over a one-minute window of
+// (Allow) and a card-spend total (Add, Sum, and Sum over the last 30 s) over a one-minute window of
 // 10 s buckets. With no address it starts an embedded in-process server. With
 // --json, stdout gets one object per row of the table and the notes go to
 // stderr.
@@ -50,7 +50,7 @@ func demo(e *env) error {
 	}
 
 	var client rueidis.Client
-	be := store.Backend(g.backend)
+	be := g.backend
 	if addr, source := g.address(); source == "default" {
 		mr, err := miniredis.Run()
 		if err != nil {
@@ -63,7 +63,7 @@ func demo(e *env) error {
 		}
 		fmt.Fprintf(notes, "Running on an EMBEDDED in-process server (miniredis at %s): nothing to install.\n", mr.Addr())
 		fmt.Fprintf(notes, "It stands in for Redis in this demo only; pass --addr HOST:PORT to run it on a real server.\n\n")
-		be = store.NativeHashPlain // the embedded server lists HPEXPIREAT but cannot run it
+		be = "nativehash-plain" // the embedded server lists HPEXPIREAT but cannot run it
 	} else {
 		var err error
 		if client, err = connect(g); err != nil {
@@ -89,7 +89,7 @@ func demo(e *env) error {
 	tw := &table{e.p}
 	login := func(sec int, user string) error {
 		at := t0.Add(time.Duration(sec) * time.Second)
-		r, err := st.AllowAt(ctx, at, "login:"+user, 5, 1)
+		r, err := st.At(at).Allow(ctx, "login:"+user, 5, 1)
 		if err != nil {
 			return err
 		}
@@ -102,7 +102,7 @@ func demo(e *env) error {
 	}
 	spend := func(sec int, card string, amount int64) error {
 		at := t0.Add(time.Duration(sec) * time.Second)
-		sum, err := st.AddAt(ctx, at, "spend:"+card, amount)
+		sum, err := st.At(at).Add(ctx, "spend:"+card, amount)
 		if err != nil {
 			return err
 		}
@@ -115,11 +115,11 @@ func demo(e *env) error {
 	}
 	look := func(sec int, card string) error {
 		at := t0.Add(time.Duration(sec) * time.Second)
-		all, err := st.SumAt(ctx, at, "spend:"+card)
+		all, err := st.At(at).Sum(ctx, "spend:"+card)
 		if err != nil {
 			return err
 		}
-		last30, err := st.SumWithinAt(ctx, at, "spend:"+card, 30*time.Second)
+		last30, err := st.At(at).Over(30*time.Second).Sum(ctx, "spend:"+card)
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func demo(e *env) error {
 
 // demoFeatures plays the second part: a feature set, where one call records
 // an event in every feature of its entities and decides its limits.
-func demoFeatures(ctx context.Context, client rueidis.Client, be store.Backend, prefix string, t0 time.Time, tw *table, notes io.Writer) error {
+func demoFeatures(ctx context.Context, client rueidis.Client, be, prefix string, t0 time.Time, tw *table, notes io.Writer) error {
 	minute, hour := store.Window{Length: time.Minute, Bucket: 10 * time.Second}, store.Window{Length: time.Hour, Bucket: time.Minute}
 	set, err := features.New(ctx, client, []features.Feature{
 		{Name: "logins", Entity: "user", Kind: features.Count, Windows: []store.Window{minute, hour}},
@@ -198,7 +198,7 @@ func demoFeatures(ctx context.Context, client rueidis.Client, be store.Backend, 
 		if e.card != "" {
 			ents["card"] = e.card
 		}
-		r, err := set.RecordAt(ctx, t0.Add(time.Duration(e.sec)*time.Second), features.Event{ID: e.id, Entities: ents, Amount: e.amount})
+		r, err := set.At(t0.Add(time.Duration(e.sec)*time.Second)).Record(ctx, features.Event{ID: e.id, Entities: ents, Amount: e.amount})
 		if err != nil {
 			return err
 		}

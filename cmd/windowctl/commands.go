@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"strings"
 
+	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -48,11 +50,11 @@ func (e *env) onStore(fn func(ctx context.Context, c *cli) error) error {
 		return err
 	}
 	defer client.Close()
-	st, err := store.New(ctx, client, e.g.storeWindow(), store.WithBackend(store.Backend(e.g.backend)), store.WithPrefix(e.g.prefix))
+	st, err := store.New(ctx, client, e.g.storeWindow(), store.WithBackend(e.g.backend), store.WithPrefix(e.g.prefix))
 	if err != nil {
 		return err
 	}
-	return fn(ctx, &cli{st: st, p: e.p, prefix: e.g.prefix, backend: e.g.backend})
+	return fn(ctx, &cli{st: st, client: client, p: e.p, prefix: e.g.prefix, backend: e.g.backend})
 }
 
 // commands is the table, in the order of the global usage. Each command is
@@ -104,10 +106,16 @@ func synopsisError(name string) error {
 	return cmdUsagef(name, "usage: %s %s", name, lookup(name).args)
 }
 
+// checkKeys refuses keys that cannot name a counter (empty, or too long)
+// before anything is sent, with the store's own rule.
 func checkKeys(cmd string, keys []string) error {
 	for _, k := range keys {
-		if err := store.CheckKey(k); err != nil {
-			return cmdUsagef(cmd, "%s: %s", cmd, err.(*store.Error).Detail)
+		if err := keyspace.Check(k); err != nil {
+			var ie *keyspace.InvalidError
+			if errors.As(err, &ie) {
+				return cmdUsagef(cmd, "%s: %s", cmd, ie.Reason)
+			}
+			return cmdUsagef(cmd, "%s: %v", cmd, err)
 		}
 	}
 	return nil

@@ -63,6 +63,43 @@ func TestAllowExitStatus(t *testing.T) {
 	}
 }
 
+// TestAllowPolicies: allow with --limit N/WINDOW lists every policy, with its
+// window, and counts COST in every one or in none.
+func TestAllowPolicies(t *testing.T) {
+	_, ctl := embedded(t)
+	for i := 0; i < 2; i++ {
+		out, errs, code := ctl("--json", "allow", "--limit", "2/10s", "--limit", "3/1m", "k")
+		if code != 0 || errs != "" {
+			t.Fatalf("allow %d: exit %d, stdout %q, stderr %q", i, code, out, errs)
+		}
+	}
+	out, errs, code := ctl("--json", "allow", "--limit", "2/10s", "--limit", "3/1m", "k")
+	m := jsonObject(t, out)
+	if code != exitRefused || errs != "" || m["allowed"] != false || m["sum"] != 2.0 || m["remaining"] != 0.0 {
+		t.Fatalf("refused: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	ps, _ := m["policies"].([]any)
+	if len(ps) != 2 {
+		t.Fatalf("policies %v", m["policies"])
+	}
+	p0, p1 := ps[0].(map[string]any), ps[1].(map[string]any)
+	if p0["limit"] != 2.0 || p0["window_ms"] != 10000.0 || p0["sum"] != 2.0 || p0["retry_after_ms"].(float64) <= 0 ||
+		p1["limit"] != 3.0 || p1["window_ms"] != 60000.0 || p1["sum"] != 2.0 || p1["remaining"] != 1.0 || p1["retry_after_ms"] != 0.0 {
+		t.Errorf("policies %v", ps)
+	}
+	// One N/WINDOW limit: one policy, the decision's own.
+	out, _, code = ctl("--json", "allow", "--limit", "5/10s", "one")
+	m = jsonObject(t, out)
+	ps, _ = m["policies"].([]any)
+	if code != 0 || len(ps) != 1 || ps[0].(map[string]any)["window_ms"] != 10000.0 || ps[0].(map[string]any)["sum"] != 1.0 {
+		t.Errorf("one policy: exit %d, %v", code, m)
+	}
+	out, _, _ = ctl("allow", "--limit", "5/10s", "one")
+	if !strings.HasPrefix(out, "one\tallowed\tsum 2\tremaining 3\n  limit 5 per 10s: sum 2, remaining 3, retry after 0s") {
+		t.Errorf("text: %q", out)
+	}
+}
+
 // TestSumKeyErrors: a key that fails gets an error line in its place, the
 // others are printed in order, and the command fails (exit 1). miniredis
 // refuses TIME in read-only scripts, so sum runs here on the client's clock;
@@ -76,7 +113,7 @@ func TestSumKeyErrors(t *testing.T) {
 	defer client.Close()
 	ctx := context.Background()
 	st, err := store.New(ctx, client, store.Window{Length: time.Minute, Bucket: time.Second},
-		store.WithBackend(store.NativeHashPlain), store.WithPrefix("t:"), store.WithClientClock(time.Now))
+		store.WithBackend("nativehash-plain"), store.WithPrefix("t:"), store.WithClientClock(time.Now))
 	if err != nil {
 		t.Fatal(err)
 	}

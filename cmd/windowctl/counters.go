@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -13,6 +14,7 @@ import (
 
 type cli struct {
 	st      *store.Store
+	client  rueidis.Client // st's, for allow's stores of other windows
 	p       *printer
 	prefix  string
 	backend string

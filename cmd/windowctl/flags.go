@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -27,7 +28,7 @@ type globals struct {
 }
 
 func defaultGlobals() *globals {
-	return &globals{window: time.Minute, bucket: time.Second, backend: "auto", prefix: store.DefaultPrefix, timeout: 5 * time.Second}
+	return &globals{window: time.Minute, bucket: time.Second, backend: "auto", prefix: defaultPrefix, timeout: 5 * time.Second}
 }
 
 // register adds the global flags to fs without resetting values already parsed,
@@ -80,20 +81,20 @@ func (g *globals) check() error {
 	if err := g.storeWindow().Validate(); err != nil {
 		return usagef("%s", err.(*store.Error).Detail)
 	}
-	if !slices.Contains(store.Backends(), store.Backend(g.backend)) {
+	if !slices.Contains(hook.Backends(), g.backend) {
 		return usagef("--backend %q: want %s", g.backend, backendNames())
+	}
+	if strings.ContainsAny(g.prefix, "{}") {
+		return usagef("--prefix %q: must not contain a brace ({ or })", g.prefix)
 	}
 	return nil
 }
 
+// defaultPrefix is the store's default key prefix (store.WithPrefix).
+const defaultPrefix = "ws:"
+
 // backendNames lists the --backend values, from the store's registry.
-func backendNames() string {
-	var names []string
-	for _, b := range store.Backends() {
-		names = append(names, string(b))
-	}
-	return strings.Join(names, ", ")
-}
+func backendNames() string { return strings.Join(hook.Backends(), ", ") }
 
 func (g *globals) storeWindow() store.Window { return store.Window{Length: g.window, Bucket: g.bucket} }
 

@@ -105,7 +105,7 @@ func run(ctx context.Context, client rueidis.Client, out io.Writer) error {
 		if s.late > 0 {
 			e.Time = now.Add(-s.late)
 		}
-		r, err := set.RecordAt(ctx, now, e)
+		r, err := set.At(now).Record(ctx, e)
 		if err != nil {
 			return err
 		}
@@ -135,8 +135,8 @@ func show(v features.Value) string {
 	for i, w := range windows(v.Feature) {
 		parts = append(parts, fmt.Sprintf("%s/%s=%d", v.Feature, compact(w.Length), v.Sums[i]))
 	}
-	if v.Kind == features.Limit {
-		parts = append(parts, fmt.Sprintf("remaining %d", v.Remaining))
+	if v.Decision != nil { // a Limit feature
+		parts = append(parts, fmt.Sprintf("remaining %d", v.Decision.Remaining))
 	}
 	return strings.Join(parts, " ")
 }

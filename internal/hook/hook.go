@@ -23,6 +23,8 @@ var (
 	// Functions reports whether a *store.Store runs its scripts as Redis
 	// Functions now.
 	Functions func(st any) bool
+	// Client returns a *store.Store's client (a rueidis.Client).
+	Client func(st any) any
 	// Codec returns a *store.Store's field codec.
 	Codec func(st any) *codec.Codec
 	// Backends lists every backend name store.WithBackend accepts.

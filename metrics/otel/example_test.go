@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -103,4 +106,71 @@ func ExampleRecorder() {
 	// myapi.ratelimit.decisions outcome=allowed: 2
 	// myapi.ratelimit.decisions outcome=refused: 1
 	// myapi.ratelimit.decision (s): 3 decisions, 0.004 s in all
+}
+
+// The Observer's metrics, read back from the SDK. A store or a limiter made
+// with WithObserver(obs) calls Start and Call itself; here they are called
+// by hand, as a store does for two coalesced Adds and a Sum that fails.
+func ExampleObserver() {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	obs, err := wsotel.NewObserver(wsotel.WithMeterProvider(mp))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	_, end1 := obs.Start(ctx, "add")
+	_, end2 := obs.Start(ctx, "add")
+	obs.Call("write", 2, time.Millisecond, nil) // both Adds in one script call
+	end1(nil)
+	end2(nil)
+	_, end3 := obs.Start(ctx, "sum")
+	obs.Call("sum", 1, time.Millisecond, nil)
+	end3(&store.Error{Op: "sum", Key: "user:42", Kind: store.ErrWrongType})
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		panic(err)
+	}
+	var lines []string // the SDK's data points come in no set order
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		switch d := m.Data.(type) {
+		case metricdata.Sum[int64]:
+			for _, p := range d.DataPoints {
+				lines = append(lines, fmt.Sprintf("%s{%s} %d", m.Name, labels(p.Attributes), p.Value))
+			}
+		case metricdata.Histogram[int64]:
+			for _, p := range d.DataPoints {
+				lines = append(lines, fmt.Sprintf("%s{%s} count=%d sum=%d", m.Name, labels(p.Attributes), p.Count, p.Sum))
+			}
+		case metricdata.Histogram[float64]:
+			for _, p := range d.DataPoints {
+				lines = append(lines, fmt.Sprintf("%s{%s} count=%d", m.Name, labels(p.Attributes), p.Count))
+			}
+		}
+	}
+	slices.Sort(lines)
+	fmt.Println(strings.Join(lines, "\n"))
+	// Output:
+	// windowstore.operation.duration{op=add} count=2
+	// windowstore.operation.duration{op=sum} count=1
+	// windowstore.operations.active{op=add} 0
+	// windowstore.operations.active{op=sum} 0
+	// windowstore.operations{op=add,outcome=ok} 2
+	// windowstore.operations{op=sum,outcome=wrong_type} 1
+	// windowstore.script.batch_size{script=sum} count=1 sum=1
+	// windowstore.script.batch_size{script=write} count=1 sum=2
+	// windowstore.script.calls{outcome=ok,script=sum} 1
+	// windowstore.script.calls{outcome=ok,script=write} 1
+	// windowstore.script.duration{script=sum} count=1
+	// windowstore.script.duration{script=write} count=1
+}
+
+// labels prints an attribute set as k=v,k=v, sorted by key.
+func labels(s attribute.Set) string {
+	var kv []string
+	for _, a := range s.ToSlice() {
+		kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+	}
+	return strings.Join(kv, ",")
 }

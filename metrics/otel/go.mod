@@ -4,7 +4,9 @@ go 1.26.0
 
 require (
 	github.com/redis/rueidis v1.0.79
-	github.com/windowstore/windowstore v0.0.0
+	// v1.0.0 is the version the windowstore v1 release will be tagged with.
+	// Inside this repository, the go.work at its root uses the local module instead.
+	github.com/windowstore/windowstore v1.0.0
 	go.opentelemetry.io/otel v1.44.0
 	go.opentelemetry.io/otel/metric v1.44.0
 	go.opentelemetry.io/otel/sdk v1.44.0
@@ -20,5 +22,3 @@ require (
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
-
-replace github.com/windowstore/windowstore => ../../

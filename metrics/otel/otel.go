@@ -37,7 +37,7 @@
 //
 // outcome is "ok", or the error's kind, found with errors.Is:
 //
-//	invalid           store.ErrInvalid, limit.ErrInvalid: bad input, nothing sent
+//	invalid           store.ErrInvalid: bad input to any package, nothing sent
 //	wrong_type        store.ErrWrongType
 //	overflow          store.ErrOverflow
 //	unavailable       store.ErrUnavailable, limit.ErrUnavailable (a degraded limiter's server)
@@ -311,7 +311,6 @@ var kinds = []struct {
 	name string
 }{
 	{store.ErrInvalid, "invalid"},
-	{limit.ErrInvalid, "invalid"},
 	{store.ErrWrongType, "wrong_type"},
 	{store.ErrOverflow, "overflow"},
 	{store.ErrUnavailable, "unavailable"},
@@ -348,7 +347,7 @@ type Recorder struct {
 	attrs     attrCache // {rule, outcome} and {rule, ""}
 
 	mu       sync.Mutex
-	breakers map[string]limit.HealthChecker // by limiter name, for the gauge
+	breakers map[string]breaker // by limiter name, for the gauge
 }
 
 var _ httplimit.Recorder = (*Recorder)(nil)
@@ -357,7 +356,7 @@ var _ httplimit.Recorder = (*Recorder)(nil)
 // apply.
 func NewRecorder(opts ...Option) (*Recorder, error) {
 	c, m := newConfig(opts)
-	r := &Recorder{breakers: map[string]limit.HealthChecker{}}
+	r := &Recorder{breakers: map[string]breaker{}}
 	var err1, err2, err3 error
 	r.decisions, err1 = m.Int64Counter(c.name("ratelimit.decisions"),
 		metric.WithDescription("Rate-limiting decisions, by rule and outcome."),
@@ -375,19 +374,40 @@ func NewRecorder(opts ...Option) (*Recorder, error) {
 }
 
 // WatchBreaker has the gauge ratelimit.breaker_state{limiter=name} report
-// h's breaker state (a limit.Degraded's), read at each collection. A second
-// call with the same name replaces the first.
-func (r *Recorder) WatchBreaker(name string, h limit.HealthChecker) {
+// d's circuit breaker state, read at each collection: 0 for "closed", 1 for
+// "half-open", 2 for "open" (limit.Degraded.State). A second call with the
+// same name replaces the first; a nil d stops watching name.
+func (r *Recorder) WatchBreaker(name string, d *limit.Degraded) {
+	var b breaker // nil for a nil d, not an interface holding a nil pointer
+	if d != nil {
+		b = d
+	}
+	r.watch(name, b)
+}
+
+// breaker is what the gauge reads of a limit.Degraded.
+type breaker interface{ State() string }
+
+func (r *Recorder) watch(name string, b breaker) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.breakers[name] = h
+	if b == nil {
+		delete(r.breakers, name)
+		return
+	}
+	r.breakers[name] = b
 }
+
+// breakerValues are the gauge's values of the breaker's states.
+var breakerValues = map[string]int64{"closed": 0, "half-open": 1, "open": 2}
 
 func (r *Recorder) observeBreakers(_ context.Context, o metric.Int64Observer) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for name, h := range r.breakers {
-		o.Observe(int64(h.State()), metric.WithAttributeSet(attribute.NewSet(KeyLimiter.String(name))))
+	for name, b := range r.breakers {
+		if v, ok := breakerValues[b.State()]; ok {
+			o.Observe(v, metric.WithAttributeSet(attribute.NewSet(KeyLimiter.String(name))))
+		}
 	}
 	return nil
 }

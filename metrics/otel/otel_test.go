@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -216,7 +217,6 @@ func TestOutcome(t *testing.T) {
 	for err, want := range map[error]string{
 		nil:                              "ok",
 		store.ErrInvalid:                 "invalid",
-		limit.ErrInvalid:                 "invalid",
 		store.ErrWrongType:               "wrong_type",
 		store.ErrOverflow:                "overflow",
 		store.ErrUnavailable:             "unavailable",
@@ -231,6 +231,7 @@ func TestOutcome(t *testing.T) {
 		errors.New("connection refused"): "error",
 		&store.Error{Op: "add", Kind: store.ErrOverflow, Err: errors.New("x")}: "overflow",
 		&store.Error{Op: "add", Err: context.DeadlineExceeded}:                 "deadline_exceeded",
+		&store.Error{Op: "perminute", Kind: limit.ErrUnavailable}:              "unavailable",
 	} {
 		if got := Outcome(err); got != want {
 			t.Errorf("Outcome(%v) = %q, want %q", err, got, want)
@@ -279,11 +280,41 @@ func TestConcurrent(t *testing.T) {
 
 func spanOf(ctx context.Context) trace.SpanContext { return trace.SpanContextFromContext(ctx) }
 
-// breaker is a HealthChecker whose state the test sets.
-type breaker struct{ state limit.BreakerState }
+// flaky is a limiter whose server fails with err (nil: it admits).
+type flaky struct{ err error }
 
-func (b *breaker) State() limit.BreakerState { return b.state }
-func (b *breaker) Health() error             { return nil }
+func (f *flaky) Policy() limit.Policy {
+	return limit.Policy{Name: "perminute", Limit: 10, Window: time.Minute, Algorithm: "log"}
+}
+
+func (f *flaky) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
+	if f.err != nil {
+		return store.Decision{}, f.err
+	}
+	return store.Decision{Allowed: true, Limit: 10, Remaining: 10 - n, Policy: "perminute"}, nil
+}
+
+func (f *flaky) AllowAt(ctx context.Context, _ time.Time, key string, n int64) (store.Decision, error) {
+	return f.Allow(ctx, key, n)
+}
+
+// degraded returns a limit.Degraded over a flaky limiter, whose breaker opens
+// after one failure, for a cool-down of a minute on the clock *now.
+func degraded(t *testing.T, now *time.Time) (*limit.Degraded, *flaky) {
+	t.Helper()
+	f := &flaky{}
+	d, err := limit.Degrade(f, limit.WithFailures(1), limit.WithCooldown(time.Minute),
+		limit.WithBreakerClock(func() time.Time { return *now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, f
+}
+
+// odd is a breaker in a state the gauge has no value for.
+type odd struct{}
+
+func (odd) State() string { return "unknown" }
 
 func TestRecorderBreakers(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
@@ -291,10 +322,19 @@ func TestRecorderBreakers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := &breaker{}, &breaker{state: limit.BreakerOpen}
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	a, aServer := degraded(t, &now)
+	b, bServer := degraded(t, &now)
+	c, _ := degraded(t, &now)
 	r.WatchBreaker("a", a)
-	r.WatchBreaker("b", &breaker{})
+	r.WatchBreaker("b", c)
 	r.WatchBreaker("b", b) // replaces
+	r.WatchBreaker("c", c)
+	r.watch("odd", odd{}) // a state without a value: not reported
+	bServer.err = io.EOF  // b's server fails: its breaker opens
+	if _, err := b.Allow(context.Background(), "k", 1); err != nil || b.State() != "open" {
+		t.Fatalf("Allow: %v; state %q", err, b.State())
+	}
 	gauge := func() map[string]int64 {
 		m := collect(t, reader)["ratelimit.breaker_state"]
 		g, ok := m.Data.(metricdata.Gauge[int64])
@@ -307,7 +347,14 @@ func TestRecorderBreakers(t *testing.T) {
 		}
 		return out
 	}
-	equal(t, "breakers", gauge(), map[string]int64{"limiter=a": 0, "limiter=b": 2})
-	a.state = limit.BreakerHalfOpen
-	equal(t, "breakers", gauge(), map[string]int64{"limiter=a": 1, "limiter=b": 2})
+	equal(t, "breakers", gauge(), map[string]int64{"limiter=a": 0, "limiter=b": 2, "limiter=c": 0})
+	now = now.Add(30 * time.Second)
+	aServer.err = io.EOF // a's server fails: open for a minute, b for 30 s more
+	if _, err := a.Allow(context.Background(), "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "breakers", gauge(), map[string]int64{"limiter=a": 2, "limiter=b": 2, "limiter=c": 0})
+	now = now.Add(30 * time.Second) // b's cool-down is over: half-open
+	r.WatchBreaker("c", nil)        // stops watching c
+	equal(t, "breakers", gauge(), map[string]int64{"limiter=a": 2, "limiter=b": 1})
 }

@@ -2,7 +2,11 @@ module github.com/windowstore/windowstore/metrics/prom
 
 go 1.26.0
 
-require github.com/windowstore/windowstore v0.0.0
+require (
+	// v1.0.0 is the version the windowstore v1 release will be tagged with.
+	// Inside this repository, the go.work at its root uses the local module instead.
+	github.com/windowstore/windowstore v1.0.0
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -17,5 +21,3 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/windowstore/windowstore => ../../

@@ -54,7 +54,7 @@ func New(reg prometheus.Registerer, ns string) (*Recorder, error) {
 		}, []string{"rule"}),
 		breakers: &breakers{desc: prometheus.NewDesc(prometheus.BuildFQName(ns, "", "ratelimit_breaker_state"),
 			"State of a degraded limiter's circuit breaker: 0 closed, 1 half-open, 2 open.", []string{"limiter"}, nil),
-			m: map[string]limit.HealthChecker{}},
+			m: map[string]breaker{}},
 	}
 	for _, c := range []prometheus.Collector{r.decisions, r.latency, r.breakers} {
 		if err := reg.Register(c); err != nil {
@@ -70,20 +70,39 @@ func (r *Recorder) Observe(rule string, o httplimit.Outcome, d time.Duration) {
 	r.latency.WithLabelValues(rule).Observe(d.Seconds())
 }
 
-// WatchBreaker exports h's breaker state (a limit.Degraded's) as
-// ratelimit_breaker_state{limiter=name}, read at each scrape. A second call
-// with the same name replaces the first.
-func (r *Recorder) WatchBreaker(name string, h limit.HealthChecker) {
+// WatchBreaker exports d's circuit breaker state as
+// ratelimit_breaker_state{limiter=name}, read at each scrape: 0 for "closed",
+// 1 for "half-open", 2 for "open" (limit.Degraded.State). A second call with
+// the same name replaces the first; a nil d stops watching name.
+func (r *Recorder) WatchBreaker(name string, d *limit.Degraded) {
+	var b breaker // nil for a nil d, not an interface holding a nil pointer
+	if d != nil {
+		b = d
+	}
+	r.watch(name, b)
+}
+
+// breaker is what the gauge reads of a limit.Degraded.
+type breaker interface{ State() string }
+
+func (r *Recorder) watch(name string, b breaker) {
 	r.breakers.mu.Lock()
 	defer r.breakers.mu.Unlock()
-	r.breakers.m[name] = h
+	if b == nil {
+		delete(r.breakers.m, name)
+		return
+	}
+	r.breakers.m[name] = b
 }
+
+// breakerValues are the gauge's values of the breaker's states.
+var breakerValues = map[string]float64{"closed": 0, "half-open": 1, "open": 2}
 
 // breakers collects the watched breakers' states.
 type breakers struct {
 	desc *prometheus.Desc
 	mu   sync.Mutex
-	m    map[string]limit.HealthChecker
+	m    map[string]breaker
 }
 
 func (b *breakers) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
@@ -91,7 +110,9 @@ func (b *breakers) Describe(ch chan<- *prometheus.Desc) { ch <- b.desc }
 func (b *breakers) Collect(ch chan<- prometheus.Metric) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for name, h := range b.m {
-		ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, float64(h.State()), name)
+	for name, br := range b.m {
+		if v, ok := breakerValues[br.State()]; ok {
+			ch <- prometheus.MustNewConstMetric(b.desc, prometheus.GaugeValue, v, name)
+		}
 	}
 }

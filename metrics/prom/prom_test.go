@@ -1,6 +1,8 @@
 package prom
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -9,13 +11,50 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/windowstore/windowstore/httplimit"
 	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/store"
 )
 
-// state is a breaker that stays in one state.
-type state limit.BreakerState
+// flaky is a limiter whose server fails with err (nil: it admits).
+type flaky struct{ err error }
 
-func (s state) State() limit.BreakerState { return limit.BreakerState(s) }
-func (s state) Health() error             { return nil }
+func (f *flaky) Policy() limit.Policy {
+	return limit.Policy{Name: "perminute", Limit: 10, Window: time.Minute, Algorithm: "log"}
+}
+
+func (f *flaky) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
+	if f.err != nil {
+		return store.Decision{}, f.err
+	}
+	return store.Decision{Allowed: true, Limit: 10, Remaining: 10 - n, Policy: "perminute"}, nil
+}
+
+func (f *flaky) AllowAt(ctx context.Context, _ time.Time, key string, n int64) (store.Decision, error) {
+	return f.Allow(ctx, key, n)
+}
+
+// degraded returns a limit.Degraded over a flaky limiter, whose breaker opens
+// after one failure, for a cool-down of a minute on the clock *now.
+func degraded(t *testing.T, now *time.Time) (*limit.Degraded, *flaky) {
+	t.Helper()
+	f := &flaky{}
+	d, err := limit.Degrade(f, limit.WithFailures(1), limit.WithCooldown(time.Minute),
+		limit.WithBreakerClock(func() time.Time { return *now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, f
+}
+
+// fail has d's server fail once: its breaker opens.
+func fail(t *testing.T, d *limit.Degraded, f *flaky) {
+	t.Helper()
+	f.err = io.EOF
+	dec, err := d.Allow(context.Background(), "k", 1)
+	if err != nil || !dec.Degraded || d.State() != "open" {
+		t.Fatalf("Allow: %+v, %v; state %q", dec, err, d.State())
+	}
+	f.err = nil
+}
 
 func TestRecorder(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -23,13 +62,17 @@ func TestRecorder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	login, loginServer := degraded(t, &now)
+	api, _ := degraded(t, &now)
+	fail(t, login, loginServer)
 	r.Observe("api", httplimit.Allowed, time.Millisecond)
 	r.Observe("api", httplimit.Allowed, time.Millisecond)
 	r.Observe("api", httplimit.Refused, 2*time.Millisecond)
 	r.Observe("login", httplimit.FailedShut, time.Second)
 	r.Observe("login", httplimit.DegradedRefused, time.Millisecond)
-	r.WatchBreaker("login", state(limit.BreakerOpen))
-	r.WatchBreaker("api", state(limit.BreakerClosed))
+	r.WatchBreaker("login", login)
+	r.WatchBreaker("api", api)
 	want := `
 # HELP t_ratelimit_decisions_total Rate-limiting decisions, by rule and outcome.
 # TYPE t_ratelimit_decisions_total counter
@@ -52,3 +95,38 @@ t_ratelimit_breaker_state{limiter="login"} 2
 		t.Fatal("registering twice must fail")
 	}
 }
+
+func TestWatchBreaker(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r, err := New(reg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	d, server := degraded(t, &now)
+	r.WatchBreaker("a", d)
+	r.WatchBreaker("b", d)
+	other, _ := degraded(t, &now)
+	r.WatchBreaker("b", other) // replaces
+	r.watch("odd", odd{})      // a state without a value: not reported
+	gauge := func(want string) {
+		t.Helper()
+		want = "# HELP ratelimit_breaker_state State of a degraded limiter's circuit breaker: 0 closed, 1 half-open, 2 open.\n" +
+			"# TYPE ratelimit_breaker_state gauge\n" + want
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_breaker_state"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gauge("ratelimit_breaker_state{limiter=\"a\"} 0\nratelimit_breaker_state{limiter=\"b\"} 0\n")
+	fail(t, d, server)
+	gauge("ratelimit_breaker_state{limiter=\"a\"} 2\nratelimit_breaker_state{limiter=\"b\"} 0\n")
+	now = now.Add(time.Minute) // the cool-down is over: the next call probes
+	gauge("ratelimit_breaker_state{limiter=\"a\"} 1\nratelimit_breaker_state{limiter=\"b\"} 0\n")
+	r.WatchBreaker("b", nil) // stops watching
+	gauge("ratelimit_breaker_state{limiter=\"a\"} 1\n")
+}
+
+// odd is a breaker in a state the gauge has no value for.
+type odd struct{}
+
+func (odd) State() string { return "unknown" }

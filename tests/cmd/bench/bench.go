@@ -18,6 +18,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/baseline"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
@@ -54,8 +55,8 @@ with the range of the server time. Ratios compare medians of one invocation, on
 one server: the server time with the naive script, the ZSET log, redis_rate and
 raw HINCRBY; the throughput with the naive script and the ZSET log. The operations:
 
-  add         Store.Add                  addnosum  Store.AddNoSum
-  addid       Store.AddEvent with an id  sum       Store.Sum
+  add         Store.Add                  addnosum  Store.Record with NoSum
+  addid       Store.Record with an id    sum       Store.Sum
   sum100      Store.SumMany of 100 keys (per key: server µs/op is per call)
   allow       Store.Allow                allow3    store.AllowAll, 3 policies
   record6     features.Set.Record of a 6-feature event (2 entities)
@@ -81,8 +82,8 @@ const benchJSON = `{"op":"add","buckets":N,"backend":"…","field_ttl":bool,"ops
 // with the --buckets and --ops lists returned here.
 func benchFlags(fs *flag.FlagSet) (cfg *benchConfig, buckets, ops *string) {
 	cfg = &benchConfig{keys: 10000, goroutines: 64, duration: 3 * time.Second, runs: 3,
-		batchOps: store.DefaultBatchOps, batchCalls: store.DefaultBatchCalls, functions: true}
-	fs.BoolVar(&cfg.functions, "functions", cfg.functions, "run the store's scripts as Redis Functions (store.WithFunctions); false: EVALSHA")
+		batchOps: 64, batchCalls: 4, functions: true} // the store's batching defaults (store.WithBatching)
+	fs.BoolVar(&cfg.functions, "functions", cfg.functions, "run the store's scripts as Redis Functions; false: EVALSHA")
 	fs.IntVar(&cfg.keys, "keys", cfg.keys, "number of counters, `N` from 100 to 1,000,000")
 	fs.IntVar(&cfg.goroutines, "goroutines", cfg.goroutines, "concurrent callers, `N` from 1 to 4096")
 	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "how long each operation runs, a `DURATION` from 100ms to 10m")
@@ -293,8 +294,8 @@ func goredisClient(opt rueidis.ClientOption) *goredis.Client {
 // benchSetupOps fills the counters of one window and returns every operation.
 func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Client, backend string, cfg benchConfig, nb, keys int) (map[string]benchOp, *store.Store, error) {
 	prefix := fmt.Sprintf("bench:%d:", nb)
-	opts := []store.Option{store.WithPrefix(prefix + "ws:"), store.WithBackend(store.Backend(backend)),
-		store.WithBatching(cfg.batchOps, cfg.batchCalls), store.WithFunctions(cfg.functions)}
+	opts := []store.Option{store.WithPrefix(prefix + "ws:"), store.WithBackend(backend),
+		store.WithBatching(cfg.batchOps, cfg.batchCalls), hook.WithFunctions(cfg.functions).(store.Option)}
 	w := store.Window{Length: time.Duration(nb) * time.Second, Bucket: time.Second}
 	// Three policies of nb buckets each: nb s of 1 s, 10 nb s of 10 s, 100 nb s of 100 s.
 	var policies []*store.Store
@@ -338,10 +339,13 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	rl := redis_rate.NewLimiter(gr)
 	rate := redis_rate.Limit{Rate: 1 << 30, Burst: 1 << 30, Period: w.Length}
 	return map[string]benchOp{
-		"add":      func(ctx context.Context, k string) error { _, err := st.Add(ctx, k, 1); return err },
-		"addnosum": func(ctx context.Context, k string) error { return st.AddNoSum(ctx, k, 1) },
+		"add": func(ctx context.Context, k string) error { _, err := st.Add(ctx, k, 1); return err },
+		"addnosum": func(ctx context.Context, k string) error {
+			_, err := st.Record(ctx, store.Event{Key: k, Delta: 1, NoSum: true})
+			return err
+		},
 		"addid": func(ctx context.Context, k string) error {
-			_, err := st.AddEvent(ctx, store.Event{Key: k, Delta: 1, ID: strconv.FormatInt(base+ids.Add(1), 36)})
+			_, err := st.Record(ctx, store.Event{Key: k, Delta: 1, ID: strconv.FormatInt(base+ids.Add(1), 36)})
 			return err
 		},
 		"sum":    func(ctx context.Context, k string) error { _, err := st.Sum(ctx, k); return err },
@@ -394,7 +398,7 @@ func benchFill(ctx context.Context, c rueidis.Client, stores []*store.Store, pre
 			for _, st := range stores {
 				b := st.Window().Bucket
 				for i := nb - 1; i >= 0; i-- {
-					if err := st.AddNoSumAt(ctx, now.Add(-time.Duration(i)*b), key, 1); err != nil {
+					if _, err := st.At(now.Add(-time.Duration(i)*b)).Record(ctx, store.Event{Key: key, Delta: 1, NoSum: true}); err != nil {
 						failed.Store(err)
 						return
 					}
