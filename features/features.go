@@ -207,6 +207,11 @@ func New(ctx context.Context, client rueidis.Client, fs []Feature, opts ...store
 			return nil, invalidf("feature %q is declared twice", f.Name)
 		}
 		names[f.Name] = true
+	}
+	if client == nil {
+		return nil, invalidf("nil client")
+	}
+	for _, f := range fs {
 		var tags []string
 		for _, w := range f.Windows {
 			tags = append(tags, w.String())

@@ -237,7 +237,7 @@ if s=$(SERVE_OPTS="${pin[*]:-}" serve "$REDIS70_IMAGE" redis-server --port PORT 
   # Server CPU per operation beside the naive script, the ZSET log and raw
   # HINCRBY: the figures that matter; the server runs on a core of its own
   # where the machine has two.
-  go run ./cmd/windowctl --addr "redis://127.0.0.1:${s##* }" bench --keys 2000 --duration 300ms --runs 1 --buckets 10 ||
+  (cd tests && go run ./cmd/bench --addr "redis://127.0.0.1:${s##* }" --keys 2000 --duration 300ms --runs 1 --buckets 10) ||
     say "the benchmark did not run (not a failure: it is a printed check)"
   docker rm -f "${s%% *}" >/dev/null 2>&1 || true
 else

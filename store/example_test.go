@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -72,4 +73,22 @@ func ExampleStore_Over() {
 	last5, _ := spend.At(now).Over(5*time.Minute).Sum(ctx, "card:X")
 	fmt.Println(hour, last5)
 	// Prints: 1500 300
+}
+
+// A window is checked before anything is sent: New refuses one whose bucket
+// does not divide it, or that is longer than 180 days. Errors wrap
+// ErrInvalid, and say what is wrong in the caller's words.
+func ExampleWindow_Validate() {
+	for _, w := range []store.Window{
+		{Length: 10 * time.Minute, Bucket: time.Minute},
+		{Length: time.Minute, Bucket: 7 * time.Second},
+		{Length: 365 * 24 * time.Hour, Bucket: time.Hour},
+	} {
+		err := w.Validate()
+		fmt.Println(w, errors.Is(err, store.ErrInvalid), err)
+	}
+	// Output:
+	// 10m0s/1m0s false <nil>
+	// 1m0s/7s true store: window: invalid argument: bucket 7s does not divide window 1m0s
+	// 8760h0m0s/1h0m0s true store: window: invalid argument: window 8760h0m0s is longer than the maximum 4320h0m0s
 }

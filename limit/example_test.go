@@ -1,0 +1,55 @@
+package limit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/store"
+)
+
+// down is a limiter whose server cannot be reached, as a limiter of this
+// package answers when Redis is down: every call fails with a network error.
+type down struct{}
+
+func (down) Policy() limit.Policy {
+	return limit.Policy{Name: "perminute", Limit: 10, Window: time.Minute, Algorithm: "sliding-window"}
+}
+
+func (down) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
+	return store.Decision{}, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+}
+
+func (d down) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
+	return d.Allow(ctx, key, n)
+}
+
+// While the server is down, a Degraded limiter decides in process, on this
+// instance's share of the limit: 10 a minute over 2 instances is 5 here. After
+// 3 failures its breaker opens, and the server is left alone for the
+// cool-down.
+func ExampleDegrade() {
+	l, err := limit.Degrade(down{}, limit.WithInstances(2), limit.WithFailures(3), limit.WithCooldown(10*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+	for i := range 6 {
+		d, err := l.AllowAt(ctx, t0.Add(time.Duration(i)*time.Second), "user:42", 1)
+		fmt.Printf("allowed=%v degraded=%v limit=%d remaining=%d retry=%v err=%v\n",
+			d.Allowed, d.Degraded, d.Limit, d.Remaining, d.RetryAfter, err)
+	}
+	fmt.Println("breaker:", l.State())
+	// Output:
+	// allowed=true degraded=true limit=5 remaining=4 retry=0s err=<nil>
+	// allowed=true degraded=true limit=5 remaining=3 retry=0s err=<nil>
+	// allowed=true degraded=true limit=5 remaining=2 retry=0s err=<nil>
+	// allowed=true degraded=true limit=5 remaining=1 retry=0s err=<nil>
+	// allowed=true degraded=true limit=5 remaining=0 retry=0s err=<nil>
+	// allowed=false degraded=true limit=5 remaining=0 retry=55s err=<nil>
+	// breaker: open
+}
