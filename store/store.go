@@ -160,8 +160,14 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 	return s, nil
 }
 
-// Window returns the store's window.
-func (s *Store) Window() Window { return s.win }
+// Window returns the store's window; for an Over view whose span is a tier's
+// window, that tier's.
+func (s *Store) Window() Window {
+	if t, err := s.overTier(); err == nil {
+		return s.tiers[t].win
+	}
+	return s.win
+}
 
 // Detection returns what New detected and the backend it picked.
 func (s *Store) Detection() Detection { return s.det }

@@ -13,7 +13,8 @@ import (
 
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/codec"
-	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/internal/hook"
+	_ "github.com/windowstore/windowstore/limit" // sets hook.LimitScripts
 	"github.com/windowstore/windowstore/nativehash"
 	"github.com/windowstore/windowstore/tairhash"
 	lua "github.com/yuin/gopher-lua"
@@ -26,7 +27,7 @@ func allScripts() []*backend.Script {
 	for _, b := range backends {
 		out = append(out, b.Write, b.Sum, b.Inspect)
 	}
-	return append(out, limit.Scripts()...)
+	return append(out, hook.LimitScripts()...)
 }
 
 // TestCompile: every assembled script is valid Lua.
@@ -141,14 +142,14 @@ func TestLiveMatchesCodec(t *testing.T) {
 	for _, a := range anchors {
 		base, _ := time.Parse(time.RFC3339, a)
 		for _, sh := range shapes {
-			codec, err := codec.New(sh.b, nil)
+			cd, err := codec.New(sh.b, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for i := 0; i < 40; i++ {
 				now := base.Add(time.Duration(rng.Int64N(int64(4*sh.w))) - 2*sh.w).Truncate(time.Millisecond)
 				for _, future := range []int64{0, 5000} {
-					hdr := backend.Header(backend.ClientClock(now.UnixMilli()), codec.YearStarts(now), future)
+					hdr := backend.Header(backend.ClientClock(now.UnixMilli()), cd.YearStarts(now), future)
 					tbl := L.NewTable()
 					for _, h := range hdr {
 						tbl.Append(lua.LString(h))
@@ -156,7 +157,7 @@ func TestLiveMatchesCodec(t *testing.T) {
 					H := call(t, L, fns, "ws_header", 1, tbl)[0]
 					S := call(t, L, fns, "ws_shape", 1, H, lua.LString(backend.Shape(sh.b.Milliseconds(), sh.w.Milliseconds())))[0].(*lua.LTable)
 					get := func(k string) int64 { return num(S.RawGetString(k)) }
-					live, err := codec.Live(now, sh.w)
+					live, err := cd.Live(now, sh.w)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -168,7 +169,7 @@ func TestLiveMatchesCodec(t *testing.T) {
 						live.Previous.Len() == 0 && get("plo") <= get("phi") {
 						t.Fatalf("%s: previous %d..%d; codec %+v", where, get("plo"), get("phi"), live.Previous)
 					}
-					_, _, end := codec.Bounds(now)
+					_, _, end := cd.Bounds(now)
 					if future == 0 && get("hi") != live.Code {
 						t.Fatalf("%s: hi %d, want the current code %d", where, get("hi"), live.Code)
 					}
@@ -194,7 +195,7 @@ func TestLiveMatchesCodec(t *testing.T) {
 					if future > 0 {
 						ahead := now.Add(time.Duration(future) * time.Millisecond)
 						for at := end; !at.After(ahead); {
-							code, start, next := codec.Bounds(at)
+							code, start, next := cd.Bounds(at)
 							got := call(t, L, fns, "ws_start", 1, S, lua.LNumber(code))[0]
 							if got == lua.LNil || num(got) != start.UnixMilli() {
 								t.Fatalf("%s: the bucket at %v (code %d) is not live ahead: %v", where, start, code, got)
