@@ -254,8 +254,10 @@ func (d *Degraded) local(at *time.Time, key string, n int64, cause error) (store
 	return dec, nil
 }
 
-// State returns the breaker's state now. An open breaker whose cool-down is
-// over reports breakerHalfOpen: the next call probes.
+// State returns the circuit breaker's state now: "closed" (calls go to the
+// server), "open" (the server failed; calls are decided in process until the
+// cool-down ends) or "half-open" (the cool-down is over: the next call, the
+// probe, goes to the server while the others are still decided in process).
 func (d *Degraded) State() string {
 	return d.state().String()
 }

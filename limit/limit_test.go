@@ -174,10 +174,7 @@ func TestGCRATokens(t *testing.T) {
 // TestACLRules: the README's rules for the log and the fixed window allow
 // every command their scripts call, and nothing they do not.
 func TestACLRules(t *testing.T) {
-	rules, err := acldoc.Rules("../docs/acl.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	rules := acldoc.Parse(aclRules...)
 	for label, s := range map[string]*backend.Script{"log": logScript, "fixed window": fixedScript, "gcra": gcraScript} {
 		if err := acldoc.Check(rules, label, nil, s); err != nil {
 			t.Error(err)

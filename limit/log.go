@@ -35,7 +35,7 @@ const maxLogCost = 1000
 // NewLog returns the exact sliding log: a sorted set per key, one member per
 // admitted unit of cost, scored by the server's clock in ms. It admits at most
 // limit units in any window-long span of time, exactly; its memory grows with
-// the admitted rate (see the README's table).
+// the admitted rate (see the table in docs/ratelimiting.md).
 func NewLog(client rueidis.Client, name string, limit int64, window time.Duration, opts ...Option) (Limiter, error) {
 	l, err := newRedisLimiter(client, logScript, maxLogCost, Policy{Name: name, Limit: limit, Window: window, Algorithm: "log"}, opts)
 	if err != nil {
@@ -166,6 +166,16 @@ func nonce() string {
 	return base64.RawURLEncoding.EncodeToString(b[:]) + ":"
 }
 
+// aclRules are the least ACL rules each limiter needs: its keys, the
+// connection's handshake and detection, EVALSHA, and the commands its script
+// calls (docs/acl.md documents them; the tests check them both ways).
+var aclRules = []backend.ACLRule{
+	{Label: "log", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +zcount +zremrangebyscore +zadd +zrange +pexpireat"},
+	{Label: "fixed window", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +hmget +hset +hincrby +pexpireat"},
+	{Label: "gcra", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +get +set"},
+}
+
 func init() {
 	hook.LimitScripts = func() []*backend.Script { return []*backend.Script{logScript, fixedScript, gcraScript} }
+	hook.LimitACL = func() []backend.ACLRule { return aclRules }
 }

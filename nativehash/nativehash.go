@@ -68,6 +68,7 @@ var Plain = backend.New(backend.Spec{
 	Why:      "the plain native hash works on any Redis or Valkey: writes delete the buckets that left the window",
 	Prims:    []backend.Fragment{frag("hash.lua"), frag("plainprims.lua")},
 	Ops:      []backend.Fragment{frag("plain.lua")},
+	ACL:      backend.ACLRule{Label: "plain hash", Rule: "+time +pttl +hgetall +hmget +hset +pexpireat +hdel"},
 })
 
 // FieldTTL is the backend for servers with hash-field TTL (HPEXPIREAT). Every
@@ -82,4 +83,5 @@ var FieldTTL = backend.New(backend.Spec{
 	Why:      "the server has hash-field TTL (HPEXPIREAT): buckets expire per field",
 	Prims:    []backend.Fragment{frag("hash.lua"), frag("fieldttl.lua")},
 	Ops:      []backend.Fragment{backend.ScanOps},
+	ACL:      backend.ACLRule{Label: "field TTL", Rule: "+time +pttl +hgetall +hget +hincrby +hpexpireat +pexpireat +hdel +hpttl"},
 })

@@ -292,9 +292,6 @@ func makePlan(b Batch) (*plan, error) {
 		if o.Kind == Count && o.NoSum {
 			o.Kind = countQuiet
 		}
-		if o.Kind == countQuiet && !o.NoSum {
-			return nil, bad("op %d has an unknown kind", i)
-		}
 		if o.Store != nil {
 			t, err := o.Store.overTier()
 			if err != nil {

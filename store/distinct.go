@@ -13,7 +13,7 @@ import (
 // HyperLogLog (PFADD), a key of its own that expires when the bucket leaves
 // the window; the count over the window is PFCOUNT over the live buckets,
 // which merges them. Its standard error is 0.81% (Redis's HyperLogLog), at
-// most 12 KB per bucket whatever the number of members; the README gives the
+// most 12 KB per bucket whatever the number of members; docs/counters.md gives the
 // measured error and memory. The buckets of a key share its slot:
 //
 //	prefix + "{" + key + "}:" + shape + ":d:" + bucket code

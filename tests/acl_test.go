@@ -11,19 +11,16 @@ import (
 	"github.com/windowstore/windowstore/internal/acldoc"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/nativehash"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tairhash"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
-// ACL rules: the least each backend needs, read from docs/acl.md, which
-// documents them (package acldoc).
-var aclRules = func() map[string][]string {
-	r, err := acldoc.Rules("../docs/acl.md")
-	if err != nil {
-		panic(err)
-	}
-	return r
-}()
+// ACL rules: the least each backend and limiter needs, as the packages
+// declare them (docs/acl.md documents them; package acldoc's tests check it).
+var aclRules = acldoc.Parse(append(append(append(nativehash.Plain.ACLRules(), nativehash.FieldTTL.ACLRules()...),
+	tairhash.Backend.ACLRules()...), hook.LimitACL()...)...)
 
 func aclRule(label string) string { return acldoc.Rule(aclRules, label) }
 

@@ -1,5 +1,7 @@
-// Package acldoc reads the ACL rules docs/acl.md documents, so that the
-// packages' tests can check them against the commands their scripts call.
+// Package acldoc checks the ACL rules the packages declare (each backend's
+// Spec.ACL, the store's StoreExtras, the limiters' rules) against the commands
+// their scripts call, and docs/acl.md, which documents them, against the
+// declarations.
 package acldoc
 
 import (
@@ -11,44 +13,48 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 )
 
-// Rules reads the ACL block of a Markdown file (docs/acl.md): the fenced block after the line that
-// starts with "**ACL.**". Each of its lines holds one or more "label: rules"
-// parts ("event ids:   +get +set          distinct counts: +pfadd ..."). It
-// returns the commands each label allows, upper case, without their "+".
-// Key patterns and category rules (~ws:*, -@all) are left out.
-func Rules(readme string) (map[string][]string, error) {
-	b, err := os.ReadFile(readme)
+// Parse returns the commands each rule allows, by label, upper case, without
+// their "+". Key patterns and category rules (~ws:*, -@all) are left out.
+func Parse(rules ...backend.ACLRule) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range rules {
+		if _, ok := out[r.Label]; ok {
+			continue // the store's extras, declared once per backend
+		}
+		out[r.Label] = []string{}
+		for _, f := range strings.Fields(r.Rule) {
+			if strings.HasPrefix(f, "+") {
+				out[r.Label] = append(out[r.Label], strings.ToUpper(f[1:]))
+			}
+		}
+	}
+	return out
+}
+
+// Doc reads the ACL block of a Markdown file (docs/acl.md): the fenced block
+// after the line that starts with "**ACL.**", one "label: rule" per line. It
+// is for the test that checks the documentation against the declarations.
+func Doc(path string) ([]backend.ACLRule, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	_, after, ok := strings.Cut(string(b), "\n**ACL.**")
 	if !ok {
-		return nil, fmt.Errorf("acldoc: no **ACL.** paragraph in %s", readme)
+		return nil, fmt.Errorf("acldoc: no **ACL.** paragraph in %s", path)
 	}
 	_, after, ok = strings.Cut(after, "\n```\n")
 	if !ok {
-		return nil, fmt.Errorf("acldoc: no block after **ACL.** in %s", readme)
+		return nil, fmt.Errorf("acldoc: no block after **ACL.** in %s", path)
 	}
 	block, _, _ := strings.Cut(after, "\n```")
-	out := map[string][]string{}
+	var out []backend.ACLRule
 	for _, line := range strings.Split(block, "\n") {
-		var label string
-		var words []string
-		for _, f := range strings.Fields(line) {
-			switch {
-			case strings.HasPrefix(f, "+"):
-				if label == "" {
-					return nil, fmt.Errorf("acldoc: a rule before any label: %q", line)
-				}
-				out[label] = append(out[label], strings.ToUpper(f[1:]))
-			case strings.HasPrefix(f, "~"), strings.HasPrefix(f, "-"):
-			default:
-				words = append(words, f)
-				if w, ok := strings.CutSuffix(strings.Join(words, " "), ":"); ok {
-					label, words = w, nil
-				}
-			}
+		label, rule, ok := strings.Cut(line, ":")
+		if !ok {
+			return nil, fmt.Errorf("acldoc: no label in %q", line)
 		}
+		out = append(out, backend.ACLRule{Label: strings.TrimSpace(label), Rule: strings.Join(strings.Fields(rule), " ")})
 	}
 	return out, nil
 }

@@ -1,41 +1,74 @@
-package acldoc
+package acldoc_test
 
 import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
+
+	"github.com/windowstore/windowstore/internal/acldoc"
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/hook"
+	_ "github.com/windowstore/windowstore/limit" // declares the limiters' rules
+	"github.com/windowstore/windowstore/nativehash"
+	"github.com/windowstore/windowstore/tairhash"
 )
 
-func TestRules(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "README.md")
-	doc := "# x\n\n**ACL.** The least:\n\n```\nplain hash:  ~ws:* -@all +hello +command|info\nevent ids:   +get +set          distinct counts: +pfadd\n```\n"
-	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	got, err := Rules(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := map[string][]string{"plain hash": {"HELLO", "COMMAND|INFO"}, "event ids": {"GET", "SET"}, "distinct counts": {"PFADD"}}
+func TestParse(t *testing.T) {
+	got := acldoc.Parse(backend.ACLRule{Label: "plain hash", Rule: "~ws:* -@all +hello +command|info"},
+		backend.ACLRule{Label: "event ids", Rule: "+get +set"}, backend.ACLRule{Label: "event ids", Rule: "+other"})
+	want := map[string][]string{"plain hash": {"HELLO", "COMMAND|INFO"}, "event ids": {"GET", "SET"}}
 	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Rules = %v, want %v", got, want)
-	}
-	if _, err := Rules(filepath.Join(t.TempDir(), "none.md")); err == nil {
-		t.Error("a missing README: no error")
+		t.Errorf("Parse = %v, want %v", got, want)
 	}
 }
 
-// TestREADME: the project's docs/acl.md has the block, with every label the
-// packages' tests look for.
-func TestREADME(t *testing.T) {
-	got, err := Rules("../../docs/acl.md")
+func TestDoc(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "acl.md")
+	doc := "# x\n\n**ACL.** The least:\n\n```\nplain hash:  ~ws:* -@all  +hello\nevent ids:   +get +set\n```\n"
+	if err := os.WriteFile(p, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := acldoc.Doc(p)
+	want := []backend.ACLRule{{Label: "plain hash", Rule: "~ws:* -@all +hello"}, {Label: "event ids", Rule: "+get +set"}}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("Doc = %v, %v; want %v", got, err, want)
+	}
+	if _, err := acldoc.Doc(filepath.Join(t.TempDir(), "none.md")); err == nil {
+		t.Error("a missing file: no error")
+	}
+}
+
+// TestDocumented: docs/acl.md documents exactly the rules the packages
+// declare, word for word (in any order): the declarations are the source,
+// the document follows them.
+func TestDocumented(t *testing.T) {
+	doc, err := acldoc.Doc("../../docs/acl.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []string{"plain hash", "field TTL", "TairHash", "event ids", "distinct counts", "log", "fixed window", "gcra"} {
-		if len(got[l]) == 0 {
-			t.Errorf("no rules for %q in %v", l, got)
+	var declared []backend.ACLRule
+	for _, rs := range [][]backend.ACLRule{nativehash.Plain.ACLRules(), nativehash.FieldTTL.ACLRules(),
+		tairhash.Backend.ACLRules(), hook.LimitACL()} {
+		for _, r := range rs {
+			if !slices.ContainsFunc(declared, func(d backend.ACLRule) bool { return d.Label == r.Label }) {
+				declared = append(declared, r)
+			}
 		}
+	}
+	byLabel := func(a, b backend.ACLRule) int {
+		if a.Label < b.Label {
+			return -1
+		}
+		if a.Label > b.Label {
+			return 1
+		}
+		return 0
+	}
+	slices.SortFunc(doc, byLabel)
+	slices.SortFunc(declared, byLabel)
+	if !reflect.DeepEqual(doc, declared) {
+		t.Errorf("docs/acl.md documents\n%v\nthe packages declare\n%v", doc, declared)
 	}
 }

@@ -95,6 +95,37 @@ type Spec struct {
 	Why string
 	// Prims and Ops are the backend's Lua (see the package doc).
 	Prims, Ops []Fragment
+	// ACL is the backend's own ACL rule: its label in docs/acl.md ("plain
+	// hash") and the commands its scripts call ("+time +hgetall ..."), the
+	// least that works; StoreConn comes before them. The tests check it
+	// against the commands the scripts call, and run every operation as a
+	// user with exactly this rule.
+	ACL ACLRule
+}
+
+// An ACLRule is a rule of docs/acl.md: a label and what it allows.
+type ACLRule struct {
+	Label string
+	Rule  string
+}
+
+// ACLRules returns the backend's rule (StoreConn, then its own), then the
+// store's extras: every rule a store on this backend may need.
+func (b *Backend) ACLRules() []ACLRule {
+	return append([]ACLRule{{b.ACL.Label, StoreConn + " " + b.ACL.Rule}}, StoreExtras...)
+}
+
+// StoreConn is what every store client needs beyond its backend's scripts:
+// its keys, the connection's handshake and detection, and the script commands
+// (EVALSHA; FCALL is the "functions" rule).
+const StoreConn = "~ws:* -@all +hello +ping +command|info +evalsha +eval +evalsha_ro +eval_ro"
+
+// StoreExtras are the rules of the store's optional features, shared by every
+// backend: event ids, Redis Functions, distinct counts.
+var StoreExtras = []ACLRule{
+	{"event ids", "+get +set"},
+	{"functions", "+fcall +fcall_ro +function|load"},
+	{"distinct counts", "+pfadd +pfcount +pexpireat"},
 }
 
 // Backend is one way of keeping counters on a server. Its zero value is not

@@ -42,6 +42,9 @@ var (
 	// LimitPolicies returns a limit.Limiter's policies, as a []limit.Policy:
 	// several for a Multi, or a Degraded of one.
 	LimitPolicies func(l any) any
+	// LimitACL returns package limit's declared ACL rules (set by package
+	// limit).
+	LimitACL func() []backend.ACLRule
 	// LimitScripts returns package limit's scripts (set by package limit),
 	// for the Lua checks that need no server.
 	LimitScripts func() []*backend.Script

@@ -11,7 +11,7 @@
 //     and TestREADMEFigures fails when they differ from what it would render.
 //
 // Figures that timing decides (the benchmark's) are recorded by
-// scripts/bench.sh from `windowctl bench --json`, never checked by a test.
+// scripts/bench.sh from the bench's --json lines (tests/cmd/bench), never checked by a test.
 package figures
 
 import (

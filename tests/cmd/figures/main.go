@@ -6,7 +6,7 @@
 //	go run ./tests/cmd/figures          # rewrite the docs' tables
 //	go run ./tests/cmd/figures -check   # exit 1 when the docs' tables differ
 //	go run ./tests/cmd/figures -bench FILE -how TEXT
-//	                                    # record windowctl bench --json's lines
+//	                                    # record the bench's --json lines
 //	                                    # (FILE, - for stdin), then rewrite
 //
 // The figures themselves come from the tests that measure them (package
@@ -29,7 +29,7 @@ import (
 
 func main() {
 	check := flag.Bool("check", false, "only check that the docs' tables are up to date")
-	benchFile := flag.String("bench", "", "record the lines of windowctl bench --json from this file (- for stdin) first")
+	benchFile := flag.String("bench", "", "record the lines of the bench's --json output (tests/cmd/bench) from this file (- for stdin) first")
 	how := flag.String("how", "", "with -bench: how the figures were measured, for the docs")
 	flag.Parse()
 	if *benchFile != "" {
@@ -71,7 +71,7 @@ func main() {
 	}
 }
 
-// benchLine is the part of a windowctl bench --json line that is recorded.
+// benchLine is the part of a bench --json line that is recorded.
 type benchLine struct {
 	Op           string  `json:"op"`
 	Buckets      int     `json:"buckets"`
