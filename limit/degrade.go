@@ -51,9 +51,6 @@ func (s breakerState) String() string {
 	return "breakerState(" + strconv.Itoa(int(s)) + ")"
 }
 
-// A DegradeOption configures Degrade.
-type DegradeOption func(*degradeOptions)
-
 type degradeOptions struct {
 	instances int
 	failures  int
@@ -68,31 +65,33 @@ type degradeOptions struct {
 // 3, and 3 / 4 is 0, nothing) per window, so that n instances that all
 // decide in process for a whole window admit no more than the limit in it.
 // A window that spans an outage holds more: see Degraded.
-func WithInstances(n int) DegradeOption { return func(o *degradeOptions) { o.instances = n } }
+func WithInstances(n int) Option { return func(o *options) { o.deg.instances, o.degrade = n, true } }
 
 // WithFailures sets how many consecutive transient failures open the breaker
 // (default 3).
-func WithFailures(k int) DegradeOption { return func(o *degradeOptions) { o.failures = k } }
+func WithFailures(k int) Option { return func(o *options) { o.deg.failures, o.degrade = k, true } }
 
 // WithCooldown sets how long an open breaker keeps calls off the server
 // before one probe (default 1 s).
-func WithCooldown(d time.Duration) DegradeOption { return func(o *degradeOptions) { o.cooldown = d } }
+func WithCooldown(d time.Duration) Option {
+	return func(o *options) { o.deg.cooldown, o.degrade = d, true }
+}
 
 // WithLocalKeys sets how many keys the in-process limiter holds (default
 // 100,000). When it is full of keys with live events, a call for a new key
 // fails with ErrUnavailable (and the server's error, if there was a call).
-func WithLocalKeys(n int) DegradeOption { return func(o *degradeOptions) { o.keys = n } }
+func WithLocalKeys(n int) Option { return func(o *options) { o.deg.keys, o.degrade = n, true } }
 
 // WithBreakerClock sets the clock of the breaker and of Allow's in-process
 // decisions (AllowAt's use its t); the default is time.Now.
-func WithBreakerClock(now func() time.Time) DegradeOption {
-	return func(o *degradeOptions) { o.now = now }
+func WithBreakerClock(now func() time.Time) Option {
+	return func(o *options) { o.deg.now, o.degrade = now, true }
 }
 
 // WithOnStateChange has every change of the breaker's state told to fn,
 // after the change, on the goroutine of the call that made it.
-func WithOnStateChange(fn func(from, to string)) DegradeOption {
-	return func(o *degradeOptions) { o.onChange = fn }
+func WithOnStateChange(fn func(from, to string)) Option {
+	return func(o *options) { o.deg.onChange, o.degrade = fn, true }
 }
 
 // Degraded is a limiter that stands in for its server while the server
@@ -139,15 +138,19 @@ type Degraded struct {
 // of its policies, all or nothing; a GCRA on rate / N per period (its burst
 // plays no part); a shadow limiter (Shadow) keeps watching without
 // enforcing. It fails with store.ErrInvalid for a nil l or an option out of range.
-func Degrade(l Limiter, opts ...DegradeOption) (*Degraded, error) {
+func Degrade(l Limiter, opts ...Option) (*Degraded, error) {
 	if l == nil {
 		return nil, newError("degrade", store.ErrInvalid, "nil limiter")
 	}
-	o := degradeOptions{instances: 1, failures: 3, cooldown: time.Second, keys: 100000, now: time.Now}
+	all := options{deg: degradeOptions{instances: 1, failures: 3, cooldown: time.Second, keys: 100000, now: time.Now}}
 	for _, opt := range opts {
-		opt(&o)
+		opt(&all)
 	}
+	o := all.deg
 	name := l.Policy().Name
+	if all.limiter {
+		return nil, newError(name, store.ErrInvalid, "WithPrefix and WithObserver configure a limiter, not Degrade")
+	}
 	switch {
 	case o.instances < 1:
 		return nil, newError(name, store.ErrInvalid, "instances "+strconv.Itoa(o.instances)+" is less than 1")

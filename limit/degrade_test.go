@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/windowstore/windowstore/internal/resptest"
 	"github.com/windowstore/windowstore/store"
 	"net"
 	"slices"
@@ -233,7 +234,7 @@ func TestDegradeErrors(t *testing.T) {
 		t.Errorf("negative cost: %v", err)
 	}
 	for _, tt := range []struct {
-		opt  DegradeOption
+		opt  Option
 		want string
 	}{
 		{WithInstances(0), "limit: p: invalid argument: instances 0 is less than 1"},
@@ -241,6 +242,7 @@ func TestDegradeErrors(t *testing.T) {
 		{WithCooldown(0), "limit: p: invalid argument: cool-down 0s is not positive"},
 		{WithLocalKeys(0), "limit: p: invalid argument: local keys 0 is less than 1"},
 		{WithBreakerClock(nil), "limit: p: invalid argument: nil clock"},
+		{WithPrefix("x:"), "limit: p: invalid argument: WithPrefix and WithObserver configure a limiter, not Degrade"},
 	} {
 		if _, err := Degrade(f, tt.opt); !errors.Is(err, store.ErrInvalid) || err.Error() != tt.want {
 			t.Errorf("got %v, want %s", err, tt.want)
@@ -248,6 +250,11 @@ func TestDegradeErrors(t *testing.T) {
 	}
 	if _, err := Degrade(nil); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("nil limiter: %v", err)
+	}
+	c, _ := resptest.Client(t, nil)
+	if _, err := NewLog(c, "p", 5, time.Second, WithInstances(2)); !errors.Is(err, store.ErrInvalid) ||
+		err.Error() != "limit: p: invalid argument: a Degrade option (WithInstances...) configures Degrade, not a limiter" {
+		t.Errorf("a Degrade option to a limiter: %v", err)
 	}
 }
 

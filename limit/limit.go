@@ -89,24 +89,32 @@ type Limiter interface {
 	AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error)
 }
 
-// Option configures a limiter.
+// Option configures a limiter (WithPrefix, WithObserver) or Degrade
+// (WithInstances, WithFailures, WithCooldown, WithLocalKeys,
+// WithBreakerClock, WithOnStateChange). Each refuses the other's options with
+// store.ErrInvalid.
 type Option func(*options)
 
 type options struct {
 	prefix   string
 	observer store.Observer
+	limiter  bool // a limiter's option was given
+	deg      degradeOptions
+	degrade  bool // a Degrade option was given
 }
 
 // WithPrefix sets the key prefix of a Log, FixedWindow or GCRA limiter (the default
 // is "rl:"). A SlidingWindow keeps its counters under its
 // store's prefix and refuses this option.
-func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+func WithPrefix(p string) Option { return func(o *options) { o.prefix, o.limiter = p, true } }
 
 // WithObserver has a Log, FixedWindow or GCRA limiter tell o of every decision
 // (operation "allow") and script call (script "log", "fixed-window" or "gcra"), as a
 // store tells its observer (store.WithObserver). A SlidingWindow's store
 // tells its own.
-func WithObserver(o store.Observer) Option { return func(opts *options) { opts.observer = o } }
+func WithObserver(o store.Observer) Option {
+	return func(opts *options) { opts.observer, opts.limiter = o, true }
+}
 
 // maxExact (2^53) bounds limits and costs: the scripts compare in doubles.
 const maxExact = 1 << 53

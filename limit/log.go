@@ -75,6 +75,9 @@ func newScriptLimiter(client rueidis.Client, sc *backend.Script, maxCost int64, 
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.degrade {
+		return nil, newError(p.Name, store.ErrInvalid, "a Degrade option (WithInstances...) configures Degrade, not a limiter")
+	}
 	space, err := keyspace.New(o.prefix)
 	if err != nil {
 		return nil, newError(p.Name, store.ErrInvalid, reason(err))

@@ -110,21 +110,14 @@ func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (
 		d.Policies = []store.Decision{d}
 		return d, nil
 	}
-	// The deciding policy: the refusing one with the latest retry (-1, never,
-	// is the latest), or else the one with the least remaining; the first
-	// among equals.
-	decides := 0
-	later := func(a, b time.Duration) bool { return a < 0 && b >= 0 || b >= 0 && a > b }
+	// The store names the deciding policy by its counter (the key and each
+	// limiter's own Sub name); the limiters name them by policy.
+	decides := d.Policy
 	for i := range d.Policies {
-		p, best := d.Policies[i], d.Policies[decides]
-		d.Policies[i].Policy = m.parts[i].policy.Name
-		switch {
-		case !d.Allowed && !p.Allowed && (best.Allowed || later(p.RetryAfter, best.RetryAfter)):
-			decides = i
-		case d.Allowed && p.Remaining < best.Remaining:
-			decides = i
+		if d.Policies[i].Policy == decides {
+			d.Policy = m.parts[i].policy.Name
 		}
+		d.Policies[i].Policy = m.parts[i].policy.Name
 	}
-	d.Policy = m.parts[decides].policy.Name
 	return d, nil
 }

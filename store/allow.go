@@ -59,8 +59,8 @@ type Decision struct {
 	Duplicate bool
 	// Policy names the policy the decision is about: a limiter's name (package
 	// limit), a feature's (package features), a rule's (package httplimit),
-	// or, for AllowAll's policies, the counter's key and window ("login:42
-	// 10m0s/1m0s"). Of a decision of several policies, the one that decides:
+	// or, for AllowAll's policies, the counter's key (and Sub name) and
+	// window ("login:42 10m0s/1m0s"). Of a decision of several policies, the one that decides:
 	// the refusing one with the latest retry, or else the one with the least
 	// remaining. Empty for Allow and Record.
 	Policy string

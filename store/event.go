@@ -178,7 +178,7 @@ func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (De
 		t, _ := p.Store.overTier()
 		r.Policies[i] = Decision{Allowed: !v.Refused, Limit: v.Limit, Sum: v.Sum, Remaining: v.Remaining,
 			RetryAfter: v.RetryAfter, ResetAfter: v.ResetAfter, Duplicate: br.Duplicate,
-			Policy: p.Key + " " + p.Store.tiers[t].win.String()}
+			Policy: p.Key + p.Store.sub + " " + p.Store.tiers[t].win.String()}
 	}
 	if decides < 0 {
 		decides = bestIndex(br.Values)

@@ -61,6 +61,8 @@ func (g *globals) clientOption() (rueidis.ClientOption, error) {
 	if err := g.applyTLS(&opt); err != nil {
 		return rueidis.ClientOption{}, err
 	}
+	// rueidis turns client-side caching on by default (CLIENT TRACKING);
+	// windowstore never uses it, and some proxies and ACLs refuse it.
 	opt.DisableCache = true
 	opt.ConnWriteTimeout = g.timeout
 	return opt, nil

@@ -32,6 +32,9 @@ func main() {
 	if err != nil {
 		log.Fatalf("risk: --addr: %v", err)
 	}
+	// rueidis turns client-side caching on by default (CLIENT TRACKING on
+	// each connection); windowstore reads through scripts and never uses it,
+	// and some proxies and ACLs refuse that command.
 	opt.DisableCache = true
 	client, err := rueidis.NewClient(opt)
 	if err != nil {
