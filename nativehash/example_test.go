@@ -4,22 +4,20 @@ import (
 	"fmt"
 
 	"github.com/windowstore/windowstore/nativehash"
+	"github.com/windowstore/windowstore/store"
 )
 
-// The two backends of the family, by the names store.WithBackend takes, and
-// what each needs of the server.
+// The family's two backends, by the names store.WithBackend takes. Most
+// callers force neither: store.New picks field TTL where the server has
+// HPEXPIREAT (Redis >= 7.4, Valkey >= 9), else the plain hash. Forcing Plain
+// keeps one layout on a fleet of mixed versions; the two read each other's
+// counters.
 func Example() {
-	for _, b := range []struct {
-		name     string
-		fieldTTL bool
-		needs    []string
-	}{
-		{nativehash.FieldTTL.Name, nativehash.FieldTTL.FieldTTL, nativehash.FieldTTL.Requires},
-		{nativehash.Plain.Name, nativehash.Plain.FieldTTL, nativehash.Plain.Requires},
-	} {
-		fmt.Println(b.name, "field TTL:", b.fieldTTL, "needs:", b.needs)
-	}
+	opt := store.WithBackend(nativehash.Plain) // for store.New(ctx, client, w, opt)
+	_ = opt
+	fmt.Println(nativehash.Plain)
+	fmt.Println(nativehash.FieldTTL)
 	// Output:
-	// nativehash-fieldttl field TTL: true needs: [hincrby hpexpireat]
-	// nativehash-plain field TTL: false needs: [hincrby]
+	// nativehash-plain
+	// nativehash-fieldttl
 }

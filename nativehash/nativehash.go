@@ -42,7 +42,17 @@ var lua embed.FS
 
 func frag(name string) backend.Fragment { return backend.Embedded(lua, "nativehash", name) }
 
-// Plain is the backend for servers without hash-field TTL. Besides the
+// The names of the family's two backends, for store.WithBackend (the family
+// itself is "nativehash": field TTL where the server has it, else plain).
+const (
+	// Plain names the backend for any Redis or Valkey (see plain).
+	Plain = "nativehash-plain"
+	// FieldTTL names the backend for servers with hash-field TTL (see
+	// fieldTTL).
+	FieldTTL = "nativehash-fieldttl"
+)
+
+// plain is the backend for servers without hash-field TTL. Besides the
 // buckets, its hash keeps a running total (field t) of the buckets that start
 // at or after a mark (field m, Unix ms): the start of the oldest bucket that
 // was live at the last write. So a write or a sum reads three fields (m, t and
@@ -60,8 +70,8 @@ func frag(name string) backend.Fragment { return backend.Embedded(lua, "nativeha
 // A write sweeps at most 32 buckets that way; a counter idle for longer, a
 // total that reaches 2^53, a clock that went back past m, or a hash without m
 // and t (a new counter) is read whole once (HGETALL) and its total rebuilt.
-var Plain = backend.New(backend.Spec{
-	Name:     "nativehash-plain",
+var plain = backend.Register(backend.New(backend.Spec{
+	Name:     Plain,
 	Family:   "nativehash",
 	Requires: []string{"hincrby"},
 	Reserved: []string{"m", "t"},
@@ -69,14 +79,14 @@ var Plain = backend.New(backend.Spec{
 	Prims:    []backend.Fragment{frag("hash.lua"), frag("plainprims.lua")},
 	Ops:      []backend.Fragment{frag("plain.lua")},
 	ACL:      backend.ACLRule{Label: "plain hash", Rule: "+time +pttl +hgetall +hmget +hset +pexpireat +hdel"},
-})
+}))
 
-// FieldTTL is the backend for servers with hash-field TTL (HPEXPIREAT). Every
+// fieldTTL is the backend for servers with hash-field TTL (HPEXPIREAT). Every
 // operation reads the whole counter (the shared scan-based operations): a
 // running total would need the buckets to outlive the window, which is what
 // field TTLs are there to prevent.
-var FieldTTL = backend.New(backend.Spec{
-	Name:     "nativehash-fieldttl",
+var fieldTTL = backend.Register(backend.New(backend.Spec{
+	Name:     FieldTTL,
 	Family:   "nativehash",
 	Requires: []string{"hincrby", "hpexpireat"},
 	FieldTTL: true,
@@ -84,4 +94,4 @@ var FieldTTL = backend.New(backend.Spec{
 	Prims:    []backend.Fragment{frag("hash.lua"), frag("fieldttl.lua")},
 	Ops:      []backend.Fragment{backend.ScanOps},
 	ACL:      backend.ACLRule{Label: "field TTL", Rule: "+time +pttl +hgetall +hget +hincrby +hpexpireat +pexpireat +hdel +hpttl"},
-})
+}))

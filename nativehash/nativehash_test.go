@@ -12,8 +12,8 @@ import (
 // TestACLRules: docs/acl.md's ACL rule for each mode allows every command its
 // scripts call, with event ids and distinct counts, and nothing they do not.
 func TestACLRules(t *testing.T) {
-	rules := acldoc.Parse(append(Plain.ACLRules(), FieldTTL.ACLRules()...)...)
-	for label, b := range map[string]*backend.Backend{"plain hash": Plain, "field TTL": FieldTTL} {
+	rules := acldoc.Parse(append(plain.ACLRules(), fieldTTL.ACLRules()...)...)
+	for label, b := range map[string]*backend.Backend{"plain hash": plain, "field TTL": fieldTTL} {
 		if err := acldoc.Check(rules, label, []string{"event ids", "distinct counts"}, b.Write, b.Sum, b.Inspect); err != nil {
 			t.Error(err)
 		}
@@ -24,7 +24,7 @@ func TestACLRules(t *testing.T) {
 // TTL), sets every bucket's TTL with an absolute time (HPEXPIREAT: a relative
 // one would drift with the script's clock), and has no reserved fields.
 func TestFieldTTLWrites(t *testing.T) {
-	cmds := FieldTTL.Write.Commands()
+	cmds := fieldTTL.Write.Commands()
 	for _, bad := range []string{"HSET", "HSETEX", "HPEXPIRE", "HEXPIRE", "HINCRBYFLOAT"} {
 		if slices.Contains(cmds, bad) {
 			t.Errorf("the field-TTL write script calls %s", bad)
@@ -33,8 +33,8 @@ func TestFieldTTLWrites(t *testing.T) {
 	if !slices.Contains(cmds, "HPEXPIREAT") || !slices.Contains(cmds, "HINCRBY") {
 		t.Errorf("the field-TTL write script lacks HINCRBY or HPEXPIREAT: %v", cmds)
 	}
-	if len(FieldTTL.Reserved) != 0 || !FieldTTL.FieldTTL {
-		t.Errorf("FieldTTL spec: %+v", FieldTTL.Spec)
+	if len(fieldTTL.Reserved) != 0 || !fieldTTL.FieldTTL {
+		t.Errorf("FieldTTL spec: %+v", fieldTTL.Spec)
 	}
 }
 
@@ -43,7 +43,7 @@ func TestFieldTTLWrites(t *testing.T) {
 // (OOM) leaves the running total as it was; and m and t are its reserved
 // fields, which the shared scan skips.
 func TestPlainCommitOrder(t *testing.T) {
-	src := Plain.Write.Source()
+	src := plain.Write.Source()
 	i := strings.Index(src, "local function ws_commit(")
 	if i < 0 {
 		t.Fatal("no ws_commit in the plain write script")
@@ -54,22 +54,22 @@ func TestPlainCommitOrder(t *testing.T) {
 	if hset < 0 || drop < 0 || hset > drop {
 		t.Errorf("ws_commit: HSET at %d, ws_drop at %d:\n%s", hset, drop, body)
 	}
-	if !slices.Equal(Plain.Reserved, []string{"m", "t"}) || Plain.FieldTTL {
-		t.Errorf("Plain spec: %+v", Plain.Spec)
+	if !slices.Equal(plain.Reserved, []string{"m", "t"}) || plain.FieldTTL {
+		t.Errorf("Plain spec: %+v", plain.Spec)
 	}
 	for _, f := range []string{"m", "t"} {
-		if !Plain.IsReserved(f) {
+		if !plain.IsReserved(f) {
 			t.Errorf("%s is not reserved", f)
 		}
 	}
-	if Plain.IsReserved("0") {
+	if plain.IsReserved("0") {
 		t.Error("a bucket code is reserved")
 	}
 }
 
 // TestSpecs: the two modes are one family, under names of their own.
 func TestSpecs(t *testing.T) {
-	if Plain.Name == FieldTTL.Name || Plain.Family != "nativehash" || FieldTTL.Family != "nativehash" {
-		t.Errorf("names %q %q, families %q %q", Plain.Name, FieldTTL.Name, Plain.Family, FieldTTL.Family)
+	if plain.Name == fieldTTL.Name || plain.Family != "nativehash" || fieldTTL.Family != "nativehash" {
+		t.Errorf("names %q %q, families %q %q", plain.Name, fieldTTL.Name, plain.Family, fieldTTL.Family)
 	}
 }

@@ -17,9 +17,9 @@ import (
 // choice when the server will not say what it has. Adding a backend is one
 // package of its own and one line here.
 var registry = []*backend.Backend{
-	tairhash.Backend,
-	nativehash.FieldTTL,
-	nativehash.Plain,
+	backend.Named(tairhash.Name),
+	backend.Named(nativehash.FieldTTL),
+	backend.Named(nativehash.Plain),
 }
 
 // backendNames returns every name WithBackend accepts: "auto", then each

@@ -46,10 +46,11 @@ func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 // WithBackend forces a backend, or a family of backends, by name, instead of
 // "auto", the default, which picks the best the server offers (see the
-// package doc): "tairhash", "nativehash" (the family: with hash-field TTL
-// where the server has it, else plain), "nativehash-fieldttl" or
-// "nativehash-plain" (the plain hash even where the server has field TTL; its
-// counters and those of nativehash-fieldttl can be read by each other). New
+// package doc): "tairhash" (tairhash.Name), "nativehash" (the family: with
+// hash-field TTL where the server has it, else plain), "nativehash-fieldttl"
+// (nativehash.FieldTTL) or "nativehash-plain" (nativehash.Plain: the plain
+// hash even where the server has field TTL; its counters and those of
+// nativehash-fieldttl can be read by each other). New
 // fails with ErrUnavailable when the server does not offer it, and with
 // ErrInvalid for an unknown name.
 func WithBackend(name string) Option { return func(c *config) { c.backend = name } }

@@ -98,7 +98,7 @@ func TestTokensAddServerClock(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatal(n, err)
 	}
-	want := append([]string{"FCALL", nativehash.Plain.Write.Function(), "1", "p:{user:42}:10s/1s", ""}, years(time.Now())...)
+	want := append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "1", "p:{user:42}:10s/1s", ""}, years(time.Now())...)
 	want = append(want, "5000", backend.OpAdd, "1000:10000", "-7")
 	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
@@ -118,7 +118,7 @@ func TestTokensAllowClientClock(t *testing.T) {
 		r.ResetAfter != 9*time.Second || r.Duplicate || r.Policies != nil {
 		t.Fatalf("%+v", r)
 	}
-	want := append([]string{"EVALSHA", nativehash.FieldTTL.Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
+	want := append([]string{"EVALSHA", backend.Named(nativehash.FieldTTL).Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
 	want = append(want, "1000", backend.OpAllow, "1000:10000", "5", "2")
 	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
@@ -182,7 +182,7 @@ func TestTokensBatch(t *testing.T) {
 	got := scriptCalls(rec)
 	hdr := append([]string{""}, years(time.Now())...)
 	hdr = append(hdr, "5000")
-	want := append(append([]string{"FCALL", nativehash.Plain.Write.Function(), "2", "ws:{b}:10s/1s", "ws:{c}:10s/1s"}, hdr...),
+	want := append(append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "2", "ws:{b}:10s/1s", "ws:{c}:10s/1s"}, hdr...),
 		backend.OpAddNoSum, "1000:10000", "2", backend.OpAllow, "1000:10000", "10", "3")
 	if len(got) != 2 || !slices.Equal(got[1], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
@@ -197,7 +197,7 @@ func TestTokensSumManyLoad(t *testing.T) {
 		switch {
 		case cmd[0] == "FUNCTION":
 			loaded = true
-			return resptest.Str(nativehash.Plain.Library.Name())
+			return resptest.Str(backend.Named(nativehash.Plain).Library.Name())
 		case cmd[0] == "FCALL_RO" && !loaded:
 			return resptest.Err("ERR Function not found")
 		}
@@ -210,8 +210,8 @@ func TestTokensSumManyLoad(t *testing.T) {
 	}
 	args := append([]string{strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
 	args = append(args, "5000", "1000:10000", "10000", "1000:10000", "10000")
-	call := append([]string{"FCALL_RO", nativehash.Plain.Sum.Function(), "2", "ws:{a}:10s/1s", "ws:{b}:10s/1s"}, args...)
-	want := [][]string{call, {"FUNCTION", "LOAD", nativehash.Plain.Library.Source()}, call}
+	call := append([]string{"FCALL_RO", backend.Named(nativehash.Plain).Sum.Function(), "2", "ws:{a}:10s/1s", "ws:{b}:10s/1s"}, args...)
+	want := [][]string{call, {"FUNCTION", "LOAD", backend.Named(nativehash.Plain).Library.Source()}, call}
 	if got := scriptCalls(rec); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("sent %q", got)
 	}
@@ -251,16 +251,16 @@ func TestTokensFunctionsRefused(t *testing.T) {
 // TestTokensErrorsLeakNothing: a script's error reply reaches the caller as
 // one clean sentence; its SHA and Lua line stay reachable with errors.As.
 func TestTokensErrorsLeakNothing(t *testing.T) {
-	lib := nativehash.Plain.Library
+	lib := backend.Named(nativehash.Plain).Library
 	line := strings.Count(lib.Source()[:strings.Index(lib.Source(), "-- @file backend/lua/ops.lua")], "\n") + 5
 	for _, tc := range []struct {
 		name, reply string
 		opts        []Option
 	}{
 		{"function", "ERR user_function:" + strconv.Itoa(line) + ": attempt to compare nil with number script: " +
-			nativehash.Plain.Write.Function() + ", on @user_function:" + strconv.Itoa(line) + ".", nil},
+			backend.Named(nativehash.Plain).Write.Function() + ", on @user_function:" + strconv.Itoa(line) + ".", nil},
 		{"script", "ERR user_script:200: attempt to compare nil with number script: " +
-			nativehash.Plain.Write.SHA1() + ", on @user_script:200.", []Option{withFunctions(false)}},
+			backend.Named(nativehash.Plain).Write.SHA1() + ", on @user_script:200.", []Option{withFunctions(false)}},
 	} {
 		s, _ := tokenStore(t, false, func([]string) string { return resptest.Err(tc.reply) }, tc.opts...)
 		_, err := s.Add(context.Background(), "k", 1)
@@ -271,10 +271,10 @@ func TestTokensErrorsLeakNothing(t *testing.T) {
 		if !errors.As(err, &se) || se.Line == 0 || se.File == "" {
 			t.Fatalf("%s: %+v", tc.name, se)
 		}
-		if tc.name == "function" && (se.Func != nativehash.Plain.Write.Function() || se.File != "backend/lua/ops.lua" || se.Line != 4) {
+		if tc.name == "function" && (se.Func != backend.Named(nativehash.Plain).Write.Function() || se.File != "backend/lua/ops.lua" || se.Line != 4) {
 			t.Fatalf("%s: %+v", tc.name, se)
 		}
-		if tc.name == "script" && se.SHA != nativehash.Plain.Write.SHA1() {
+		if tc.name == "script" && se.SHA != backend.Named(nativehash.Plain).Write.SHA1() {
 			t.Fatalf("%s: %+v", tc.name, se)
 		}
 	}

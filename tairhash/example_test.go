@@ -3,13 +3,18 @@ package tairhash_test
 import (
 	"fmt"
 
+	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tairhash"
 )
 
-// The backend's name, for store.WithBackend, and the TairHash commands the
-// server must have for it to be picked.
+// The backend's name, for store.WithBackend. Most callers need not force it:
+// store.New picks TairHash wherever the server has EXHINCRBY and
+// EXHPEXPIREAT; forcing it makes New fail with store.ErrUnavailable on a
+// server without them, instead of falling back to a native hash.
 func Example() {
-	fmt.Println(tairhash.Backend.Name, "needs:", tairhash.Backend.Requires)
+	opt := store.WithBackend(tairhash.Name) // for store.New(ctx, client, w, opt)
+	_ = opt
+	fmt.Println(tairhash.Name)
 	// Output:
-	// tairhash needs: [exhincrby exhpexpireat]
+	// tairhash
 }

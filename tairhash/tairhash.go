@@ -45,9 +45,12 @@ import (
 //go:embed lua/*.lua
 var lua embed.FS
 
-// Backend is the TairHash backend.
-var Backend = backend.New(backend.Spec{
-	Name:     "tairhash",
+// Name names the TairHash backend, for store.WithBackend.
+const Name = "tairhash"
+
+// tair is the TairHash backend.
+var tair = backend.Register(backend.New(backend.Spec{
+	Name:     Name,
 	Family:   "tairhash",
 	Requires: []string{"exhincrby", "exhpexpireat"},
 	FieldTTL: true,
@@ -55,4 +58,4 @@ var Backend = backend.New(backend.Spec{
 	Prims:    []backend.Fragment{backend.Embedded(lua, "tairhash", "tairhash.lua")},
 	Ops:      []backend.Fragment{backend.ScanOps},
 	ACL:      backend.ACLRule{Label: "TairHash", Rule: "+time +pttl +exhgetall +exhget +exhincrby +exhpexpireat +exhdel +exhpttl"},
-})
+}))

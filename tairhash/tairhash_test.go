@@ -12,8 +12,8 @@ import (
 // TestACLRules: docs/acl.md's TairHash rule allows every command the scripts
 // call, with event ids and distinct counts, and nothing they do not.
 func TestACLRules(t *testing.T) {
-	rules := acldoc.Parse(Backend.ACLRules()...)
-	if err := acldoc.Check(rules, "TairHash", []string{"event ids", "distinct counts"}, Backend.Write, Backend.Sum, Backend.Inspect); err != nil {
+	rules := acldoc.Parse(tair.ACLRules()...)
+	if err := acldoc.Check(rules, "TairHash", []string{"event ids", "distinct counts"}, tair.Write, tair.Sum, tair.Inspect); err != nil {
 		t.Error(err)
 	}
 }
@@ -22,7 +22,7 @@ func TestACLRules(t *testing.T) {
 // with no TTL argument, then EXHPEXPIREAT with an absolute time, on every
 // write; and no key-level expiry on a TairHash key (it crashed the module).
 func TestWriteForm(t *testing.T) {
-	src := Backend.Write.Source()
+	src := tair.Write.Source()
 	i := strings.Index(src, "local function ws_incr(")
 	if i < 0 {
 		t.Fatal("no ws_incr")
@@ -46,7 +46,7 @@ func TestWriteForm(t *testing.T) {
 			t.Errorf("a key-level expiry on %s: %s", m[1], m[0])
 		}
 	}
-	cmds := Backend.Write.Commands()
+	cmds := tair.Write.Commands()
 	for _, bad := range []string{"HGETALL", "HINCRBY", "HSET", "HDEL"} {
 		if slices.Contains(cmds, bad) {
 			t.Errorf("the TairHash scripts call the native hash's %s", bad)
@@ -57,10 +57,10 @@ func TestWriteForm(t *testing.T) {
 // TestSpec: the backend is its own family, with field TTLs and no reserved
 // fields, and requires the two commands of its write.
 func TestSpec(t *testing.T) {
-	if Backend.Name != "tairhash" || Backend.Family != "tairhash" || !Backend.FieldTTL || len(Backend.Reserved) != 0 {
-		t.Errorf("spec: %+v", Backend.Spec)
+	if tair.Name != "tairhash" || tair.Family != "tairhash" || !tair.FieldTTL || len(tair.Reserved) != 0 {
+		t.Errorf("spec: %+v", tair.Spec)
 	}
-	if !slices.Equal(Backend.Requires, []string{"exhincrby", "exhpexpireat"}) {
-		t.Errorf("Requires = %v", Backend.Requires)
+	if !slices.Equal(tair.Requires, []string{"exhincrby", "exhpexpireat"}) {
+		t.Errorf("Requires = %v", tair.Requires)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/internal/acldoc"
+	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/nativehash"
@@ -19,8 +20,8 @@ import (
 
 // ACL rules: the least each backend and limiter needs, as the packages
 // declare them (docs/acl.md documents them; package acldoc's tests check it).
-var aclRules = acldoc.Parse(append(append(append(nativehash.Plain.ACLRules(), nativehash.FieldTTL.ACLRules()...),
-	tairhash.Backend.ACLRules()...), hook.LimitACL()...)...)
+var aclRules = acldoc.Parse(append(append(append(backend.Named(nativehash.Plain).ACLRules(), backend.Named(nativehash.FieldTTL).ACLRules()...),
+	backend.Named(tairhash.Name).ACLRules()...), hook.LimitACL()...)...)
 
 func aclRule(label string) string { return acldoc.Rule(aclRules, label) }
 

@@ -49,8 +49,8 @@ func TestDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	var declared []backend.ACLRule
-	for _, rs := range [][]backend.ACLRule{nativehash.Plain.ACLRules(), nativehash.FieldTTL.ACLRules(),
-		tairhash.Backend.ACLRules(), hook.LimitACL()} {
+	for _, rs := range [][]backend.ACLRule{backend.Named(nativehash.Plain).ACLRules(), backend.Named(nativehash.FieldTTL).ACLRules(),
+		backend.Named(tairhash.Name).ACLRules(), hook.LimitACL()} {
 		for _, r := range rs {
 			if !slices.ContainsFunc(declared, func(d backend.ACLRule) bool { return d.Label == r.Label }) {
 				declared = append(declared, r)

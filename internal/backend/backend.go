@@ -160,6 +160,30 @@ func New(spec Spec) *Backend {
 	return b
 }
 
+// registered holds every backend by name (see Register).
+var registered = map[string]*Backend{}
+
+// Register records b under its name, for Named, and returns it. A backend
+// package registers each of its backends when it is initialized; a second
+// backend of the same name panics.
+func Register(b *Backend) *Backend {
+	if registered[b.Name] != nil {
+		panic("backend: " + b.Name + " registered twice")
+	}
+	registered[b.Name] = b
+	return b
+}
+
+// Named returns the registered backend of that name. It panics when there is
+// none: the callers name backends of packages they import.
+func Named(name string) *Backend {
+	b := registered[name]
+	if b == nil {
+		panic("backend: no backend named " + name)
+	}
+	return b
+}
+
 // IsReserved reports whether field is one of the backend's reserved fields.
 func (b *Backend) IsReserved(field string) bool {
 	for _, r := range b.Reserved {
