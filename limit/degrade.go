@@ -5,12 +5,9 @@ import (
 	"errors"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
-	"io"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -214,11 +211,11 @@ func (d *Degraded) allow(ctx context.Context, at *time.Time, key string, n int64
 	} else {
 		dec, err = d.l.Allow(ctx, key, n)
 	}
-	switch {
-	case err == nil || answered(err):
+	switch f := backend.Classify(err); {
+	case err == nil || f == backend.Answered:
 		d.breaker.succeed(d, probe)
 		return dec, err
-	case transient(err):
+	case f.Down() && !errors.Is(err, store.ErrInvalid):
 		d.breaker.fail(d, probe, err)
 		return d.local(at, key, n, err)
 	default: // no verdict on the server: bad input, or the caller gave up
@@ -376,6 +373,7 @@ func (d *Degraded) changed(from, to breakerState) {
 	}
 }
 
+
 // transientCodes are the error replies of a server that cannot serve now
 // but will: loading its data, busy with a script, a replica without its
 // master, a cluster without a slot's owner or in the middle of a move.
@@ -402,18 +400,3 @@ func answered(err error) bool {
 	return ok && !transientCodes[code]
 }
 
-// transient reports an error that says the server is down, unreachable,
-// stalled or not ready: the call is decided in process.
-func transient(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, store.ErrInvalid) {
-		return false
-	}
-	if code, ok := replyCode(err); ok {
-		return transientCodes[code]
-	}
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, rueidis.ErrClosing) || errors.Is(err, rueidis.ErrNoSlot)
-}

@@ -223,7 +223,7 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ...string) (rueidis.RedisMessage, error) {
 	for attempt := 0; ; attempt++ {
 		msg, err := s.writes.do(ctx, keys, hdr, args...)
-		if err == nil || attempt >= s.retries || ctx.Err() != nil || !(retry && transient(ctx, err) || tryAgain(err)) {
+		if err == nil || attempt >= s.retries || ctx.Err() != nil || !resend(err, retry) {
 			return msg, err
 		}
 		select {
@@ -232,6 +232,16 @@ func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ..
 		case <-time.After(retryBackoff(attempt)):
 		}
 	}
+}
+
+// resend reports whether a write that failed with err is sent again: after
+// TRYAGAIN, which says that nothing ran (a cluster slot is moving), and,
+// with retry (an event id makes it safe), after a lost reply.
+func resend(err error, retry bool) bool {
+	if code, _ := backend.ReplyCode(err); code == "TRYAGAIN" {
+		return true
+	}
+	return retry && backend.Classify(err) == backend.Lost
 }
 
 // retryBackoff is the wait before resending after the attempt-th failure:
@@ -245,28 +255,8 @@ func retryBackoff(attempt int) time.Duration {
 	return min(time.Duration(10<<attempt)*time.Millisecond, maxBackoff)
 }
 
-// tryAgain reports whether err is the server's TRYAGAIN: a cluster slot is
-// being migrated and the operation did not run (the server refused it, or
-// the script raised it before writing anything), so it may be sent again.
-func tryAgain(err error) bool {
-	re, ok := rueidis.IsRedisErr(err)
-	return ok && re.IsTryAgain()
-}
-
 // maxBackoff caps the wait between two sends of a write with an event id.
 const maxBackoff = 500 * time.Millisecond
-
-// transient reports whether err broke the connection rather than came from
-// the server or the caller: the operation may not have run, or may have.
-func transient(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, rueidis.ErrClosing) {
-		return false
-	}
-	if _, ok := rueidis.IsRedisErr(err); ok {
-		return false
-	}
-	return !errors.Is(err, context.Canceled)
-}
 
 // maxTiers bounds the windows of one counter: its Window and WithTiers's.
 const maxTiers = 8
