@@ -36,7 +36,7 @@ import (
 // load two libraries side by side rather than replace each other's.
 type Library struct {
 	name, src string
-	segs      []segment
+	segs      segments
 }
 
 var fnName = regexp.MustCompile(`[^a-zA-Z0-9_]+`)
@@ -59,13 +59,23 @@ func NewLibrary(prefix string, scripts ...*Script) *Library {
 			}
 		}
 	}
-	body, segs := libraryBody(shared, scripts)
-	h := sha1.Sum([]byte(body))
+	// The name holds a hash of the body: the source after the shebang line.
+	a := newAssembler()
+	a.text("local KEYS, ARGV\n")
+	for _, f := range shared {
+		a.frag(f)
+	}
+	for i, s := range scripts {
+		a.text(fmt.Sprintf("local function ws_main_%d()\n", i+1))
+		a.frag(s.frags[len(s.frags)-1])
+		a.text("end\n")
+	}
+	h := sha1.Sum([]byte(a.b.String()))
 	name := fnName.ReplaceAllString(prefix, "_") + "_" + hex.EncodeToString(h[:6])
 	l := &Library{name: name}
 	var b strings.Builder
 	b.WriteString("#!lua name=" + name + "\n")
-	b.WriteString(body)
+	b.WriteString(a.b.String())
 	for i, s := range scripts {
 		words := strings.Fields(s.name)
 		s.fn = name + "_" + fnName.ReplaceAllString(words[len(words)-1], "_")
@@ -78,39 +88,10 @@ func NewLibrary(prefix string, scripts ...*Script) *Library {
 	}
 	l.src = b.String()
 	// The shebang line comes first: the segments move down by one.
-	for _, g := range segs {
+	for _, g := range a.segs {
 		l.segs = append(l.segs, segment{file: g.file, first: g.first + 1, last: g.last + 1})
 	}
 	return l
-}
-
-// libraryBody is the library's source after its shebang line, and where
-// each fragment lies in it.
-func libraryBody(shared []Fragment, scripts []*Script) (string, []segment) {
-	var b strings.Builder
-	var segs []segment
-	line := 1
-	add := func(s string) {
-		b.WriteString(s)
-		line += strings.Count(s, "\n")
-	}
-	frag := func(f Fragment) {
-		src := strings.TrimRight(f.Src, "\n") + "\n"
-		add("-- @file " + f.Name + "\n")
-		n := strings.Count(src, "\n")
-		segs = append(segs, segment{file: f.Name, first: line, last: line + n - 1})
-		add(src)
-	}
-	add("local KEYS, ARGV\n")
-	for _, f := range shared {
-		frag(f)
-	}
-	for i, s := range scripts {
-		add(fmt.Sprintf("local function ws_main_%d()\n", i+1))
-		frag(s.frags[len(s.frags)-1])
-		add("end\n")
-	}
-	return b.String(), segs
 }
 
 // Name returns the library's name, as FUNCTION LIST shows it.
@@ -121,14 +102,7 @@ func (l *Library) Source() string { return l.src }
 
 // Locate maps a line of the library's source to the fragment's own file and
 // line, as Script.Locate does for a script's.
-func (l *Library) Locate(line int) (file string, fileLine int) {
-	for _, g := range l.segs {
-		if line >= g.first && line <= g.last {
-			return g.file, line - g.first + 1
-		}
-	}
-	return "", 0
-}
+func (l *Library) Locate(line int) (file string, fileLine int) { return l.segs.locate(line) }
 
 // A Runner runs scripts on one client: as functions (FCALL, FCALL_RO) when
 // the script belongs to a Library and the server takes functions, else with

@@ -21,7 +21,7 @@ type Script struct {
 	src, sha string
 	readOnly bool
 	lua      *rueidis.Lua
-	segs     []segment
+	segs     segments
 	frags    []Fragment
 	lib      *Library // nil unless NewLibrary took the script
 	fn       string   // its function's name in lib
@@ -33,22 +33,55 @@ type segment struct {
 	first, last int // lines of the assembled source, 1-based, inclusive
 }
 
+// segments maps the lines of an assembled source to its fragments.
+type segments []segment
+
+// locate maps a line of the assembled source to the file it comes from and
+// the line in that file: "", 0 for a line outside every fragment.
+func (ss segments) locate(line int) (file string, fileLine int) {
+	for _, g := range ss {
+		if line >= g.first && line <= g.last {
+			return g.file, line - g.first + 1
+		}
+	}
+	return "", 0
+}
+
+// assembler builds Lua source from fragments and glue text: the one place
+// where scripts and libraries are assembled. Each fragment is preceded by a
+// marker line "-- @file NAME", and its place is recorded, so that a server's
+// error line can be traced back to the fragment's own file.
+type assembler struct {
+	b    strings.Builder
+	line int // the line the next text starts on, 1-based
+	segs segments
+}
+
+func newAssembler() *assembler { return &assembler{line: 1} }
+
+// text appends glue text, whole lines.
+func (a *assembler) text(s string) {
+	a.b.WriteString(s)
+	a.line += strings.Count(s, "\n")
+}
+
+// frag appends a fragment after its marker line.
+func (a *assembler) frag(f Fragment) {
+	src := strings.TrimRight(f.Src, "\n") + "\n"
+	a.text("-- @file " + f.Name + "\n")
+	a.segs = append(a.segs, segment{file: f.Name, first: a.line, last: a.line + strings.Count(src, "\n") - 1})
+	a.text(src)
+}
+
 // NewScript assembles a script from fragments, each preceded by a marker line
 // "-- @file NAME". name names the script in errors ("nativehash-plain write").
 // A read-only script runs with EVALSHA_RO / EVAL_RO, so a replica can serve it.
 func NewScript(name string, readOnly bool, frags ...Fragment) *Script {
-	var b strings.Builder
-	s := &Script{name: name, readOnly: readOnly, frags: frags}
-	line := 1
+	a := newAssembler()
 	for _, f := range frags {
-		src := strings.TrimRight(f.Src, "\n") + "\n"
-		b.WriteString("-- @file " + f.Name + "\n")
-		n := strings.Count(src, "\n")
-		s.segs = append(s.segs, segment{file: f.Name, first: line + 1, last: line + n})
-		b.WriteString(src)
-		line += n + 1
+		a.frag(f)
 	}
-	s.src = b.String()
+	s := &Script{name: name, readOnly: readOnly, frags: frags, src: a.b.String(), segs: a.segs}
 	h := sha1.Sum([]byte(s.src))
 	s.sha = hex.EncodeToString(h[:])
 	if readOnly {
@@ -103,14 +136,7 @@ func (s *Script) ReadOnly() bool { return s.readOnly }
 // Locate maps a line of the assembled source (as a server reports it,
 // "user_script:LINE") to the file it comes from and the line in that file. It
 // answers "", 0 for a line outside every fragment.
-func (s *Script) Locate(line int) (file string, fileLine int) {
-	for _, g := range s.segs {
-		if line >= g.first && line <= g.last {
-			return g.file, line - g.first + 1
-		}
-	}
-	return "", 0
-}
+func (s *Script) Locate(line int) (file string, fileLine int) { return s.segs.locate(line) }
 
 // Exec runs the script on one key: one round trip, or two the first time a
 // server sees the script. Errors are *ScriptError where the server answered
