@@ -6,11 +6,9 @@ import (
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/keyspace"
 )
@@ -372,31 +370,3 @@ func (d *Degraded) changed(from, to breakerState) {
 		d.o.onChange(from.String(), to.String())
 	}
 }
-
-
-// transientCodes are the error replies of a server that cannot serve now
-// but will: loading its data, busy with a script, a replica without its
-// master, a cluster without a slot's owner or in the middle of a move.
-var transientCodes = map[string]bool{"LOADING": true, "BUSY": true, "MASTERDOWN": true, "CLUSTERDOWN": true, "TRYAGAIN": true}
-
-// replyCode returns the code of a server's error reply in err's chain.
-func replyCode(err error) (string, bool) {
-	var se *backend.ScriptError
-	if errors.As(err, &se) {
-		return se.Code, true
-	}
-	var re *rueidis.RedisError
-	if errors.As(err, &re) && !re.IsNil() {
-		code, _, _ := strings.Cut(re.Error(), " ")
-		return code, true
-	}
-	return "", false
-}
-
-// answered reports an error reply of a server that is up: the breaker counts
-// it as a success, and it is returned as it is.
-func answered(err error) bool {
-	code, ok := replyCode(err)
-	return ok && !transientCodes[code]
-}
-

@@ -170,7 +170,7 @@ func ExampleObserver() {
 func labels(s attribute.Set) string {
 	var kv []string
 	for _, a := range s.ToSlice() {
-		kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+		kv = append(kv, string(a.Key)+"="+a.Value.String())
 	}
 	return strings.Join(kv, ",")
 }
