@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/internal/limittest"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
@@ -280,37 +281,6 @@ func TestConcurrent(t *testing.T) {
 
 func spanOf(ctx context.Context) trace.SpanContext { return trace.SpanContextFromContext(ctx) }
 
-// flaky is a limiter whose server fails with err (nil: it admits).
-type flaky struct{ err error }
-
-func (f *flaky) Policy() limit.Policy {
-	return limit.Policy{Name: "perminute", Limit: 10, Window: time.Minute, Algorithm: "log"}
-}
-
-func (f *flaky) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
-	if f.err != nil {
-		return store.Decision{}, f.err
-	}
-	return store.Decision{Allowed: true, Limit: 10, Remaining: 10 - n, Policy: "perminute"}, nil
-}
-
-func (f *flaky) AllowAt(ctx context.Context, _ time.Time, key string, n int64) (store.Decision, error) {
-	return f.Allow(ctx, key, n)
-}
-
-// degraded returns a limit.Degraded over a flaky limiter, whose breaker opens
-// after one failure, for a cool-down of a minute on the clock *now.
-func degraded(t *testing.T, now *time.Time) (*limit.Degraded, *flaky) {
-	t.Helper()
-	f := &flaky{}
-	d, err := limit.Degrade(f, limit.WithFailures(1), limit.WithCooldown(time.Minute),
-		limit.WithBreakerClock(func() time.Time { return *now }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d, f
-}
-
 // odd is a breaker in a state the gauge has no value for.
 type odd struct{}
 
@@ -323,15 +293,15 @@ func TestRecorderBreakers(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	a, aServer := degraded(t, &now)
-	b, bServer := degraded(t, &now)
-	c, _ := degraded(t, &now)
+	a, aServer := limittest.Degraded(t, &now)
+	b, bServer := limittest.Degraded(t, &now)
+	c, _ := limittest.Degraded(t, &now)
 	r.WatchBreaker("a", a)
 	r.WatchBreaker("b", c)
 	r.WatchBreaker("b", b) // replaces
 	r.WatchBreaker("c", c)
 	r.watch("odd", odd{}) // a state without a value: not reported
-	bServer.err = io.EOF  // b's server fails: its breaker opens
+	bServer.Err = io.EOF  // b's server fails: its breaker opens
 	if _, err := b.Allow(context.Background(), "k", 1); err != nil || b.State() != "open" {
 		t.Fatalf("Allow: %v; state %q", err, b.State())
 	}
@@ -349,7 +319,7 @@ func TestRecorderBreakers(t *testing.T) {
 	}
 	equal(t, "breakers", gauge(), map[string]int64{"limiter=a": 0, "limiter=b": 2, "limiter=c": 0})
 	now = now.Add(30 * time.Second)
-	aServer.err = io.EOF // a's server fails: open for a minute, b for 30 s more
+	aServer.Err = io.EOF // a's server fails: open for a minute, b for 30 s more
 	if _, err := a.Allow(context.Background(), "k", 1); err != nil {
 		t.Fatal(err)
 	}

@@ -10,50 +10,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/internal/limittest"
 	"github.com/windowstore/windowstore/limit"
-	"github.com/windowstore/windowstore/store"
 )
 
-// flaky is a limiter whose server fails with err (nil: it admits).
-type flaky struct{ err error }
-
-func (f *flaky) Policy() limit.Policy {
-	return limit.Policy{Name: "perminute", Limit: 10, Window: time.Minute, Algorithm: "log"}
-}
-
-func (f *flaky) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
-	if f.err != nil {
-		return store.Decision{}, f.err
-	}
-	return store.Decision{Allowed: true, Limit: 10, Remaining: 10 - n, Policy: "perminute"}, nil
-}
-
-func (f *flaky) AllowAt(ctx context.Context, _ time.Time, key string, n int64) (store.Decision, error) {
-	return f.Allow(ctx, key, n)
-}
-
-// degraded returns a limit.Degraded over a flaky limiter, whose breaker opens
-// after one failure, for a cool-down of a minute on the clock *now.
-func degraded(t *testing.T, now *time.Time) (*limit.Degraded, *flaky) {
-	t.Helper()
-	f := &flaky{}
-	d, err := limit.Degrade(f, limit.WithFailures(1), limit.WithCooldown(time.Minute),
-		limit.WithBreakerClock(func() time.Time { return *now }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d, f
-}
-
 // fail has d's server fail once: its breaker opens.
-func fail(t *testing.T, d *limit.Degraded, f *flaky) {
+func fail(t *testing.T, d *limit.Degraded, f *limittest.Flaky) {
 	t.Helper()
-	f.err = io.EOF
+	f.Err = io.EOF
 	dec, err := d.Allow(context.Background(), "k", 1)
 	if err != nil || !dec.Degraded || d.State() != "open" {
 		t.Fatalf("Allow: %+v, %v; state %q", dec, err, d.State())
 	}
-	f.err = nil
+	f.Err = nil
 }
 
 func TestRecorder(t *testing.T) {
@@ -63,8 +32,8 @@ func TestRecorder(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	login, loginServer := degraded(t, &now)
-	api, _ := degraded(t, &now)
+	login, loginServer := limittest.Degraded(t, &now)
+	api, _ := limittest.Degraded(t, &now)
 	fail(t, login, loginServer)
 	r.Observe("api", httplimit.Allowed, time.Millisecond)
 	r.Observe("api", httplimit.Allowed, time.Millisecond)
@@ -103,10 +72,10 @@ func TestWatchBreaker(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	d, server := degraded(t, &now)
+	d, server := limittest.Degraded(t, &now)
 	r.WatchBreaker("a", d)
 	r.WatchBreaker("b", d)
-	other, _ := degraded(t, &now)
+	other, _ := limittest.Degraded(t, &now)
 	r.WatchBreaker("b", other) // replaces
 	r.watch("odd", odd{})      // a state without a value: not reported
 	gauge := func(want string) {
