@@ -96,10 +96,10 @@ func TestTokens(t *testing.T) {
 		t.Fatal(cmds)
 	}
 	if got := cmds[0][2:7]; !slices.Equal(got, []string{"1", "rl:{%7Bip%7D:1.2.3.4}:perminute", "1700000000123", "60000", "5"}) ||
-		cmds[0][0] != "EVALSHA" || cmds[0][1] != logScript.SHA1() || cmds[0][7] != "1" || !strings.HasSuffix(cmds[0][8], ":") {
+		cmds[0][0] != "FCALL" || cmds[0][1] != logScript.Function() || cmds[0][7] != "1" || !strings.HasSuffix(cmds[0][8], ":") {
 		t.Errorf("log sent %q", cmds[0])
 	}
-	if got := cmds[1][2:8]; !slices.Equal(got, []string{"1", "rl:{u}:perhour", "", "3600000", "100", "3"}) || cmds[1][1] != fixedScript.SHA1() {
+	if got := cmds[1][2:8]; !slices.Equal(got, []string{"1", "rl:{u}:perhour", "", "3600000", "100", "3"}) || cmds[1][1] != fixedScript.Function() {
 		t.Errorf("fixed window sent %q", cmds[1])
 	}
 	for _, tc := range []struct {
@@ -152,10 +152,10 @@ func TestGCRATokens(t *testing.T) {
 		t.Fatal(cmds)
 	}
 	// 1000 ms / 3 = 1000/3; 3,600,000 ms / 100 = 36000/1. No nonce.
-	if got := cmds[0][1:]; !slices.Equal(got, []string{gcraScript.SHA1(), "1", "g:{%7Bip%7D:1.2.3.4}:persec", "1700000000123", "1000", "3", "10", "4"}) {
+	if got := cmds[0][1:]; !slices.Equal(got, []string{gcraScript.Function(), "1", "g:{%7Bip%7D:1.2.3.4}:persec", "1700000000123", "1000", "3", "10", "4"}) {
 		t.Errorf("sent %q", cmds[0])
 	}
-	if got := cmds[1][1:]; !slices.Equal(got, []string{gcraScript.SHA1(), "1", "rl:{u}:perhour", "", "36000", "1", "20", "1"}) {
+	if got := cmds[1][1:]; !slices.Equal(got, []string{gcraScript.Function(), "1", "rl:{u}:perhour", "", "36000", "1", "20", "1"}) {
 		t.Errorf("sent %q", cmds[1])
 	}
 	for _, tc := range []struct {
@@ -210,5 +210,52 @@ func TestShadow(t *testing.T) {
 	want = store.Decision{Allowed: true, Limit: 5, Remaining: 2, ResetAfter: 4 * time.Second, Policy: "p"}
 	if err != nil || !reflect.DeepEqual(d, want) {
 		t.Fatalf("got %+v %v, want %+v", d, err, want)
+	}
+}
+
+// TestFunctions: a limiter runs its script as a function (FCALL); a library
+// the server lacks is loaded and the call sent again; a server that refuses
+// FCALL (an ACL without the functions rule) gets EVALSHA from then on.
+func TestFunctions(t *testing.T) {
+	ok := resptest.Arr(resptest.Int(1), resptest.Int(1), resptest.Int(0), resptest.Int(60000))
+	for _, tt := range []struct {
+		name  string
+		fcall string // the reply to the first FCALL
+		want  []string
+	}{
+		{"loaded", ok, []string{"FCALL", "FCALL"}},
+		{"missing", resptest.Err("ERR Function not found"), []string{"FCALL", "FUNCTION", "FCALL", "FCALL"}},
+		{"refused", resptest.Err("NOPERM User u has no permissions to run the 'fcall' command"), []string{"FCALL", "EVALSHA", "EVALSHA"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fcalls := 0
+			c, rec := resptest.Client(t, func(cmd []string) string {
+				switch cmd[0] {
+				case "FCALL":
+					if fcalls++; fcalls == 1 {
+						return tt.fcall
+					}
+				case "FUNCTION":
+					return resptest.Str(logScript.Library().Name())
+				}
+				return ok
+			})
+			lg, err := NewLog(c, "perminute", 5, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if d, err := lg.Allow(context.Background(), "k", 1); err != nil || !d.Allowed {
+					t.Fatal(d, err)
+				}
+			}
+			var got []string
+			for _, c := range rec.Commands() {
+				got = append(got, c[0])
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("sent %v, want %v", got, tt.want)
+			}
+		})
 	}
 }

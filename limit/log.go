@@ -27,6 +27,10 @@ var (
 	logScript   = script("log")
 	fixedScript = script("fixed")
 	gcraScript  = script("gcra")
+	// The scripts as one Functions library: a limiter runs FCALL, which
+	// skips the shared definitions EVALSHA runs on every call, and falls
+	// back to EVALSHA where functions are refused (see backend.Runner).
+	_ = backend.NewLibrary("ws_limit", logScript, fixedScript, gcraScript)
 )
 
 // maxLogCost is the largest cost of one Log call: the log adds one member per unit.
@@ -82,7 +86,7 @@ func newScriptLimiter(client rueidis.Client, sc *backend.Script, maxCost int64, 
 	if err != nil {
 		return nil, newError(p.Name, store.ErrInvalid, reason(err))
 	}
-	return &redisLimiter{client: client, space: space, script: sc, max: maxCost, policy: p, obs: o.observer,
+	return &redisLimiter{runner: backend.NewRunner(client, true), space: space, script: sc, max: maxCost, policy: p, obs: o.observer,
 		suffix: ":" + p.Name, args: args, limit: limit}, nil
 }
 
@@ -91,7 +95,7 @@ func newScriptLimiter(client rueidis.Client, sc *backend.Script, maxCost int64, 
 // for the log, a nonce, and whose reply is {allowed, count, retry_ms,
 // reset_ms}.
 type redisLimiter struct {
-	client rueidis.Client
+	runner *backend.Runner // FCALL, or EVALSHA where functions are refused
 	space  keyspace.Space
 	suffix string
 	policy Policy
@@ -132,7 +136,7 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 		args = append(args, nonce())
 	}
 	start := time.Now()
-	v, err := l.script.Exec(ctx, l.client, []string{rk}, args).AsIntSlice()
+	v, err := l.runner.Exec(ctx, l.script, []string{rk}, args).AsIntSlice()
 	if l.obs != nil {
 		l.obs.Call(l.policy.Algorithm, 1, time.Since(start), err)
 	}
@@ -170,7 +174,8 @@ func nonce() string {
 }
 
 // aclRules are the least ACL rules each limiter needs: its keys, the
-// connection's handshake and detection, EVALSHA, and the commands its script
+// connection's handshake and detection, EVALSHA (FCALL and FUNCTION LOAD
+// come with the store's optional "functions" rule), and the commands its script
 // calls (docs/acl.md documents them; the tests check them both ways).
 var aclRules = []backend.ACLRule{
 	{Label: "log", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +zcount +zremrangebyscore +zadd +zrange +pexpireat"},

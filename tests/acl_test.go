@@ -156,7 +156,8 @@ func TestACLMinimal(t *testing.T) {
 }
 
 // TestACLLimiters runs the log, fixed-window and GCRA limiters as users restricted
-// to the rules docs/acl.md gives for them.
+// to the rules docs/acl.md gives for them: with EVALSHA (the rule alone), and
+// as functions (the functions rule, without EVALSHA).
 func TestACLLimiters(t *testing.T) {
 	t.Parallel()
 	srv := harness.Shared(t, harness.Redis70)
@@ -177,7 +178,7 @@ func TestACLLimiters(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _ := aclClient(t, admin, srv.Addr, "ws-lim-"+tc.name, tc.rule)
+			c, setUser := aclClient(t, admin, srv.Addr, "ws-lim-"+tc.name, tc.rule)
 			l, err := tc.make(c)
 			require.NoError(t, err)
 			k := harness.Prefix(t)
@@ -189,6 +190,15 @@ func TestACLLimiters(t *testing.T) {
 				require.NoError(t, err, "call %d", i)
 				require.Equal(t, want, d.Allowed, "call %d", i)
 			}
+			// With the functions rule and without EVALSHA, a limiter
+			// runs as a function (FCALL; FUNCTION LOAD where the server
+			// lacks the library): nothing else would be allowed.
+			setUser(strings.Replace(tc.rule, " +evalsha +eval ", " ", 1) + " " + aclRule("functions"))
+			l, err = tc.make(c)
+			require.NoError(t, err)
+			d, err := l.AllowAt(ctx, at, k, 1)
+			require.NoError(t, err, "as a function")
+			require.False(t, d.Allowed, "as a function")
 		})
 	}
 }

@@ -121,6 +121,10 @@ func (s *Script) Commands() []string {
 // it has none), as FCALL takes it.
 func (s *Script) Function() string { return s.fn }
 
+// Library returns the Functions library the script belongs to, nil when it
+// has none.
+func (s *Script) Library() *Library { return s.lib }
+
 // Name returns the script's name.
 func (s *Script) Name() string { return s.name }
 

@@ -285,14 +285,24 @@ func TestExactArithmetic(t *testing.T) {
 	}
 }
 
-// TestLibraries: each backend's Functions library is valid Lua once its
+// TestLibraries: each backend's Functions library, and the limiters', is valid Lua once its
 // shebang line is off, and registering it defines one function per script,
 // under the name FCALL uses, with the no-writes flag exactly on the read-only
 // scripts (FCALL_RO refuses a function without it, and a replica runs only
 // those).
 func TestLibraries(t *testing.T) {
+	type library struct {
+		lib     *backend.Library
+		scripts []*backend.Script
+	}
+	var libs []library
 	for _, b := range backends {
-		lib := b.Library
+		libs = append(libs, library{b.Library, []*backend.Script{b.Write, b.Sum, b.Inspect}})
+	}
+	limits := hook.LimitScripts()
+	libs = append(libs, library{limits[0].Library(), limits})
+	for _, l := range libs {
+		lib := l.lib
 		src := lib.Source()
 		first, rest, ok := strings.Cut(src, "\n")
 		if !ok || first != "#!lua name="+lib.Name() {
@@ -327,7 +337,7 @@ func TestLibraries(t *testing.T) {
 			continue
 		}
 		L.Close()
-		for _, sc := range []*backend.Script{b.Write, b.Sum, b.Inspect} {
+		for _, sc := range l.scripts {
 			noWrites, ok := registered[sc.Function()]
 			switch {
 			case sc.Function() == "":
