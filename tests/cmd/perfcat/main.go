@@ -8,7 +8,7 @@
 //
 //	perf script -i perf.data | go run ./tests/cmd/perfcat -us 6.72
 //
-// With -us (the server µs per operation that windowctl bench measured over
+// With -us (the server µs per operation that tests/cmd/bench measured over
 // the same run) each share is also given in µs per operation. A sample is
 // put in the first category, in the order below, whose frame it has: so a
 // command called by the script counts as that command, not as Lua.

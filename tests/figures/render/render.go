@@ -245,6 +245,6 @@ func bench(f figures.File) string {
 	return b.String()
 }
 
-// BenchOps are windowctl bench's operations, in the table's order.
+// BenchOps are the bench's operations (tests/cmd/bench), in the table's order.
 var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "record6", "distinct",
 	"naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
