@@ -43,16 +43,16 @@ package httplimit
 
 import (
 	"fmt"
-	"github.com/windowstore/windowstore/internal/hook"
-	"github.com/windowstore/windowstore/internal/keyspace"
-	"github.com/windowstore/windowstore/store"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/store"
 )
 
 // Rule is one limiting rule.

@@ -3,7 +3,6 @@ package httplimit
 import (
 	"context"
 	"errors"
-	"github.com/windowstore/windowstore/store"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/store"
 )
 
 // stubLimiter answers from a function; the middleware's own logic is tested

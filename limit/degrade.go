@@ -3,14 +3,14 @@ package limit
 import (
 	"context"
 	"errors"
-	"github.com/windowstore/windowstore/internal/hook"
-	"github.com/windowstore/windowstore/store"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
+	"github.com/windowstore/windowstore/store"
 )
 
 // ErrUnavailable reports a server that a Degraded limiter cannot reach and

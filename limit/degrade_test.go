@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/windowstore/windowstore/internal/resptest"
-	"github.com/windowstore/windowstore/store"
 	"net"
 	"slices"
 	"sync"
@@ -15,6 +13,8 @@ import (
 	"time"
 
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/resptest"
+	"github.com/windowstore/windowstore/store"
 )
 
 // flaky is a Limiter stub that admits everything, or fails with err, on

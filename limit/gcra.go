@@ -1,11 +1,11 @@
 package limit
 
 import (
-	"github.com/windowstore/windowstore/store"
 	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/store"
 )
 
 // maxGCRASpan (2^52) bounds burst x period in ms: the GCRA script counts time

@@ -3,7 +3,6 @@ package limit
 import (
 	"context"
 	"errors"
-	"github.com/windowstore/windowstore/store"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/internal/resptest"
+	"github.com/windowstore/windowstore/store"
 )
 
 func TestPolicyNameIsToken(t *testing.T) {

@@ -1,9 +1,10 @@
 package limit
 
 import (
-	"github.com/windowstore/windowstore/store"
 	"sync"
 	"time"
+
+	"github.com/windowstore/windowstore/store"
 )
 
 // memLog is the in-process limiter of a Degraded limiter: an exact sliding

@@ -2,9 +2,9 @@ package limit
 
 import (
 	"context"
-	"github.com/windowstore/windowstore/internal/hook"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 

@@ -2,8 +2,9 @@ package limit
 
 import (
 	"context"
-	"github.com/windowstore/windowstore/store"
 	"time"
+
+	"github.com/windowstore/windowstore/store"
 )
 
 // Shadow returns a limiter that decides and counts exactly as l does but

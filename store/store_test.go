@@ -2,12 +2,12 @@ package store
 
 import (
 	"errors"
-	"github.com/windowstore/windowstore/internal/keyspace"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 func TestWindowValidate(t *testing.T) {

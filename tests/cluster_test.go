@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"github.com/windowstore/windowstore/internal/hook"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"github.com/windowstore/windowstore/internal/hook"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )

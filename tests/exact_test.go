@@ -2,7 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"github.com/windowstore/windowstore/internal/hook"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"fmt"
-	"github.com/windowstore/windowstore/internal/hook"
 	"math"
 	"strconv"
 	"sync"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/figures"
 	"github.com/windowstore/windowstore/tests/harness"

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"github.com/windowstore/windowstore/internal/hook"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 

@@ -1,13 +1,13 @@
 package tests
 
 import (
-	"github.com/windowstore/windowstore/internal/hook"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )

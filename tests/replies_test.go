@@ -2,7 +2,6 @@ package tests
 
 import (
 	"context"
-	"github.com/windowstore/windowstore/internal/hook"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
