@@ -90,10 +90,10 @@ type Decision struct {
 // On an Over view, Allow limits the tier whose window is the view's span
 // (ErrInvalid if no tier has that window); the cost counts in every tier.
 func (s *Store) Allow(ctx context.Context, key string, limit, cost int64) (Decision, error) {
-	return s.allow(ctx, s.at, key, limit, cost)
+	return s.allow(ctx, key, limit, cost)
 }
 
-func (s *Store) allow(ctx context.Context, at *time.Time, key string, limit, cost int64) (_ Decision, err error) {
+func (s *Store) allow(ctx context.Context, key string, limit, cost int64) (_ Decision, err error) {
 	ctx, end := s.start(ctx, "allow")
 	defer func() { end(err) }()
 	if len(s.tiers) > 1 || s.over != 0 {
@@ -108,7 +108,7 @@ func (s *Store) allow(ctx context.Context, at *time.Time, key string, limit, cos
 	if err != nil {
 		return Decision{}, rename(err, "allow")
 	}
-	msg, err := s.run(ctx, []string{rk}, s.header(at), false, backend.OpAllow, s.shape,
+	msg, err := s.run(ctx, []string{rk}, s.header(), false, backend.OpAllow, s.shape,
 		strconv.FormatInt(limit, 10), strconv.FormatInt(cost, 10))
 	if err != nil {
 		return Decision{}, fail("allow", key, s.be.Write, err)

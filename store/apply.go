@@ -197,7 +197,7 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 	for _, c := range calls {
 		go func() {
 			defer close(c.done)
-			c.msg, c.err = c.p.st.run(ctx, c.p.keys, c.p.st.header(c.p.st.at), c.p.retry, c.p.args...)
+			c.msg, c.err = c.p.st.run(ctx, c.p.keys, c.p.st.header(), c.p.retry, c.p.args...)
 		}()
 	}
 	for _, c := range calls {

@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"strconv"
-	"time"
 
 	"github.com/windowstore/windowstore/internal/backend"
 )
@@ -26,10 +25,10 @@ import (
 // multi-resolution store) and returns the number of distinct members in the
 // window. It takes at least one member.
 func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) (int64, error) {
-	return s.addDistinct(ctx, s.at, key, members)
+	return s.addDistinct(ctx, key, members)
 }
 
-func (s *Store) addDistinct(ctx context.Context, at *time.Time, key string, members []string) (_ int64, err error) {
+func (s *Store) addDistinct(ctx context.Context, key string, members []string) (_ int64, err error) {
 	ctx, end := s.start(ctx, "add distinct")
 	defer func() { end(err) }()
 	if len(members) == 0 {
@@ -62,16 +61,16 @@ func (s *Store) CountDistinctMany(ctx context.Context, keys []string) ([]int64, 
 	if err != nil {
 		return nil, err
 	}
-	return s.countDistinct(ctx, s.at, keys, t, lookback)
+	return s.countDistinct(ctx, keys, t, lookback)
 }
 
-func (s *Store) countDistinct(ctx context.Context, at *time.Time, keys []string, t tier, lookback int64) (_ []int64, err error) {
+func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookback int64) (_ []int64, err error) {
 	ctx, end := s.start(ctx, "count distinct")
 	defer func() { end(err) }()
 	out := make([]int64, len(keys))
 	errs := make([]error, len(keys))
 	failed := false
-	hdr := s.header(at)
+	hdr := s.header()
 	lb := strconv.FormatInt(lookback, 10)
 	type res struct {
 		done chan struct{}

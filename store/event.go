@@ -92,9 +92,9 @@ func (s *Store) Record(ctx context.Context, e Event) (_ Added, err error) {
 	if e.ID == "" && e.Time.IsZero() && len(s.tiers) == 1 {
 		// The shorthands' one-op scripts.
 		if e.NoSum {
-			return Added{Decision: Decision{Allowed: true}, Counted: []bool{true}}, s.addNoSum(ctx, s.at, e.Key, e.Delta)
+			return Added{Decision: Decision{Allowed: true}, Counted: []bool{true}}, s.addNoSum(ctx, e.Key, e.Delta)
 		}
-		n, err := s.add(ctx, s.at, e.Key, e.Delta)
+		n, err := s.add(ctx, e.Key, e.Delta)
 		if err != nil {
 			return Added{}, err
 		}

@@ -45,7 +45,7 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ Snapshot, err error)
 		return Snapshot{}, rename(err, "inspect")
 	}
 	snap := Snapshot{Key: key, RedisKey: rk, Backend: s.be.Name, Meta: map[string]string{}}
-	args := append(append([]string(nil), s.header(s.at)...), s.shape)
+	args := append(append([]string(nil), s.header()...), s.shape)
 	vals, err := s.runner.Exec(ctx, s.be.Inspect, []string{rk}, args).ToArray()
 	if err != nil {
 		return snap, fail("inspect", key, s.be.Inspect, err)

@@ -172,12 +172,12 @@ func (s *Store) Window() Window {
 // Detection returns what New detected and the backend it picked.
 func (s *Store) Detection() Detection { return s.det }
 
-// header builds the ARGV header of a script for the instant at (client
-// clock), or for the store's clock when at is nil.
-func (s *Store) header(at *time.Time) []string {
+// header builds the ARGV header of a script: for an At view's instant
+// (client clock), else for the store's clock.
+func (s *Store) header() []string {
 	clock, ref := backend.ServerClock, time.Now()
-	if at != nil {
-		clock, ref = backend.ClientClock(at.UnixMilli()), *at
+	if s.at != nil {
+		clock, ref = backend.ClientClock(s.at.UnixMilli()), *s.at
 	} else if s.now != nil {
 		ref = s.now()
 		clock = backend.ClientClock(ref.UnixMilli())
@@ -191,10 +191,10 @@ func (s *Store) header(at *time.Time) []string {
 func (s *Store) Add(ctx context.Context, key string, delta int64) (n int64, err error) {
 	ctx, end := s.start(ctx, "add")
 	defer func() { end(err) }()
-	return s.add(ctx, s.at, key, delta)
+	return s.add(ctx, key, delta)
 }
 
-func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64) (int64, error) {
+func (s *Store) add(ctx context.Context, key string, delta int64) (int64, error) {
 	if len(s.tiers) > 1 {
 		a, err := s.addEvent(ctx, Event{Key: key, Delta: delta}, Count)
 		return a.Sum, rename(err, "add")
@@ -203,7 +203,7 @@ func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64)
 	if err != nil {
 		return 0, rename(err, "add")
 	}
-	msg, err := s.run(ctx, []string{rk}, s.header(at), false, backend.OpAdd, s.shape, strconv.FormatInt(delta, 10))
+	msg, err := s.run(ctx, []string{rk}, s.header(), false, backend.OpAdd, s.shape, strconv.FormatInt(delta, 10))
 	if err != nil {
 		return 0, fail("add", key, s.be.Write, err)
 	}
@@ -211,7 +211,7 @@ func (s *Store) add(ctx context.Context, at *time.Time, key string, delta int64)
 	return n, fail("add", key, nil, err)
 }
 
-func (s *Store) addNoSum(ctx context.Context, at *time.Time, key string, delta int64) error {
+func (s *Store) addNoSum(ctx context.Context, key string, delta int64) error {
 	if len(s.tiers) > 1 {
 		_, err := s.addEvent(ctx, Event{Key: key, Delta: delta}, countQuiet)
 		return rename(err, "add")
@@ -220,7 +220,7 @@ func (s *Store) addNoSum(ctx context.Context, at *time.Time, key string, delta i
 	if err != nil {
 		return rename(err, "add")
 	}
-	_, err = s.run(ctx, []string{rk}, s.header(at), false, backend.OpAddNoSum, s.shape, strconv.FormatInt(delta, 10))
+	_, err = s.run(ctx, []string{rk}, s.header(), false, backend.OpAddNoSum, s.shape, strconv.FormatInt(delta, 10))
 	return fail("add", key, s.be.Write, err)
 }
 

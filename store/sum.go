@@ -13,19 +13,19 @@ import (
 // connection errors until ctx ends: give it a deadline.
 func (s *Store) Sum(ctx context.Context, key string) (int64, error) {
 	if s.over != 0 {
-		return s.sumOver(ctx, s.at, key, s.over)
+		return s.sumOver(ctx, key, s.over)
 	}
-	return s.sum(ctx, s.at, key, s.winMs)
+	return s.sum(ctx, key, s.winMs)
 }
 
-func (s *Store) sum(ctx context.Context, at *time.Time, key string, lookback int64) (n int64, err error) {
+func (s *Store) sum(ctx context.Context, key string, lookback int64) (n int64, err error) {
 	ctx, end := s.start(ctx, "sum")
 	defer func() { end(err) }()
 	rk, err := s.redisKey(key, s.tag)
 	if err != nil {
 		return 0, rename(err, "sum")
 	}
-	msg, err := s.reads.do(ctx, []string{rk}, s.header(at), s.shape, strconv.FormatInt(lookback, 10))
+	msg, err := s.reads.do(ctx, []string{rk}, s.header(), s.shape, strconv.FormatInt(lookback, 10))
 	if err != nil {
 		return 0, fail("sum", key, s.be.Sum, err)
 	}
@@ -39,7 +39,7 @@ func (s *Store) sum(ctx context.Context, at *time.Time, key string, lookback int
 // keys fail, the others' sums are still returned and the error is a
 // *ManyError that says which keys failed; errors.Is sees each key's error.
 func (s *Store) SumMany(ctx context.Context, keys []string) ([]int64, error) {
-	return s.sumMany(ctx, s.at, keys)
+	return s.sumMany(ctx, keys)
 }
 
 // ManyError is the error of a call on several keys or batches when some of
@@ -71,7 +71,7 @@ func (e *ManyError) Unwrap() []error {
 	return out
 }
 
-func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) (_ []int64, err error) {
+func (s *Store) sumMany(ctx context.Context, keys []string) (_ []int64, err error) {
 	ctx, end := s.start(ctx, "sum many")
 	defer func() { end(err) }()
 	out := make([]int64, len(keys))
@@ -97,7 +97,7 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) (_ []
 	}
 	if len(rks) > 0 {
 		lb := strconv.FormatInt(lookback, 10)
-		for j, o := range s.reads.many(ctx, rks, s.header(at), t.shape, lb) {
+		for j, o := range s.reads.many(ctx, rks, s.header(), t.shape, lb) {
 			err := o.err
 			if err == nil {
 				out[idx[j]], err = sumOf(o.res)
@@ -116,7 +116,7 @@ func (s *Store) sumMany(ctx context.Context, at *time.Time, keys []string) (_ []
 	return out, nil
 }
 
-func (s *Store) sumOver(ctx context.Context, at *time.Time, key string, d time.Duration) (_ int64, err error) {
+func (s *Store) sumOver(ctx context.Context, key string, d time.Duration) (_ int64, err error) {
 	ctx, end := s.start(ctx, "sum")
 	defer func() { end(err) }()
 	t, err := s.tierFor(key, d)
@@ -127,7 +127,7 @@ func (s *Store) sumOver(ctx context.Context, at *time.Time, key string, d time.D
 	if err != nil {
 		return 0, rename(err, "sum")
 	}
-	msg, err := s.reads.do(ctx, []string{rk}, s.header(at), t.shape, strconv.FormatInt(d.Milliseconds(), 10))
+	msg, err := s.reads.do(ctx, []string{rk}, s.header(), t.shape, strconv.FormatInt(d.Milliseconds(), 10))
 	if err != nil {
 		return 0, fail("sum", key, s.be.Sum, err)
 	}
