@@ -89,11 +89,7 @@ type Decision struct {
 //
 // On an Over view, Allow limits the tier whose window is the view's span
 // (ErrInvalid if no tier has that window); the cost counts in every tier.
-func (s *Store) Allow(ctx context.Context, key string, limit, cost int64) (Decision, error) {
-	return s.allow(ctx, key, limit, cost)
-}
-
-func (s *Store) allow(ctx context.Context, key string, limit, cost int64) (_ Decision, err error) {
+func (s *Store) Allow(ctx context.Context, key string, limit, cost int64) (_ Decision, err error) {
 	ctx, end := s.start(ctx, "allow")
 	defer func() { end(err) }()
 	if len(s.tiers) > 1 || s.over != 0 {

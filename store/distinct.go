@@ -24,11 +24,7 @@ import (
 // AddDistinct adds members to key's distinct count (in every tier of a
 // multi-resolution store) and returns the number of distinct members in the
 // window. It takes at least one member.
-func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) (int64, error) {
-	return s.addDistinct(ctx, key, members)
-}
-
-func (s *Store) addDistinct(ctx context.Context, key string, members []string) (_ int64, err error) {
+func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) (_ int64, err error) {
 	ctx, end := s.start(ctx, "add distinct")
 	defer func() { end(err) }()
 	if len(members) == 0 {

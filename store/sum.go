@@ -33,15 +33,6 @@ func (s *Store) sum(ctx context.Context, key string, lookback int64) (n int64, e
 	return n, fail("sum", key, nil, err)
 }
 
-// SumMany returns the window sums of many keys, in the order given, in one
-// round trip: one read-only script call per 64 keys (see
-// WithBatching), all pipelined; on a cluster, per slot, in parallel per node. If some
-// keys fail, the others' sums are still returned and the error is a
-// *ManyError that says which keys failed; errors.Is sees each key's error.
-func (s *Store) SumMany(ctx context.Context, keys []string) ([]int64, error) {
-	return s.sumMany(ctx, keys)
-}
-
 // ManyError is the error of a call on several keys or batches when some of
 // them fail: SumMany, CountDistinctMany and Apply.
 type ManyError struct {
@@ -71,7 +62,12 @@ func (e *ManyError) Unwrap() []error {
 	return out
 }
 
-func (s *Store) sumMany(ctx context.Context, keys []string) (_ []int64, err error) {
+// SumMany returns the window sums of many keys, in the order given, in one
+// round trip: one read-only script call per 64 keys (see
+// WithBatching), all pipelined; on a cluster, per slot, in parallel per node. If some
+// keys fail, the others' sums are still returned and the error is a
+// *ManyError that says which keys failed; errors.Is sees each key's error.
+func (s *Store) SumMany(ctx context.Context, keys []string) (_ []int64, err error) {
 	ctx, end := s.start(ctx, "sum many")
 	defer func() { end(err) }()
 	out := make([]int64, len(keys))
