@@ -292,14 +292,14 @@ func (s *Set) Features() []Feature {
 // Record counts the event in every feature whose entities it has, decides
 // its limits, and returns every value, in one round trip per node.
 func (s *Set) Record(ctx context.Context, e Event) (Result, error) {
-	return s.run(ctx, s.at, e, false)
+	return s.run(ctx, e, false)
 }
 
 // Read returns the values Record would return for an event with these
 // entities, without counting anything: for scoring. Limits report their sums
 // and what they have left.
 func (s *Set) Read(ctx context.Context, entities map[string]string) (Result, error) {
-	return s.run(ctx, s.at, Event{Entities: entities}, true)
+	return s.run(ctx, Event{Entities: entities}, true)
 }
 
 // At returns a view of the set whose Record and Read happen at instant t on
@@ -319,7 +319,7 @@ type part struct {
 	batchAt int
 }
 
-func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Result, error) {
+func (s *Set) run(ctx context.Context, e Event, read bool) (Result, error) {
 	// One batch per entity: its features' ops, in the set's order.
 	var entities []string
 	for _, f := range s.feats {
@@ -331,8 +331,8 @@ func (s *Set) run(ctx context.Context, at *time.Time, e Event, read bool) (Resul
 	batches := make([]store.Batch, 0, len(entities))
 	var parts []part
 	view := func(st *store.Store) *store.Store {
-		if at != nil {
-			return st.At(*at)
+		if s.at != nil {
+			return st.At(*s.at)
 		}
 		return st
 	}

@@ -169,7 +169,7 @@ func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) 
 	for i, r := range rules {
 		switch {
 		case !keyspace.Token(r.Name):
-			return nil, invalidRule(strconv.Itoa(i), fmt.Sprintf("name %q is not a token (a letter or *, then letters, digits or :/!#$%%&'*+-.^_`|~)", r.Name))
+			return nil, invalidRule(strconv.Itoa(i), fmt.Sprintf("name %q is not a token (%s)", r.Name, keyspace.TokenForm))
 		case r.Key == nil:
 			return nil, invalidRule(r.Name, "no key function")
 		case len(r.Limiters) == 0:

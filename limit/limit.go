@@ -135,7 +135,7 @@ func check(name string, limit int64, window time.Duration) error {
 func checkName(name string) error {
 	if !keyspace.Token(name) {
 		return newError(name, store.ErrInvalid, "policy name "+strconv.Quote(name)+
-			" is not a token (a letter or *, then letters, digits or :/!#$%&'*+-.^_`|~)")
+			" is not a token ("+keyspace.TokenForm+")")
 	}
 	return nil
 }

@@ -34,16 +34,15 @@ type slidingWindow struct {
 func (l *slidingWindow) Policy() Policy { return l.policy }
 
 func (l *slidingWindow) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
-	r, err := l.st.Allow(ctx, key, l.policy.Limit, n)
-	return l.decision(key, r, err)
+	return l.decision(l.st.Allow(ctx, key, l.policy.Limit, n))
 }
 
 func (l *slidingWindow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
-	r, err := l.st.At(t).Allow(ctx, key, l.policy.Limit, n)
-	return l.decision(key, r, err)
+	return l.decision(l.st.At(t).Allow(ctx, key, l.policy.Limit, n))
 }
 
-func (l *slidingWindow) decision(key string, r store.Decision, err error) (store.Decision, error) {
+// decision labels the store's decision with the policy's name.
+func (l *slidingWindow) decision(r store.Decision, err error) (store.Decision, error) {
 	if err != nil {
 		return store.Decision{}, err
 	}

@@ -224,6 +224,9 @@ func crc16(s string) uint16 {
 	return crc
 }
 
+// TokenForm says in words what Token accepts, for error messages.
+const TokenForm = "a letter or *, then letters, digits or :/!#$%&'*+-.^_`|~"
+
 // Token reports whether s is a Structured Fields token (RFC 8941 section
 // 3.3.4), as the RateLimit header fields need of a policy's name.
 func Token(s string) bool {
