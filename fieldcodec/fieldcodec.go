@@ -5,11 +5,10 @@
 //
 //	floor((t - start of t's year) / b)
 //
-// where years are UTC calendar years unless a a calendar says otherwise. Codes
-// restart at 0 on January 1st, so they stay short (at most 11 digits, for 1 ms
-// buckets) and need no year in them. When b does not divide the year, the
-// year's last bucket is short: it ends at the next year start, and the next
-// year's bucket 0 starts there.
+// where years are UTC calendar years. Codes restart at 0 on January 1st, so
+// they stay short (at most 11 digits, for 1 ms buckets) and need no year in
+// them. When b does not divide the year, the year's last bucket is short: it
+// ends at the next year start, and the next year's bucket 0 starts there.
 //
 //	            year Y-1                 |               year Y
 //	... | K-2  | K-1  |  K  |K+1 (short)| 0    | 1    | 2    | ...
@@ -23,8 +22,8 @@
 // now - L and no later than now. With buckets that divide L, that is exactly
 // the L/b buckets up to and including the current one; across a year end it
 // may be one more, because the last bucket of a year is short. The live codes
-// form at most two ranges, one in now's year and one in the year before
-// . Codes are unique among live buckets as long as L is at most
+// form at most two ranges, one in now's year and one in the year before.
+// Codes are unique among live buckets as long as L is at most
 // 180 days, which is far less than a year.
 //
 // # Encoding
@@ -47,7 +46,7 @@
 // bucket.) Decimal also costs the scripts nothing: it is what Lua's tostring
 // writes, and it reads plainly in redis-cli. What a counter written by the
 // store costs on each backend, measured by the integration tests on every
-// run, is in the docs/benchmarks.md's memory table.
+// run, is in the memory table of docs/benchmarks.md.
 //
 // The zero value of [Codec] is not usable; create one with [New]. A Codec is
 // immutable and safe for concurrent use.
