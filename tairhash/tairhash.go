@@ -19,11 +19,12 @@
 // (an assertion in its passive expiry, once Redis had expired the key under
 // it), even in SORT mode.
 //
-// The commands of one operation (package backend batches many operations into
-// one script call, which also runs TIME once):
+// The commands of one operation (the store batches many operations into one
+// script call, which also runs TIME once; NoSum is a write that asks for no
+// sum, store.Event.NoSum):
 //
 //	Add      EXHGETALL, EXHINCRBY, EXHPEXPIREAT
-//	AddNoSum EXHGET, EXHINCRBY, EXHPEXPIREAT (and EXHGETALL once per
+//	NoSum    EXHGET, EXHINCRBY, EXHPEXPIREAT (and EXHGETALL once per
 //	         bucket, to refuse a key that is not a counter)
 //	Sum      EXHGETALL
 //	Allow    EXHGETALL, and when it allows: EXHINCRBY, EXHPEXPIREAT
