@@ -50,18 +50,6 @@ func (f *fakeRedis) hll(key string) (map[string]bool, bool) {
 	return nil, false
 }
 
-// union is the members of the HyperLogLogs at keys (missing ones are empty).
-func (f *fakeRedis) union(keys []string) map[string]bool {
-	u := map[string]bool{}
-	for _, k := range keys {
-		h, _ := f.hll(k)
-		for m := range h {
-			u[m] = true
-		}
-	}
-	return u
-}
-
 func (f *fakeRedis) del(key string) bool {
 	_, a := f.strs[key]
 	_, b := f.hashes[key]
@@ -219,14 +207,27 @@ func (f *fakeRedis) call(L *lua.LState, nowMs int64) int {
 			L.Push(n(0))
 		}
 	case "PFMERGE":
-		u := f.union(args)
+		u := map[string]bool{}
+		for _, k := range args {
+			h, _ := f.hll(k)
+			for m := range h {
+				u[m] = true
+			}
+		}
 		f.del(args[0])
 		f.hlls[args[0]] = u
 		ok := L.NewTable()
 		ok.RawSetString("ok", str("OK"))
 		L.Push(ok)
 	case "PFCOUNT":
-		L.Push(n(len(f.union(args))))
+		u := map[string]bool{}
+		for _, k := range args {
+			h, _ := f.hll(k)
+			for m := range h {
+				u[m] = true
+			}
+		}
+		L.Push(n(len(u)))
 	case "ZCOUNT", "ZREMRANGEBYSCORE", "ZADD":
 		L.Push(n(0))
 	case "ZRANGE": // one event, now
