@@ -126,7 +126,7 @@ const StoreConn = "~ws:* -@all +hello +ping +command|info +evalsha +eval +evalsh
 var StoreExtras = []ACLRule{
 	{"event ids", "+get +set"},
 	{"functions", "+fcall +fcall_ro +function|load"},
-	{"distinct counts", "+pfadd +pfcount +pfmerge +pexpireat +get +set +del +hget +hset +hdel +hgetall"},
+	{"distinct counts", "+pfadd +pfcount +pexpireat"},
 }
 
 // Backend is one way of keeping counters on a server. Its zero value is not

@@ -132,9 +132,8 @@ func memory(f figures.File) string {
 		b.WriteString("\n")
 	}
 	b.WriteString("\nMemory is the growth of the server's `used_memory` over 10,000 full counters (1,000 at 600 buckets) on a " +
-		"fresh server, divided by the counters (`TestMemoryPerCounter`). Past 512 fields (`hash-max-listpack-entries`, " +
-		"512 by default on Redis 7.0, Redis 8.0 and Valkey 8.1 alike: `CONFIG GET` on each) a hash leaves listpack encoding " +
-		"and costs 3 to 6 times more per bucket; use tiers (above) for long windows at fine " +
+		"fresh server, divided by the counters (`TestMemoryPerCounter`). Past 128 fields a hash leaves listpack encoding " +
+		"(`hash-max-listpack-entries`) and costs 3 to 6 times more per bucket; use tiers (above) for long windows at fine " +
 		"resolution. Field TTLs cost memory of their own (Redis 8 keeps such a small hash as a \"listpackex\"); TairHash's " +
 		"per-field expiry index costs far more (measured by hand with a module built from its source, CI has no TairHash).\n")
 	return b.String()
@@ -211,7 +210,7 @@ func ids(f figures.File) string {
 // distinct is the error and memory of distinct counts.
 func distinct(f figures.File) string {
 	var b strings.Builder
-	b.WriteString("| distinct members in the window | relative error | memory, the HyperLogLogs (buckets and union) | memory, an exact set |\n|---|---|---|---|\n")
+	b.WriteString("| distinct members in the window | relative error | memory, HyperLogLog buckets | memory, an exact set |\n|---|---|---|---|\n")
 	for _, n := range []int{100, 10000, 1000000} {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", thousands(float64(n)), get(f, fmt.Sprintf("distinct/error/%d", n), "%.2f%%"),
 			bytes(f, fmt.Sprintf("distinct/hll/%d", n)), bytes(f, fmt.Sprintf("distinct/set/%d", n)))
