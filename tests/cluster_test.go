@@ -736,9 +736,9 @@ func TestClusterSlotMigration(t *testing.T) {
 	})
 	require.NoError(t, err)
 	const (
-		tag    = "fx:{user:hot}:"
-		events = tag + "events:5m/1s" // the batch's first key: its ids are events:5m/1s:id:<id>
-		dcards = tag + "cards:5m/1s:d"
+		tag     = "fx:{user:hot}:"
+		events  = tag + "events:5m/1s" // the batch's first key: its ids are events:5m/1s:id:<id>
+		dcards  = tag + "cards:5m/1s:d"
 	)
 	slot := slotOf(t, c, events)
 	src := cl.Master(t, c, slot)
