@@ -358,6 +358,7 @@ func makePlan(b Batch) (*plan, error) {
 			case countQuiet:
 				it = []string{backend.ItemQuiet, t.shape, d}
 			case Distinct:
+				trk += ":d"
 				it = append([]string{backend.ItemDistinct, t.shape, strconv.Itoa(len(o.Members))}, o.Members...)
 			case Read:
 				it = []string{backend.ItemRead, t.shape}
@@ -368,10 +369,9 @@ func makePlan(b Batch) (*plan, error) {
 				it = []string{backend.ItemLimit, t.shape, strconv.FormatInt(o.Limit, 10), d}
 			}
 			items = append(items, it)
+			keys = append(keys, trk)
 			if o.Kind == Distinct {
-				keys = append(keys, distinctKeys(trk)...)
-			} else {
-				keys = append(keys, trk)
+				keys = append(keys, distinctGuard(trk))
 			}
 			p.items = append(p.items, planItem{op: i, tier: ti, kind: it[0]})
 		}
@@ -416,15 +416,14 @@ func makePlan(b Batch) (*plan, error) {
 	return p, nil
 }
 
-// distinctKeys are the keys of the distinct count of the counter whose Redis
-// key is rk, in the order the scripts take them (see distinct.lua): the hash
-// of its buckets' HyperLogLogs, the current bucket's, the union, and two
-// scratch keys. Every key a script touches is declared: during a slot
-// migration, a key the script named itself may already be on the other node.
-func distinctKeys(rk string) []string {
-	d := rk + ":d"
-	return []string{d, d + ":c", d + ":u", d + ":t", d + ":s"}
-}
+// distinctGuard is the second key a distinct count declares besides dk (its
+// ":d" key): dk + ":", which never exists (a bucket's key is dk + ":" + its
+// code). The scripts name the HyperLogLog buckets themselves; while a slot
+// is being migrated, the cluster refuses a call that declares several keys
+// of which some are missing before it runs (TRYAGAIN), where with one key it
+// would let the target node run it and create a bucket that the source
+// still holds, which breaks the migration (MIGRATE: BUSYKEY).
+func distinctGuard(dk string) string { return dk + ":" }
 
 // result reads a group's reply into a BatchResult.
 func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {

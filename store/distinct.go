@@ -9,18 +9,13 @@ import (
 
 // Distinct counts: how many different members (cards, accounts, devices) a
 // key saw in the window. Each bucket of a key's distinct count is a
-// HyperLogLog (PFADD); the store also keeps the union of the live buckets, so
-// that a count over the window is PFCOUNT of one key, which Redis answers
-// from its cached cardinality while the union is unchanged. The union is
-// rebuilt once per bucket, when a bucket leaves the window. Its standard
-// error is 0.81% (Redis's HyperLogLog), at most 12 KB per bucket whatever
-// the number of members; docs/counters.md gives the measured error and
-// memory. A distinct count of one window keeps three keys in its key's slot
-// (and its scripts declare two scratch keys beside them, never left behind):
+// HyperLogLog (PFADD), a key of its own that expires when the bucket leaves
+// the window; the count over the window is PFCOUNT over the live buckets,
+// which merges them. Its standard error is 0.81% (Redis's HyperLogLog), at
+// most 12 KB per bucket whatever the number of members; docs/counters.md gives the
+// measured error and memory. The buckets of a key share its slot:
 //
-//	prefix + "{" + key + "}:" + shape + ":d"     a hash: the closed buckets' HyperLogLogs
-//	                                 ... ":d:c"  the current bucket's HyperLogLog
-//	                                 ... ":d:u"  the union of the live buckets
+//	prefix + "{" + key + "}:" + shape + ":d:" + bucket code
 //
 // PFCOUNT writes (it caches the count), so distinct counts are read by the
 // write script, on the primary. Every backend keeps them the same way:
@@ -90,7 +85,7 @@ func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookba
 		}
 		go func() {
 			defer close(r.done)
-			msg, err := s.run(ctx, distinctKeys(rk), hdr, false, backend.OpDCount, t.shape, lb)
+			msg, err := s.run(ctx, []string{rk + ":d", distinctGuard(rk + ":d")}, hdr, false, backend.OpDCount, t.shape, lb)
 			if err == nil {
 				r.n, err = msg.AsInt64()
 			}

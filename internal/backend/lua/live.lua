@@ -73,7 +73,6 @@ end
 --   lo..hi      live codes of this year; plo..phi of the year before; 0..nhi
 --               of the next (an empty range has lo > hi)
 --   low         the start of the oldest live bucket
---   dstate      a distinct count's state at this instant (see ws_dstate)
 local function ws_shape(H, shape)
   local L = H.shapes[shape]
   if L ~= nil then return L end
@@ -98,7 +97,7 @@ local function ws_shape(H, shape)
   if plo <= phi then low = prev + plo * b else low = cur + lo * b end
   L = {H = H, b = b, w = w, now = now, prev = prev, cur = cur, nxt = nxt, c = c, cstart = cstart, field = field,
     lo = lo, hi = hi, plo = plo, phi = phi, nhi = nhi, low = low,
-    target = {field = field, start = cstart, current = true}, dstate = nil}
+    target = {field = field, start = cstart, current = true}}
   H.shapes[shape] = L
   return L
 end
