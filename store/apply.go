@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -192,13 +193,35 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 		}
 		calls = append(calls, &call{p: p, i: i, done: make(chan struct{})})
 	}
-	// Every batch goes to its store's batcher at once: concurrent callers'
-	// operations and these share script calls, one DoMulti per flush.
-	for _, c := range calls {
-		go func() {
-			defer close(c.done)
-			c.msg, c.err = c.p.st.run(ctx, c.p.keys, c.p.st.header(), c.p.retry, c.p.args...)
-		}()
+	ps := make([]*plan, len(calls))
+	for i, c := range calls {
+		ps[i] = c.p
+	}
+	if hdr := joinable(ps); hdr != nil {
+		// A server that is not a cluster: every batch in one script call.
+		b := calls[0].p.st.writes
+		ops := make([]*op, len(calls))
+		for i, c := range calls {
+			ops[i] = b.newOp(ctx, c.p.keys, hdr, c.p.args)
+		}
+		b.run(ops)
+		for i, c := range calls {
+			c.msg, c.err = ops[i].res, ops[i].err
+			if c.err != nil && c.p.st.retries > 0 && ctx.Err() == nil && resend(c.err, c.p.retry) {
+				// Resent on its own, as Store.run resends.
+				c.msg, c.err = c.p.st.run(ctx, c.p.keys, hdr, c.p.retry, c.p.args...)
+			}
+			close(c.done)
+		}
+	} else {
+		// Every batch goes to its store's batcher at once: concurrent callers'
+		// operations and these share script calls, one DoMulti per flush.
+		for _, c := range calls {
+			go func() {
+				defer close(c.done)
+				c.msg, c.err = c.p.st.run(ctx, c.p.keys, c.p.st.header(), c.p.retry, c.p.args...)
+			}()
+		}
 	}
 	for _, c := range calls {
 		<-c.done
@@ -213,6 +236,30 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 		return out, &ManyError{Errs: errs}
 	}
 	return out, nil
+}
+
+// joinable returns the header (the clock) that the batches of plans ps share
+// when they can run in one script call: more than one batch, on a server
+// that is not a cluster (where a script may touch any key), through stores
+// of one client, backend and way of running scripts, at one instant. It
+// returns nil otherwise: then each batch goes through its store's batcher
+// (on a cluster, one script call per slot, in one DoMulti per node).
+func joinable(ps []*plan) []string {
+	if len(ps) < 2 {
+		return nil
+	}
+	f := ps[0].st
+	if f.writes.cluster {
+		return nil
+	}
+	hdr := f.header()
+	for _, p := range ps[1:] {
+		s := p.st
+		if s.client != f.client || s.be != f.be || s.runner.Functions() != f.runner.Functions() || !slices.Equal(s.header(), hdr) {
+			return nil
+		}
+	}
+	return hdr
 }
 
 // run sends one write operation through the batcher: every write goes
@@ -358,7 +405,6 @@ func makePlan(b Batch) (*plan, error) {
 			case countQuiet:
 				it = []string{backend.ItemQuiet, t.shape, d}
 			case Distinct:
-				trk += ":d"
 				it = append([]string{backend.ItemDistinct, t.shape, strconv.Itoa(len(o.Members))}, o.Members...)
 			case Read:
 				it = []string{backend.ItemRead, t.shape}
@@ -369,9 +415,10 @@ func makePlan(b Batch) (*plan, error) {
 				it = []string{backend.ItemLimit, t.shape, strconv.FormatInt(o.Limit, 10), d}
 			}
 			items = append(items, it)
-			keys = append(keys, trk)
 			if o.Kind == Distinct {
-				keys = append(keys, distinctGuard(trk))
+				keys = append(keys, distinctKeys(trk, t)...)
+			} else {
+				keys = append(keys, trk)
 			}
 			p.items = append(p.items, planItem{op: i, tier: ti, kind: it[0]})
 		}
@@ -395,8 +442,8 @@ func makePlan(b Batch) (*plan, error) {
 			p.items = append(p.items, planItem{op: i, tier: ti, kind: backend.ItemIfOK})
 		}
 	}
-	if len(keys) > 1000 {
-		return nil, bad("a batch of %d counters: at most 1000", len(keys))
+	if len(items) > 1000 {
+		return nil, bad("a batch of %d counters: at most 1000", len(items))
 	}
 	p.args = []string{backend.OpGroup, strconv.Itoa(len(items)), b.ID, strconv.FormatInt(ttl, 10), ""}
 	if b.ID != "" {
@@ -416,14 +463,31 @@ func makePlan(b Batch) (*plan, error) {
 	return p, nil
 }
 
-// distinctGuard is the second key a distinct count declares besides dk (its
-// ":d" key): dk + ":", which never exists (a bucket's key is dk + ":" + its
-// code). The scripts name the HyperLogLog buckets themselves; while a slot
-// is being migrated, the cluster refuses a call that declares several keys
-// of which some are missing before it runs (TRYAGAIN), where with one key it
-// would let the target node run it and create a bucket that the source
-// still holds, which breaks the migration (MIGRATE: BUSYKEY).
-func distinctGuard(dk string) string { return dk + ":" }
+// distinctKeys are the keys of the distinct count of tier t of the counter
+// whose Redis key is rk, in the order the scripts take them (ws_dk in
+// internal/backend/lua/distinct.lua): rk + ":d", a hash of which bucket each
+// ring key holds; rk + ":d:u", the union of the live buckets; and the ring,
+// rk + ":d:r0" ... ":d:r<n+2>" for a window of n buckets, one HyperLogLog per
+// bucket. Every key a script touches is declared: during a slot migration a
+// key the script named itself may already be on the other node. The ring's
+// keys that hold nothing never exist, so while the slot migrates the cluster
+// refuses the call before it runs (TRYAGAIN, resent by the store), and never
+// runs it on a node that does not hold every key.
+func distinctKeys(rk string, t tier) []string {
+	d := rk + ":d"
+	n := distinctRing(t)
+	keys := make([]string, 0, n+2)
+	keys = append(keys, d, d+":u")
+	for j := range n {
+		keys = append(keys, d+":r"+strconv.Itoa(j))
+	}
+	return keys
+}
+
+// distinctRing is the number of ring keys of a distinct count of tier t
+// (ws_dring in distinct.lua): the window's buckets rounded up, one more for
+// a year's short last bucket, one for the next bucket and one ahead.
+func distinctRing(t tier) int { return int((t.winMs+t.bucketMs-1)/t.bucketMs) + 3 }
 
 // result reads a group's reply into a BatchResult.
 func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {

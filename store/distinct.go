@@ -9,14 +9,20 @@ import (
 
 // Distinct counts: how many different members (cards, accounts, devices) a
 // key saw in the window. Each bucket of a key's distinct count is a
-// HyperLogLog (PFADD), a key of its own that expires when the bucket leaves
-// the window; the count over the window is PFCOUNT over the live buckets,
-// which merges them. Its standard error is 0.81% (Redis's HyperLogLog), at
-// most 12 KB per bucket whatever the number of members; docs/counters.md gives the
-// measured error and memory. The buckets of a key share its slot:
+// HyperLogLog (PFADD) in a ring of keys; the store also keeps the union of the
+// live buckets, so that a count over the window is PFCOUNT of one key, which
+// Redis answers from its cached cardinality while the union is unchanged. The
+// union is rebuilt once per bucket, by the first add after a bucket leaves the
+// window. Its standard error is 0.81% (Redis's HyperLogLog), at most 12 KB
+// per bucket whatever the number of members; docs/counters.md gives the
+// measured error and memory. The keys of a key's distinct count share its
+// slot (n is the number of the window's buckets):
 //
-//	prefix + "{" + key + "}:" + shape + ":d:" + bucket code
+//	prefix + "{" + key + "}:" + shape + ":d"          a hash: which bucket each ring key holds
+//	                                 ... ":d:u"       the union of the live buckets
+//	                                 ... ":d:r0" ...  the ring: ":d:r0" to ":d:r<n+2>"
 //
+// Every key a script touches is declared in its KEYS (see distinctKeys).
 // PFCOUNT writes (it caches the count), so distinct counts are read by the
 // write script, on the primary. Every backend keeps them the same way:
 // HyperLogLogs are core Redis.
@@ -85,7 +91,7 @@ func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookba
 		}
 		go func() {
 			defer close(r.done)
-			msg, err := s.run(ctx, []string{rk + ":d", distinctGuard(rk + ":d")}, hdr, false, backend.OpDCount, t.shape, lb)
+			msg, err := s.run(ctx, distinctKeys(rk, t), hdr, false, backend.OpDCount, t.shape, lb)
 			if err == nil {
 				r.n, err = msg.AsInt64()
 			}

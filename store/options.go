@@ -115,7 +115,14 @@ func WithRetries(n int) Option { return func(c *config) { c.retries = max(n, 0) 
 func init() {
 	hook.WithCalendar = func(cal codec.Calendar) any { return Option(func(c *config) { c.cal = cal }) }
 	hook.WithFunctions = func(on bool) any { return Option(func(c *config) { c.functions = on }) }
-	hook.RedisKey = func(st any, key string) (string, error) { return st.(*Store).redisKey(key, st.(*Store).tag) }
+	hook.RedisKey = func(st any, key string) (string, error) {
+		s := st.(*Store)
+		t, err := s.overTier() // an Over view whose span is a tier's window: that tier's key
+		if err != nil {
+			t = 0
+		}
+		return s.redisKey(key, s.tiers[t].tag)
+	}
 	hook.Functions = func(st any) bool { return st.(*Store).runner.Functions() }
 	hook.Codec = func(st any) *codec.Codec { return st.(*Store).codec }
 	hook.Backends = backendNames

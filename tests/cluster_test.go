@@ -391,9 +391,9 @@ func holds(t *testing.T, n *harness.Server, rk string) bool {
 // multi-resolution store (WithTiers: every tier's SumOver, an event id and a
 // distinct count on tiers), features.Set.Record with entities in different
 // slots (and its resend), and Inspect. It also checks where the keys the
-// scripts build themselves land: an id key and the HyperLogLog buckets
-// ("<counter key>:d:<code>") are in the counter's slot, on the master that
-// serves it, and expire.
+// scripts build themselves land: an id key and the distinct count's keys
+// ("<counter key>:d", ":d:u" and the ring ":d:r<j>") are in the counter's
+// slot, on the master that serves it, and expire.
 func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 	ctx := ctxT(t)
 	s, err := store.New(ctx, c, store.Window{Length: 5 * time.Minute, Bucket: time.Second})
@@ -555,9 +555,9 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 			require.EqualValues(t, m, got, k)
 			rk, _ := hook.RedisKey(s, k)
 			master := cl.Master(t, c, slotOf(t, c, rk))
-			bks := strings.Fields(master.Cmd(t, "KEYS", rk+":d:*"))
+			bks := strings.Fields(master.Cmd(t, "KEYS", rk+":d:r*"))
 			require.NotEmpty(t, bks, "no HyperLogLog bucket of %s on %s, the master of its slot", rk, master.Addr)
-			for _, bk := range bks {
+			for _, bk := range append(bks, rk+":d", rk+":d:u") {
 				require.Equal(t, slotOf(t, c, rk), slotOf(t, c, bk), bk)
 				require.True(t, holds(t, master, bk))
 			}
@@ -718,7 +718,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 //     a key name the source still holds (MIGRATE would refuse it, BUSYKEY);
 //   - every key of the entity ends on the new master and none stays on the
 //     old one: the counters, every event id that was acknowledged, and the
-//     HyperLogLog buckets the script names itself ("<counter key>:d:<code>"),
+//     keys of the distinct counts ("<counter key>:d", ":d:u", ":d:r<j>"),
 //     each with an expiry;
 //   - nothing is lost or counted twice: each total lies within what the
 //     writes' answers allow (every acknowledged write counted; a failed one
@@ -740,7 +740,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	const (
 		tag     = "fx:{user:hot}:"
 		events  = tag + "events:5m/1s" // the batch's first key: its ids are events:5m/1s:id:<id>
-		buckets = tag + "cards:5m/1s:d:"
+		buckets = tag + "cards:5m/1s:d:r"
 	)
 	slot := slotOf(t, c, events)
 	src := cl.Master(t, c, slot)
@@ -930,7 +930,10 @@ func TestClusterSlotMigration(t *testing.T) {
 	for id := range acked {
 		require.True(t, holds(t, dst, events+":id:"+id), "the id of acknowledged event %s is not on the new master", id)
 	}
-	require.NotEmpty(t, strings.Fields(dst.Cmd(t, "KEYS", seen+":d:*")), "no HyperLogLog bucket of %s on the new master", seen)
+	require.NotEmpty(t, strings.Fields(dst.Cmd(t, "KEYS", seen+":d:r*")), "no HyperLogLog bucket of %s on the new master", seen)
+	for _, k := range []string{tag + "cards:5m/1s:d", tag + "cards:5m/1s:d:u", seen + ":d", seen + ":d:u"} {
+		require.True(t, holds(t, dst, k), "the distinct count's key %s is not on the new master", k)
+	}
 	require.Empty(t, strings.Fields(src.Cmd(t, "KEYS", "*{user:hot}*")), "keys left behind on the source")
 
 	// Within what the answers allow.

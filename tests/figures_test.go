@@ -179,7 +179,8 @@ func TestEventIDMemory(t *testing.T) {
 
 // TestDistinctError measures distinct counts at 100, 10,000 and 1,000,000
 // members spread over the 10 buckets of one counter: the relative error of
-// the count, and the memory of the HyperLogLog buckets against one exact set
+// the count, and the memory of the distinct count's keys (its buckets'
+// HyperLogLogs, their union and the hash of the ring) against one exact set
 // of the same members (MEMORY USAGE). The members are fixed, and Redis's
 // HyperLogLog is deterministic, so the figures are exact.
 func TestDistinctError(t *testing.T) {
@@ -213,18 +214,25 @@ func TestDistinctError(t *testing.T) {
 		t.Logf("%d distinct: counted %d, error %.3f%%", n, got, rel)
 		require.Less(t, rel, 3.0, "beyond 3 standard errors")
 		figures.Check(t, fmt.Sprintf("distinct/error/%d", n), figures.Figure{Value: math.Round(rel*100) / 100, Unit: "%", Server: server}, 0)
-		// Memory: the live HyperLogLog buckets against one SET of the members.
+		// Memory: the distinct count's keys (the ring of its buckets'
+		// HyperLogLogs, the hash of which bucket each holds, and the union),
+		// brought to now by one more add of a member the current bucket has,
+		// against one SET of the members.
+		_, err = s.At(now).AddDistinct(ctx, "k", "member-0")
+		require.NoError(t, err)
 		rk, err := hook.RedisKey(s, "k")
 		require.NoError(t, err)
 		var hll int64
-		code := hook.Codec(s)
-		for b := 0; b < 10; b++ {
-			bk := rk + ":d:" + strconv.FormatInt(code.Code(now.Add(-time.Duration(b)*time.Second)), 10)
-			m, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(bk).Args("SAMPLES", "0").Build()).AsInt64()
+		keys := []string{rk + ":d", rk + ":d:u"}
+		for j := 0; j < 13; j++ { // the ring of a 10-bucket window
+			keys = append(keys, rk+":d:r"+strconv.Itoa(j))
+		}
+		for _, k := range keys {
+			m, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(k).Args("SAMPLES", "0").Build()).AsInt64()
 			if rueidis.IsRedisNil(err) {
-				continue // no member fell in that bucket
+				continue // a ring key no bucket holds
 			}
-			require.NoError(t, err)
+			require.NoError(t, err, k)
 			hll += m
 		}
 		set := fmt.Sprintf("exactset%d", n)

@@ -14,6 +14,7 @@
 //	scan.lua    reading a whole counter, exact sums        (shared)
 //	Ops         the backend's operations, or ScanOps        (the backend's)
 //	ops.lua     Add and Allow on top of the operations      (shared)
+//	distinct.lua  distinct counts: HyperLogLogs             (shared)
 //	group.lua   atomic groups: limits, ids, event times     (shared)
 //	body        write.lua, sum.lua or inspect.lua           (shared)
 //
@@ -125,7 +126,7 @@ const StoreConn = "~ws:* -@all +hello +ping +command|info +evalsha +eval +evalsh
 var StoreExtras = []ACLRule{
 	{"event ids", "+get +set"},
 	{"functions", "+fcall +fcall_ro +function|load"},
-	{"distinct counts", "+pfadd +pfcount +pexpireat"},
+	{"distinct counts", "+pfadd +pfcount +pfmerge +pexpireat +del +hmget +hset +hdel +hgetall"},
 }
 
 // Backend is one way of keeping counters on a server. Its zero value is not
@@ -148,7 +149,7 @@ func New(spec Spec) *Backend {
 	lib = append(lib, spec.Prims...)
 	lib = append(lib, shared("scan.lua"))
 	lib = append(lib, spec.Ops...)
-	lib = append(lib, shared("ops.lua"), shared("group.lua"))
+	lib = append(lib, shared("ops.lua"), shared("distinct.lua"), shared("group.lua"))
 	body := func(name string) []Fragment { return append(append([]Fragment(nil), lib...), shared(name)) }
 	b := &Backend{
 		Spec:    spec,

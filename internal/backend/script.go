@@ -100,17 +100,28 @@ var callRE = regexp.MustCompile(`redis\.p?call\(\s*('([A-Za-z|]+)'|[^'\s])`)
 // each: what an ACL rule must allow, besides EVALSHA and EVAL (EVALSHA_RO and
 // EVAL_RO for a read-only script). A call whose command is not a literal is
 // listed as "?": the scripts have none, and their tests check it.
-func (s *Script) Commands() []string {
+func (s *Script) Commands() []string { return s.CommandsOutside() }
+
+// CommandsOutside is Commands without the calls of the fragments of the
+// given files ("backend/lua/distinct.lua"): for checks that concern one kind
+// of key, such as a backend's counters but not the distinct counts'
+// HyperLogLogs, which are core Redis keys on every backend.
+func (s *Script) CommandsOutside(files ...string) []string {
 	seen := map[string]bool{}
 	var out []string
-	for _, m := range callRE.FindAllStringSubmatch(s.src, -1) {
-		c := strings.ToUpper(m[2])
-		if m[2] == "" {
-			c = "?"
+	for i, line := range strings.Split(s.src, "\n") {
+		if f, _ := s.Locate(i + 1); slices.Contains(files, f) {
+			continue
 		}
-		if !seen[c] {
-			seen[c] = true
-			out = append(out, c)
+		for _, m := range callRE.FindAllStringSubmatch(line, -1) {
+			c := strings.ToUpper(m[2])
+			if m[2] == "" {
+				c = "?"
+			}
+			if !seen[c] {
+				seen[c] = true
+				out = append(out, c)
+			}
 		}
 	}
 	slices.Sort(out)

@@ -13,8 +13,8 @@
 --                                       answer the window sum
 --   WS_IT_DISTINCT shape n member...    add members to the bucket's
 --                                       HyperLogLog (none: only read); answer
---                                       the distinct count (two keys: see
---                                       ws_dkeys)
+--                                       the distinct count (its keys: see
+--                                       ws_dk in distinct.lua)
 --   WS_IT_READ     shape                answer the window sum; write nothing
 --
 -- After the operation's code, ARGV holds: the number of items, the event id
@@ -36,39 +36,6 @@
 -- unconditional writes writes nothing, not even its id, so that a retry is
 -- decided anew; otherwise the id is kept for its time to live, with the
 -- decision.
-
--- HyperLogLog buckets: one key per bucket, the item's key plus ':' and the
--- bucket's code, in the item key's slot. The scripts name the buckets
--- themselves, so a distinct item (and WS_OP_DCOUNT) declares two keys: its
--- key, and a guard, its key plus ':', that never exists. While the slot is
--- being migrated, a call that declares keys of which some are missing is
--- refused by the cluster before it runs (ASK from the source, TRYAGAIN from
--- the target), so no bucket is ever created on the target while the source
--- still holds it; with one declared key the target would run it.
-local function ws_dkeys(L, key, lthr)
-  local keys = {}
-  for k = L.lo, L.hi do
-    if L.cur + k * L.b > lthr then keys[#keys + 1] = key .. ':' .. k end
-  end
-  for k = L.plo, L.phi do
-    if L.prev + k * L.b > lthr then keys[#keys + 1] = key .. ':' .. k end
-  end
-  for k = 0, L.nhi do keys[#keys + 1] = key .. ':' .. k end
-  return keys
-end
-
-local function ws_dcount(L, key, lthr)
-  local keys = ws_dkeys(L, key, lthr)
-  if #keys == 0 then return 0 end
-  return redis.call('PFCOUNT', unpack(keys))
-end
-
-local function ws_dadd(L, key, B, members)
-  local bk = key .. ':' .. B.field
-  if redis.call('PFADD', bk, unpack(members)) == 1 then
-    redis.call('PEXPIREAT', bk, ws_expiry(L.H, B.start + L.w))
-  end
-end
 
 -- ws_fitsat reports whether a limit item would admit its cost after waiting
 -- tau ms, if nothing else were counted: the buckets that leave by then are
@@ -214,7 +181,7 @@ local function ws_group(G)
   if not seen then
     for _, it in ipairs(items) do
       if it.kind == WS_IT_DISTINCT and it.B ~= nil and not it.read then
-        ws_dadd(it.L, it.key, it.B, it.members)
+        ws_dadd(it.L, it.K, it.B, it.members)
         wrote = true
       end
     end
@@ -227,7 +194,7 @@ local function ws_group(G)
       -- nothing here, and answers {value now} (the array marks "not
       -- counted"; the value is still the window's).
       if kind == WS_IT_DISTINCT then
-        ans = {ws_dcount(it.L, it.key, it.L.now - it.L.w)}
+        ans = {ws_dcount(it.L, it.K, it.L.now - it.L.w)}
       elseif kind == WS_IT_QUIET then
         ans = {0}
       else
@@ -236,7 +203,7 @@ local function ws_group(G)
     elseif kind == WS_IT_READ then
       ans = ws_sumover(it.L, it.key, it.L.w)
     elseif kind == WS_IT_DISTINCT then
-      ans = ws_dcount(it.L, it.key, it.L.now - it.L.w)
+      ans = ws_dcount(it.L, it.K, it.L.now - it.L.w)
     elseif kind == WS_IT_LIMIT then
       local sum, reset = it.C.sum, nil
       if it.d ~= nil then
@@ -292,7 +259,7 @@ local function ws_readgroup(H, i, k)
     -- The fields set later are named here, as nil: the constructor sizes the
     -- table for them, so that it never grows (and is rehashed) field by field.
     local it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k], limit = nil, cost = nil, delta = nil,
-      members = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil}
+      members = nil, K = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil}
     k = k + 1
     if kind == WS_IT_LIMIT then
       it.limit, it.delta = tonumber(ARGV[i + 2]), ARGV[i + 3]
@@ -301,7 +268,8 @@ local function ws_readgroup(H, i, k)
     elseif kind == WS_IT_DISTINCT then
       local m = tonumber(ARGV[i + 2])
       it.members = {unpack(ARGV, i + 3, i + 2 + m)}
-      i, k = i + 3 + m, k + 1 -- past the item's guard key (see ws_dkeys)
+      it.K, k = ws_dk(it.L, k - 1) -- the item's keys (see distinct.lua)
+      i = i + 3 + m
     elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
       it.delta = ARGV[i + 2]
       i = i + 3

@@ -5,10 +5,11 @@
 --   WS_OP_ADDNOSUM shape delta          AddNoSum: 1
 --   WS_OP_ALLOW    shape limit cost     Allow: {allowed, sum, retry ms, reset ms}
 --   WS_OP_GROUP    (see group.lua)      several counters of one slot at once
---   WS_OP_DCOUNT   shape lookback       the distinct count of a key's
---                                       HyperLogLog buckets (PFCOUNT is a write
---                                       to Redis, so it runs here); two keys,
---                                       the key and its guard (see ws_dkeys)
+--   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback
+--                                       (PFCOUNT is a write to Redis, so it
+--                                       runs here, though it changes no
+--                                       count); its keys: see ws_dk in
+--                                       distinct.lua
 --
 -- (a shape is "bucketms:windowms"; a sum is an integer, or an exact decimal
 -- string beyond 2^53). The reply has one entry per operation: its answer, or
@@ -34,7 +35,8 @@ local function ws_op(i, k)
     return ni, nk, ws_group, G
   elseif op == WS_OP_DCOUNT then
     local L = ws_shape(H, ARGV[i + 1])
-    return i + 3, k + 2, ws_dcount, L, key, L.now - tonumber(ARGV[i + 2]) -- past its guard key
+    local K, nk = ws_dk(L, k)
+    return i + 3, nk, ws_dcount, L, K, L.now - tonumber(ARGV[i + 2])
   end
   ws_err(WS_E_ARGS, 'unknown operation ' .. tostring(op))
 end

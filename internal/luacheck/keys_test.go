@@ -1,0 +1,343 @@
+package luacheck
+
+import (
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/hook"
+	lua "github.com/yuin/gopher-lua"
+)
+
+// fakeRedis is just enough of a server for the scripts to walk their paths:
+// strings, hashes (native and TairHash alike), HyperLogLogs as exact sets,
+// and sorted sets that hold one event, now. It is no proof that a backend
+// works (the integration suite runs the scripts on real servers); it is
+// here to record which keys each redis.call touches.
+type fakeRedis struct {
+	strs    map[string]string
+	hashes  map[string]map[string]string
+	hlls    map[string]map[string]bool
+	touched []string
+}
+
+func newFake() *fakeRedis {
+	return &fakeRedis{strs: map[string]string{}, hashes: map[string]map[string]string{}, hlls: map[string]map[string]bool{}}
+}
+
+func (f *fakeRedis) hll(key string) (map[string]bool, bool) {
+	h, ok := f.hlls[key]
+	return h, ok
+}
+
+// union is the members of the HyperLogLogs at keys (missing ones are empty).
+func (f *fakeRedis) union(keys []string) map[string]bool {
+	u := map[string]bool{}
+	for _, k := range keys {
+		h, _ := f.hll(k)
+		for m := range h {
+			u[m] = true
+		}
+	}
+	return u
+}
+
+func (f *fakeRedis) del(key string) bool {
+	_, a := f.strs[key]
+	_, b := f.hashes[key]
+	_, c := f.hlls[key]
+	delete(f.strs, key)
+	delete(f.hashes, key)
+	delete(f.hlls, key)
+	return a || b || c
+}
+
+func (f *fakeRedis) hash(key string) map[string]string {
+	h := f.hashes[key]
+	if h == nil {
+		h = map[string]string{}
+		f.hashes[key] = h
+	}
+	return h
+}
+
+// keysOf returns the key arguments of a command.
+func keysOf(cmd string, args []string) []string {
+	switch cmd {
+	case "TIME":
+		return nil
+	case "DEL", "PFCOUNT", "PFMERGE", "EXISTS":
+		return args
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	return args[:1]
+}
+
+func (f *fakeRedis) call(L *lua.LState, nowMs int64) int {
+	cmd := strings.ToUpper(L.CheckString(1))
+	var args []string
+	for i := 2; i <= L.GetTop(); i++ {
+		args = append(args, lua.LVAsString(L.Get(i)))
+	}
+	f.touched = append(f.touched, keysOf(cmd, args)...)
+	str := func(s string) lua.LValue { return lua.LString(s) }
+	tbl := func(vs ...lua.LValue) *lua.LTable {
+		t := L.NewTable()
+		for _, v := range vs {
+			t.Append(v)
+		}
+		return t
+	}
+	n := func(v int) lua.LValue { return lua.LNumber(v) }
+	switch cmd {
+	case "TIME":
+		L.Push(tbl(str(strconv.FormatInt(nowMs/1000, 10)), str(strconv.FormatInt(nowMs%1000*1000, 10))))
+	case "GET":
+		if s, ok := f.strs[args[0]]; ok {
+			L.Push(str(s))
+		} else {
+			L.Push(lua.LFalse)
+		}
+	case "SET":
+		f.del(args[0])
+		f.strs[args[0]] = args[1]
+		ok := L.NewTable()
+		ok.RawSetString("ok", str("OK"))
+		L.Push(ok)
+	case "DEL":
+		c := 0
+		for _, k := range args {
+			if f.del(k) {
+				c++
+			}
+		}
+		L.Push(n(c))
+	case "EXISTS":
+		L.Push(n(0))
+	case "PEXPIREAT", "EXHPEXPIREAT":
+		L.Push(n(1))
+	case "HPEXPIREAT":
+		L.Push(tbl(n(1)))
+	case "PTTL", "EXHPTTL":
+		L.Push(n(-1))
+	case "HPTTL":
+		t := L.NewTable()
+		for range args[3:] {
+			t.Append(n(-1))
+		}
+		L.Push(t)
+	case "HGET", "EXHGET":
+		if v, ok := f.hashes[args[0]][args[1]]; ok {
+			L.Push(str(v))
+		} else {
+			L.Push(lua.LFalse)
+		}
+	case "HMGET":
+		t := L.NewTable()
+		for _, fl := range args[1:] {
+			if v, ok := f.hashes[args[0]][fl]; ok {
+				t.Append(str(v))
+			} else {
+				t.Append(lua.LFalse)
+			}
+		}
+		L.Push(t)
+	case "HSET":
+		h := f.hash(args[0])
+		for i := 1; i+1 < len(args); i += 2 {
+			h[args[i]] = args[i+1]
+		}
+		L.Push(n(1))
+	case "HDEL", "EXHDEL":
+		for _, fl := range args[1:] {
+			delete(f.hashes[args[0]], fl)
+		}
+		L.Push(n(1))
+	case "HGETALL", "EXHGETALL":
+		t := L.NewTable()
+		h := f.hashes[args[0]]
+		var fs []string
+		for k := range h {
+			fs = append(fs, k)
+		}
+		sort.Strings(fs)
+		for _, k := range fs {
+			t.Append(str(k))
+			t.Append(str(h[k]))
+		}
+		L.Push(t)
+	case "HINCRBY", "EXHINCRBY":
+		h := f.hash(args[0])
+		a, _ := strconv.ParseInt(h[args[1]], 10, 64)
+		d, _ := strconv.ParseInt(args[2], 10, 64)
+		h[args[1]] = strconv.FormatInt(a+d, 10)
+		L.Push(lua.LNumber(a + d))
+	case "PFADD":
+		h, ok := f.hll(args[0])
+		if !ok {
+			h = map[string]bool{}
+			f.del(args[0])
+			f.hlls[args[0]] = h
+		}
+		changed := !ok
+		for _, m := range args[1:] {
+			changed = changed || !h[m]
+			h[m] = true
+		}
+		if changed {
+			L.Push(n(1))
+		} else {
+			L.Push(n(0))
+		}
+	case "PFMERGE":
+		u := f.union(args)
+		f.del(args[0])
+		f.hlls[args[0]] = u
+		ok := L.NewTable()
+		ok.RawSetString("ok", str("OK"))
+		L.Push(ok)
+	case "PFCOUNT":
+		L.Push(n(len(f.union(args))))
+	case "ZCOUNT", "ZREMRANGEBYSCORE", "ZADD":
+		L.Push(n(0))
+	case "ZRANGE": // one event, now
+		L.Push(tbl(str("m"), str(strconv.FormatInt(nowMs, 10))))
+	default:
+		L.RaiseError("the fake has no %s", cmd)
+	}
+	return 1
+}
+
+// run runs a script's source as EVALSHA would, with keys and args, at
+// serverMs; it returns the keys its redis.calls touched that it did not
+// declare, and the script's error.
+func (f *fakeRedis) run(t *testing.T, sc *backend.Script, serverMs int64, keys, args []string) ([]string, error) {
+	t.Helper()
+	L := lua.NewState()
+	defer L.Close()
+	redis := L.NewTable()
+	L.SetField(redis, "call", L.NewFunction(func(L *lua.LState) int { return f.call(L, serverMs) }))
+	L.SetField(redis, "pcall", L.NewFunction(func(L *lua.LState) int { return f.call(L, serverMs) }))
+	L.SetField(redis, "error_reply", L.NewFunction(func(L *lua.LState) int {
+		e := L.NewTable()
+		e.RawSetString("err", L.Get(1))
+		L.Push(e)
+		return 1
+	}))
+	L.SetGlobal("redis", redis)
+	kt, at := L.NewTable(), L.NewTable()
+	for _, k := range keys {
+		kt.Append(lua.LString(k))
+	}
+	for _, a := range args {
+		at.Append(lua.LString(a))
+	}
+	L.SetGlobal("KEYS", kt)
+	L.SetGlobal("ARGV", at)
+	f.touched = nil
+	err := L.DoString(sc.Source())
+	declared := map[string]bool{}
+	for _, k := range keys {
+		declared[k] = true
+	}
+	var bad []string
+	for _, k := range f.touched {
+		if !declared[k] {
+			bad = append(bad, k)
+		}
+	}
+	return bad, err
+}
+
+// TestKeysDeclared runs every script of every backend, and the limiters',
+// through the paths that touch keys (adds and their sweeps, limits that
+// admit and refuse, groups with ids, late events and distinct counts across
+// bucket changes, distinct counts over a shorter span, sums, Inspect) and
+// checks that every key a redis.call touches was declared in KEYS: Redis's
+// contract for scripts, which a cluster relies on while a slot migrates.
+func TestKeysDeclared(t *testing.T) {
+	const bucket, window = 1000, 10000
+	shape := backend.Shape(bucket, window)
+	code, err := codec.New(time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dk := func(k string) []string { // as store's distinctKeys: the hash, the union, the ring
+		keys := []string{k + ":d", k + ":d:u"}
+		for j := range window/bucket + 3 {
+			keys = append(keys, k+":d:r"+strconv.Itoa(j))
+		}
+		return keys
+	}
+	for _, b := range backends {
+		f := newFake()
+		t0 := time.Date(2025, 12, 31, 23, 59, 55, 300e6, time.UTC) // across a year end
+		for step := 0; step < 40; step++ {
+			at := t0.Add(time.Duration(step) * 700 * time.Millisecond)
+			ms := at.UnixMilli()
+			hdr := backend.Header(backend.ServerClock, code.YearStarts(at), 0)
+			if step%2 == 1 {
+				hdr = backend.Header(backend.ClientClock(ms), code.YearStarts(at), 0)
+			}
+			late := strconv.FormatInt(ms-3000, 10)
+			calls := []struct {
+				name string
+				sc   *backend.Script
+				keys []string
+				args []string
+			}{
+				{"add", b.Write, []string{"{a}"}, []string{backend.OpAdd, shape, "5"}},
+				{"add no sum", b.Write, []string{"{a}"}, []string{backend.OpAddNoSum, shape, "-2"}},
+				{"allow", b.Write, []string{"{b}"}, []string{backend.OpAllow, shape, "3", "1"}},
+				{"group", b.Write,
+					append(append([]string{"{e}:id:" + strconv.Itoa(step%3), "{e}:c", "{e}:l"}, dk("{e}:h")...), "{e}:r"),
+					[]string{backend.OpGroup, "4", "id" + strconv.Itoa(step%3), "20000", "",
+						backend.ItemCount, shape, "2", backend.ItemLimit, shape, "4", "1",
+						backend.ItemDistinct, shape, "2", "m" + strconv.Itoa(step%7), "n" + strconv.Itoa(step%5), backend.ItemRead, shape}},
+				{"late group", b.Write, append([]string{"{e}:c"}, dk("{e}:h")...),
+					[]string{backend.OpGroup, "2", "", "20000", late, backend.ItemCount, shape, "1",
+						backend.ItemDistinct, shape, "1", "late" + strconv.Itoa(step)}},
+				{"distinct read", b.Write, dk("{e}:h"), []string{backend.OpGroup, "1", "", "20000", "", backend.ItemDistinct, shape, "0"}},
+				{"count", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "10000"}},
+				{"count over 3s", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "3000"}},
+				{"batch", b.Write, append([]string{"{a}", "{b}"}, dk("{e}:h")...),
+					[]string{backend.OpAdd, shape, "1", backend.OpAllow, shape, "100", "2", backend.OpDCount, shape, "10000"}},
+				{"sum", b.Sum, []string{"{a}", "{b}"}, []string{shape, "10000", shape, "4000"}},
+				{"inspect", b.Inspect, []string{"{a}"}, []string{shape}},
+			}
+			for _, c := range calls {
+				bad, err := f.run(t, c.sc, ms, c.keys, append(append([]string(nil), hdr...), c.args...))
+				if err != nil {
+					t.Fatalf("%s %s at %v: %v", b.Name, c.name, at, err)
+				}
+				if len(bad) > 0 {
+					t.Errorf("%s %s at %v: touched undeclared keys %v (declared %v)", b.Name, c.name, at, bad, c.keys)
+				}
+			}
+		}
+		if len(f.hlls) == 0 || len(f.hashes) == 0 {
+			t.Fatalf("%s: the scripts wrote nothing: the test walks no path", b.Name)
+		}
+	}
+	for _, sc := range hook.LimitScripts() {
+		f := newFake()
+		for _, args := range [][]string{{"", "1000", "5", "1", "nonce"}, {"1767225600000", "1000", "5", "1", "nonce"}} {
+			if strings.Contains(sc.Name(), "gcra") {
+				args = []string{args[0], "1000", "5", "5", "1"}
+			}
+			bad, err := f.run(t, sc, 1767225600000, []string{"{l}"}, args)
+			if err != nil {
+				t.Fatalf("%s: %v", sc.Name(), err)
+			}
+			if len(bad) > 0 {
+				t.Errorf("%s: touched undeclared keys %v", sc.Name(), bad)
+			}
+		}
+	}
+}
