@@ -416,7 +416,7 @@ func makePlan(b Batch) (*plan, error) {
 			}
 			items = append(items, it)
 			if o.Kind == Distinct {
-				keys = append(keys, distinctKeys(trk, t)...)
+				keys = append(keys, distinctKeys(trk, t, st.futureMs)...)
 			} else {
 				keys = append(keys, trk)
 			}
@@ -468,14 +468,14 @@ func makePlan(b Batch) (*plan, error) {
 // internal/backend/lua/distinct.lua): rk + ":d", a hash of which bucket each
 // ring key holds; rk + ":d:u", the union of the live buckets; and the ring,
 // rk + ":d:r0" ... ":d:r<n+2>" for a window of n buckets, one HyperLogLog per
-// bucket. Every key a script touches is declared: during a slot migration a
+// bucket (see distinctRing). Every key a script touches is declared: during a slot migration a
 // key the script named itself may already be on the other node. The ring's
 // keys that hold nothing never exist, so while the slot migrates the cluster
 // refuses the call before it runs (TRYAGAIN, resent by the store), and never
 // runs it on a node that does not hold every key.
-func distinctKeys(rk string, t tier) []string {
+func distinctKeys(rk string, t tier, futureMs int64) []string {
 	d := rk + ":d"
-	n := distinctRing(t)
+	n := distinctRing(t, futureMs)
 	keys := make([]string, 0, n+2)
 	keys = append(keys, d, d+":u")
 	for j := range n {
@@ -485,9 +485,15 @@ func distinctKeys(rk string, t tier) []string {
 }
 
 // distinctRing is the number of ring keys of a distinct count of tier t
-// (ws_dring in distinct.lua): the window's buckets rounded up, one more for
-// a year's short last bucket, one for the next bucket and one ahead.
-func distinctRing(t tier) int { return int((t.winMs+t.bucketMs-1)/t.bucketMs) + 3 }
+// with a future tolerance of futureMs (ws_dring in distinct.lua): the
+// window's n buckets rounded up, one more for a year's short last bucket, one
+// for the next bucket and one ahead, and one per bucket of the tolerance (at
+// most n), for clients whose clocks are ahead.
+func distinctRing(t tier, futureMs int64) int {
+	ceil := func(a, b int64) int64 { return (a + b - 1) / b }
+	n := ceil(t.winMs, t.bucketMs)
+	return int(n + 3 + min(ceil(futureMs, t.bucketMs), n))
+}
 
 // result reads a group's reply into a BatchResult.
 func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {

@@ -16,11 +16,12 @@ import (
 // window. Its standard error is 0.81% (Redis's HyperLogLog), at most 12 KB
 // per bucket whatever the number of members; docs/counters.md gives the
 // measured error and memory. The keys of a key's distinct count share its
-// slot (n is the number of the window's buckets):
+// slot:
 //
 //	prefix + "{" + key + "}:" + shape + ":d"          a hash: which bucket each ring key holds
 //	                                 ... ":d:u"       the union of the live buckets
-//	                                 ... ":d:r0" ...  the ring: ":d:r0" to ":d:r<n+2>"
+//	                                 ... ":d:r0" ...  the ring: n + 3 keys for a window of n
+//	                                                  buckets, and more for the future tolerance
 //
 // Every key a script touches is declared in its KEYS (see distinctKeys).
 // PFCOUNT writes (it caches the count), so distinct counts are read by the
@@ -91,7 +92,7 @@ func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookba
 		}
 		go func() {
 			defer close(r.done)
-			msg, err := s.run(ctx, distinctKeys(rk, t), hdr, false, backend.OpDCount, t.shape, lb)
+			msg, err := s.run(ctx, distinctKeys(rk, t, s.futureMs), hdr, false, backend.OpDCount, t.shape, lb)
 			if err == nil {
 				r.n, err = msg.AsInt64()
 			}

@@ -262,7 +262,7 @@ func (f *fakeRedis) run(t *testing.T, sc *backend.Script, serverMs int64, keys, 
 // checks that every key a redis.call touches was declared in KEYS: Redis's
 // contract for scripts, which a cluster relies on while a slot migrates.
 func TestKeysDeclared(t *testing.T) {
-	const bucket, window = 1000, 10000
+	const bucket, window, future = 1000, 10000, 2000
 	shape := backend.Shape(bucket, window)
 	code, err := codec.New(time.Second, nil)
 	if err != nil {
@@ -270,7 +270,7 @@ func TestKeysDeclared(t *testing.T) {
 	}
 	dk := func(k string) []string { // as store's distinctKeys: the hash, the union, the ring
 		keys := []string{k + ":d", k + ":d:u"}
-		for j := range window/bucket + 3 {
+		for j := range window/bucket + 3 + future/bucket {
 			keys = append(keys, k+":d:r"+strconv.Itoa(j))
 		}
 		return keys
@@ -281,9 +281,9 @@ func TestKeysDeclared(t *testing.T) {
 		for step := 0; step < 40; step++ {
 			at := t0.Add(time.Duration(step) * 700 * time.Millisecond)
 			ms := at.UnixMilli()
-			hdr := backend.Header(backend.ServerClock, code.YearStarts(at), 0)
+			hdr := backend.Header(backend.ServerClock, code.YearStarts(at), future)
 			if step%2 == 1 {
-				hdr = backend.Header(backend.ClientClock(ms), code.YearStarts(at), 0)
+				hdr = backend.Header(backend.ClientClock(ms), code.YearStarts(at), future)
 			}
 			late := strconv.FormatInt(ms-3000, 10)
 			calls := []struct {

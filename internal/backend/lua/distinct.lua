@@ -9,9 +9,10 @@
 --           for, and "h", the newest bucket start that holds a ring key
 --   D:u     the union of the buckets from "u" on
 --   D:r0 .. D:r<R-1>
---           the ring: one HyperLogLog per bucket, R = n + 3 keys for a
---           window of n buckets (ws_dring): the live buckets (n, one more at
---           a year's short last bucket), the new one, and one ahead
+--           the ring: one HyperLogLog per bucket, R keys for a window of n
+--           buckets (ws_dring): the live buckets (n, one more at a year's
+--           short last bucket), the new one, one ahead, and the buckets of
+--           the future tolerance (clients whose clocks are ahead)
 --
 --   D (ring of R = 6, window of 3 buckets), at 12:00:03.5, buckets of 1 s:
 --   "12:00:01" -> 4   "12:00:02" -> 5   "12:00:03" -> 0   u = 12:00:01
@@ -36,9 +37,12 @@
 -- held (views at instants further apart than the future tolerance both
 -- wrote ahead): then the bucket furthest ahead gives up its key.
 
--- ws_dring is the number of ring keys of a window shape.
+-- ws_dring is the number of ring keys of a window shape: n + 3 for a window
+-- of n buckets, and one more per bucket of the future tolerance (at most n),
+-- for the buckets that clients whose clocks are ahead write.
 local function ws_dring(L)
-  return math.ceil(L.w / L.b) + 3
+  local n = math.ceil(L.w / L.b)
+  return n + 3 + math.min(math.ceil(L.H.F / L.b), n)
 end
 
 -- ws_dk returns the keys of a distinct count whose first key is KEYS[k], as

@@ -1,0 +1,233 @@
+package tests
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// distinctModel is an exact model of a distinct count: the members of every
+// bucket, by bucket start, and the count at an instant over a span.
+type distinctModel struct {
+	b       time.Duration
+	buckets map[time.Time]map[string]bool
+	bounds  func(time.Time) time.Time
+}
+
+func (m *distinctModel) add(at time.Time, members []string) {
+	s := m.bounds(at)
+	if m.buckets[s] == nil {
+		m.buckets[s] = map[string]bool{}
+	}
+	for _, x := range members {
+		m.buckets[s][x] = true
+	}
+}
+
+// count is the number of members in the buckets that start in
+// (at - span, at + future] and after gone (a bucket a later instant may
+// have deleted: nothing starts after the zero time).
+func (m *distinctModel) count(at time.Time, span, future time.Duration, gone time.Time) int {
+	u := map[string]bool{}
+	for s, ms := range m.buckets {
+		if s.After(at.Add(-span)) && !s.After(at.Add(future)) && s.After(gone) {
+			for x := range ms {
+				u[x] = true
+			}
+		}
+	}
+	return len(u)
+}
+
+// TestDistinctModel drives distinct counts against an exact model on every
+// backend: a random stream across a year end of adds at instants that
+// wander up to the future tolerance behind the latest one (clients whose
+// clocks disagree), late events (Batch.Time) up to beyond the window, and
+// counts over the window and a shorter span. The members are few, where
+// Redis's HyperLogLog counts exactly, so every answer must equal the model's.
+// It walks every path of the ring (a new bucket takes a key, the union is
+// rebuilt when the oldest live bucket changes, a late bucket takes a key, a
+// count at an instant the union was not built for merges the ring).
+func TestDistinctModel(t *testing.T) {
+	w := store.Window{Length: time.Minute, Bucket: 10 * time.Second}
+	const future = 5 * time.Second // the default future tolerance
+	forEach(t, func(t *testing.T, tg target) {
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		code := mustCodec(t, w.Bucket)
+		m := &distinctModel{b: w.Bucket, buckets: map[time.Time]map[string]bool{},
+			bounds: func(at time.Time) time.Time { _, st, _ := code.Bounds(at); return st }}
+		rng := rand.New(rand.NewPCG(23, uint64(len(tg.name))))
+		base := utc("2026-01-01T00:00:00Z").Add(-100 * time.Second)
+		latest := base
+		checked := 0
+		for step := 0; step < 160; step++ {
+			base = base.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+			at := base.Add(-time.Duration(rng.IntN(int(future/time.Millisecond))) * time.Millisecond)
+			if at.After(latest) {
+				latest = at
+			}
+			// A bucket that the latest writer saw leave the window may be gone.
+			gone := m.bounds(latest.Add(-w.Length))
+			ms := []string{"c" + strconv.Itoa(rng.IntN(25))}
+			if rng.IntN(3) == 0 {
+				ms = append(ms, "c"+strconv.Itoa(rng.IntN(25)))
+			}
+			switch rng.IntN(4) {
+			case 0: // a late event, perhaps too late
+				e := at.Add(-time.Duration(rng.IntN(75000)) * time.Millisecond)
+				res, err := store.Apply(ctx, store.Batch{Time: e, Ops: []store.Op{{Store: s.At(at), Key: "dev", Kind: store.Distinct, Members: ms}}})
+				if !m.bounds(e).After(at.Add(-w.Length)) {
+					require.ErrorIs(t, err, store.ErrTooOld, "step %d: an event at %v, at %v", step, e, at)
+					continue
+				}
+				require.NoError(t, err, "step %d", step)
+				require.True(t, res[0].Values[0].Counted, "step %d", step)
+				m.add(e, ms)
+				want, alt := m.count(at, w.Length, future, gone), m.count(at, w.Length, future, time.Time{})
+				if want == alt {
+					require.EqualValues(t, want, res[0].Values[0].Sum, "step %d: late add at %v (event %v)", step, at, e)
+					checked++
+				}
+			default:
+				n, err := s.At(at).AddDistinct(ctx, "dev", ms...)
+				require.NoError(t, err, "step %d", step)
+				m.add(at, ms)
+				want, alt := m.count(at, w.Length, future, gone), m.count(at, w.Length, future, time.Time{})
+				if want == alt {
+					require.EqualValues(t, want, n, "step %d: add at %v", step, at)
+					checked++
+				}
+			}
+			if step%5 == 0 {
+				// Counts at the latest instant: nothing live there was deleted.
+				n, err := s.At(latest).CountDistinct(ctx, "dev")
+				require.NoError(t, err)
+				require.EqualValues(t, m.count(latest, w.Length, future, time.Time{}), n, "step %d: count at %v", step, latest)
+				n, err = s.At(latest).Over(20*time.Second).CountDistinct(ctx, "dev")
+				require.NoError(t, err)
+				require.EqualValues(t, m.count(latest, 20*time.Second, future, time.Time{}), n, "step %d: count over 20s at %v", step, latest)
+				checked += 2
+			}
+		}
+		require.Greater(t, checked, 150, "too few answers were comparable with the model")
+	})
+}
+
+// TestDistinctRace: 40 callers add their own member at once, at instants
+// spread over three buckets (so that several of them give a bucket its ring
+// key or rebuild the union), on every backend. Every member is counted
+// once: the count at the end is 40, and each caller's answer is between 1
+// and 40.
+func TestDistinctRace(t *testing.T) {
+	w := store.Window{Length: time.Minute, Bucket: 10 * time.Second}
+	forEach(t, func(t *testing.T, tg target) {
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		t0 := time.Now().Truncate(w.Bucket).Add(-25 * time.Second)
+		const callers = 40
+		var wg sync.WaitGroup
+		got := make([]int64, callers)
+		errs := make([]error, callers)
+		start := make(chan struct{})
+		for i := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				at := t0.Add(time.Duration(i) * 600 * time.Millisecond) // 0 .. 23.4 s: three buckets
+				got[i], errs[i] = s.At(at).AddDistinct(ctx, "dev", "m"+strconv.Itoa(i))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := range callers {
+			require.NoError(t, errs[i])
+			require.GreaterOrEqual(t, got[i], int64(1), "caller %d", i)
+			require.LessOrEqual(t, got[i], int64(callers), "caller %d", i)
+		}
+		n, err := s.At(t0.Add(24*time.Second)).CountDistinct(ctx, "dev")
+		require.NoError(t, err)
+		require.EqualValues(t, callers, n)
+		// And once more after a write there, which builds the union.
+		n, err = s.At(t0.Add(24*time.Second)).AddDistinct(ctx, "dev", "m0")
+		require.NoError(t, err)
+		require.EqualValues(t, callers, n)
+	})
+}
+
+// callLog counts the script calls an observer is told of, with their
+// operations.
+type callLog struct {
+	mu    sync.Mutex
+	calls []int
+}
+
+func (c *callLog) Start(ctx context.Context, _ string) (context.Context, func(error)) {
+	return ctx, func(error) {}
+}
+
+func (c *callLog) Call(_ string, ops int, _ time.Duration, _ error) {
+	c.mu.Lock()
+	c.calls = append(c.calls, ops)
+	c.mu.Unlock()
+}
+
+func (c *callLog) take() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = nil
+	return out
+}
+
+// TestRecordOneCall: on a server that is not a cluster, a feature set's
+// Record over two entities, with a distinct count on each, in stores of two
+// window shapes, is one script call carrying both entities' batches; so is
+// an Apply of batches of several entities. (On a cluster it is one call per
+// slot: TestCluster.)
+func TestRecordOneCall(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		log := &callLog{}
+		srv := harness.Shared(t, tg.kind)
+		c := srv.Client(t)
+		ctx := ctxT(t)
+		minute := store.Window{Length: time.Minute, Bucket: time.Second}
+		hour := store.Window{Length: time.Hour, Bucket: time.Minute}
+		set, err := features.New(ctx, c, []features.Feature{
+			{Name: "logins", Entity: "user", Kind: features.Count, Windows: []store.Window{minute, hour}},
+			{Name: "ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{hour}},
+			{Name: "attempts", Entity: "ip", Kind: features.Count, Windows: []store.Window{minute}},
+			{Name: "users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{hour}},
+		}, store.WithPrefix(harness.Prefix(t)), store.WithBackend(tg.backend), store.WithObserver(log))
+		require.NoError(t, err)
+		for i := range 3 {
+			res, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": "42", "ip": "10.0.0." + strconv.Itoa(i)}})
+			require.NoError(t, err)
+			require.NotEmpty(t, res.Values)
+			require.Equal(t, []int{2}, log.take(), "event %d: one script call of two batches (user, ip)", i)
+		}
+		s, _ := newStore(t, tg, minute, store.WithObserver(log))
+		var batches []store.Batch
+		for _, e := range []string{"a", "b", "c"} {
+			u := s.Entity(e)
+			batches = append(batches, store.Batch{Ops: []store.Op{{Store: u, Key: "n", Delta: 1}, {Store: u, Key: "d", Kind: store.Distinct, Members: []string{e}}}})
+		}
+		res, err := store.Apply(ctx, batches...)
+		require.NoError(t, err)
+		require.Len(t, res, 3)
+		for _, r := range res {
+			require.EqualValues(t, 1, r.Values[0].Sum)
+			require.EqualValues(t, 1, r.Values[1].Sum)
+		}
+		require.Equal(t, []int{3}, log.take(), "one script call of three batches")
+	})
+}
