@@ -18,24 +18,28 @@
 --   "12:00:01" -> 4   "12:00:02" -> 5   "12:00:03" -> 0   u = 12:00:01
 --   D:r4 {a}   D:r5 {a, b}   D:r0 {c}   D:u {a, b, c}
 --
--- An add to a bucket that has its ring key is PFADD to that key and to D:u
--- (skipped when the bucket's key did not change: the union did not either),
--- and its count PFCOUNT D:u: four commands whatever the window's length.
--- Once per bucket (a new bucket, or the oldest live one leaving), the first
--- add reads D whole (ws_dslow): it gives the new bucket the lowest ring
--- index no bucket still in the window holds (deleting the key of the one
--- that left), and rebuilds D:u with one PFMERGE of the live ring keys. A
--- count alone never writes: when D:u is not at its instant (no add has
--- been made there yet), or over a span shorter than the window, it is
--- PFCOUNT of the live ring keys, which merges them. Ring keys expire when
--- their bucket leaves the window, D and D:u when the newest bucket does.
+-- An add to a bucket that has its ring key, while D:u is at the script's
+-- instant, is PFADD to that key and to D:u (skipped when the bucket's key did
+-- not change: the union did not either), and its count PFCOUNT D:u: four
+-- commands whatever the window's length. The first add to a bucket reads D
+-- whole (ws_dalloc): it gives the bucket the lowest ring index that no
+-- bucket still in the window holds (deleting the key of the one that left).
+-- When the oldest live bucket has changed, D:u is rebuilt with one PFMERGE
+-- of the live ring keys, by the second add at that instant (ws_dunion), not
+-- the first: a key that sees one add per bucket pays the merge once, as
+-- PFCOUNT of the ring keys, and never the rebuild. Until then, and over a
+-- span shorter than the window, a count is PFCOUNT of the live ring keys
+-- (a merge, which writes nothing): a count alone never writes. Ring keys
+-- expire when their bucket leaves the window, D and D:u when the newest
+-- bucket does.
 --
 -- D's fields are bucket starts, not year-stripped codes, so that a view at
 -- another instant (Store.At) can always tell a bucket that has left the
 -- window from one ahead of its instant. Only buckets that have left the
 -- window at the script's instant are ever deleted, unless every ring key is
--- held (views at instants further apart than the future tolerance both
--- wrote ahead): then the bucket furthest ahead gives up its key.
+-- held, which takes writes at instants further apart than the future
+-- tolerance (At views that go back in time): then the bucket furthest ahead
+-- of the instant gives up its key, and its members.
 
 -- ws_dring is the number of ring keys of a window shape: n + 3 for a window
 -- of n buckets, and one more per bucket of the future tolerance (at most n),
@@ -47,29 +51,25 @@ end
 
 -- ws_dk returns the keys of a distinct count whose first key is KEYS[k], as
 -- {h = D, u = D:u, r = index of D:r0 in KEYS, n = R}, and where the next
--- item's keys start. (st: D's "u", "h" and bucket fields as read by this call.)
+-- item's keys start. What this call learnt of D is kept in it: ub, D's "u"
+-- (a number, or nil when D:u is stale); top, D's "h"; by, D read whole (see
+-- ws_dlive); known, whether ub and top are D's now.
 local function ws_dk(L, k)
   local n = ws_dring(L)
-  return {h = KEYS[k], u = KEYS[k + 1], r = k + 2, n = n, st = nil}, k + 2 + n
+  return {h = KEYS[k], u = KEYS[k + 1], r = k + 2, n = n, ub = nil, top = nil, by = nil, known = false}, k + 2 + n
 end
 
--- ws_dlive reads D whole: the ring index of each bucket (by start), and
--- "u" and "h".
+-- ws_dlive reads D whole into K.by: the ring index of each bucket, by start.
 local function ws_dlive(K)
+  if K.by ~= nil then return K.by end
   local all = redis.call('HGETALL', K.h)
-  local by, u, h = {}, nil, nil
+  local by = {}
   for i = 1, #all, 2 do
-    local f = all[i]
-    if f == 'u' then
-      u = tonumber(all[i + 1])
-    elseif f == 'h' then
-      h = tonumber(all[i + 1])
-    else
-      local s, j = tonumber(f), tonumber(all[i + 1])
-      if s ~= nil and j ~= nil then by[s] = j end
-    end
+    local s, j = tonumber(all[i]), tonumber(all[i + 1])
+    if s ~= nil and j ~= nil and all[i] ~= 'u' and all[i] ~= 'h' then by[s] = j end
   end
-  return by, u, h
+  K.by = by
+  return by
 end
 
 -- ws_dkeys lists the ring keys of the buckets that start in (lthr, top].
@@ -81,11 +81,10 @@ local function ws_dkeys(K, by, lthr, top)
   return keys
 end
 
--- ws_dslow gives bucket B a ring key, deletes what has left the window, and
--- rebuilds D:u when it is not at the script's instant; it answers B's ring
--- index.
-local function ws_dslow(L, K, B)
-  local by, u = ws_dlive(K)
+-- ws_dalloc gives bucket B a ring key, and deletes what has left the window;
+-- it answers B's ring index, and the expiry of D.
+local function ws_dalloc(L, K, B)
+  local by = ws_dlive(K)
   local thr = L.now - L.w
   local used, gone = {}, {}
   for s, j in pairs(by) do
@@ -96,63 +95,71 @@ local function ws_dslow(L, K, B)
       used[j] = s
     end
   end
-  local rebuild, idx = u ~= L.low, by[B.start]
+  local idx = nil
+  for j = 0, K.n - 1 do
+    if used[j] == nil then
+      idx = j
+      break
+    end
+  end
+  local stale = false
   if idx == nil then
-    for j = 0, K.n - 1 do
-      if used[j] == nil then
-        idx = j
-        break
-      end
+    -- Every key is held: the bucket furthest ahead gives its key up.
+    local far = nil
+    for s, _ in pairs(by) do
+      if far == nil or s > far then far = s end
     end
-    if idx == nil then
-      -- Every key is held: the bucket furthest ahead gives its key up.
-      local far = nil
-      for s, _ in pairs(by) do
-        if far == nil or s > far then far = s end
-      end
-      idx = by[far]
-      by[far] = nil
-      gone[#gone + 1] = string.format('%d', far)
-      rebuild = true
-    end
-    redis.call('DEL', KEYS[K.r + idx])
-    by[B.start] = idx
+    idx = by[far]
+    by[far] = nil
+    gone[#gone + 1] = string.format('%d', far)
+    stale = true
   end
-  local h = B.start
+  redis.call('DEL', KEYS[K.r + idx])
+  by[B.start] = idx
+  local top = B.start
   for s, _ in pairs(by) do
-    if s > h then h = s end
+    if s > top then top = s end
   end
+  K.top = top
   if #gone > 0 then ws_chunks(gone, function(...) redis.call('HDEL', K.h, ...) end) end
-  if rebuild then
-    redis.call('DEL', K.u)
-    local keys = ws_dkeys(K, by, thr, math.huge)
-    ws_chunks(keys, function(...) redis.call('PFMERGE', K.u, ...) end)
+  local at = ws_expiry(L.H, top + L.w)
+  if stale then
+    K.ub = nil
+    redis.call('HSET', K.h, string.format('%d', B.start), idx, 'h', string.format('%d', top), 'u', '')
+  else
+    redis.call('HSET', K.h, string.format('%d', B.start), idx, 'h', string.format('%d', top))
   end
-  local at = ws_expiry(L.H, h + L.w)
-  redis.call('HSET', K.h, string.format('%d', B.start), idx, 'u', string.format('%d', L.low), 'h',
-    string.format('%d', h))
   redis.call('PEXPIREAT', K.h, at)
-  K.st = {L.low, h, idx}
   return idx, at
 end
 
+-- ws_dunion rebuilds D:u from the live ring keys (and those ahead), for the
+-- script's instant.
+local function ws_dunion(L, K)
+  local by = ws_dlive(K)
+  redis.call('DEL', K.u)
+  ws_chunks(ws_dkeys(K, by, L.now - L.w, math.huge), function(...) redis.call('PFMERGE', K.u, ...) end)
+  redis.call('HSET', K.h, 'u', string.format('%d', L.low))
+  redis.call('PEXPIREAT', K.u, ws_expiry(L.H, K.top + L.w))
+  K.ub = L.low
+end
+
 -- ws_dadd adds members to bucket B (the current one, or a live earlier one
--- for a late event) and to the union.
+-- for a late event), and to the union when it holds B's start.
 local function ws_dadd(L, K, B, members)
   local st = redis.call('HMGET', K.h, 'u', 'h', string.format('%d', B.start))
+  K.ub, K.top, K.known = tonumber(st[1]), tonumber(st[2]), true
   local idx, at = tonumber(st[3]), nil
-  if idx == nil or tonumber(st[1]) ~= L.low or idx >= K.n then
-    idx, at = ws_dslow(L, K, B)
-  else
-    K.st = {L.low, tonumber(st[2]), idx}
-  end
+  if idx == nil or idx >= K.n then idx, at = ws_dalloc(L, K, B) end
   local rk = KEYS[K.r + idx]
-  if redis.call('PFADD', rk, unpack(members)) == 1 or at ~= nil then
-    redis.call('PFADD', K.u, unpack(members))
-    if at ~= nil then
-      redis.call('PEXPIREAT', K.u, at)
-      redis.call('PEXPIREAT', rk, ws_expiry(L.H, B.start + L.w))
-    end
+  local changed = redis.call('PFADD', rk, unpack(members)) == 1
+  if at ~= nil then redis.call('PEXPIREAT', rk, ws_expiry(L.H, B.start + L.w)) end
+  if K.ub ~= L.low and at == nil then
+    ws_dunion(L, K) -- the second add at this instant: B's key is in the union
+  elseif K.ub ~= nil and B.start >= K.ub then
+    -- D:u holds every bucket from ub on, whatever instant it was built for.
+    if changed then redis.call('PFADD', K.u, unpack(members)) end
+    if at ~= nil then redis.call('PEXPIREAT', K.u, at) end
   end
 end
 
@@ -162,15 +169,13 @@ end
 -- PFCOUNT of the live ring keys (a merge, which writes nothing).
 local function ws_dcount(L, K, lthr)
   local top = L.now + L.H.F
-  local st = K.st
-  if st == nil then
+  if not K.known then
     local v = redis.call('HMGET', K.h, 'u', 'h')
-    st = {tonumber(v[1]), tonumber(v[2])}
+    K.ub, K.top, K.known = tonumber(v[1]), tonumber(v[2]), true
   end
-  if st[2] == nil then return 0 end -- nothing was ever added
-  if st[1] == L.low and st[2] <= top and lthr <= L.now - L.w then return redis.call('PFCOUNT', K.u) end
-  local by = ws_dlive(K)
-  local keys = ws_dkeys(K, by, math.max(lthr, L.now - L.w), top)
+  if K.top == nil then return 0 end -- nothing was ever added
+  if K.ub == L.low and K.top <= top and lthr <= L.now - L.w then return redis.call('PFCOUNT', K.u) end
+  local keys = ws_dkeys(K, ws_dlive(K), math.max(lthr, L.now - L.w), top)
   if #keys == 0 then return 0 end
   return redis.call('PFCOUNT', unpack(keys))
 end
