@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -164,31 +163,6 @@ func TestDistinctRace(t *testing.T) {
 	})
 }
 
-// callLog counts the script calls an observer is told of, with their
-// operations.
-type callLog struct {
-	mu    sync.Mutex
-	calls []int
-}
-
-func (c *callLog) Start(ctx context.Context, _ string) (context.Context, func(error)) {
-	return ctx, func(error) {}
-}
-
-func (c *callLog) Call(_ string, ops int, _ time.Duration, _ error) {
-	c.mu.Lock()
-	c.calls = append(c.calls, ops)
-	c.mu.Unlock()
-}
-
-func (c *callLog) take() []int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.calls
-	c.calls = nil
-	return out
-}
-
 // TestRecordOneCall: on a server that is not a cluster, a feature set's
 // Record over two entities, with a distinct count on each, in stores of two
 // window shapes, is one script call carrying both entities' batches; so is
@@ -196,7 +170,7 @@ func (c *callLog) take() []int {
 // slot: TestCluster.)
 func TestRecordOneCall(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
-		log := &callLog{}
+		log := &opLog{}
 		srv := harness.Shared(t, tg.kind)
 		c := srv.Client(t)
 		ctx := ctxT(t)
@@ -213,7 +187,7 @@ func TestRecordOneCall(t *testing.T) {
 			res, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": "42", "ip": "10.0.0." + strconv.Itoa(i)}})
 			require.NoError(t, err)
 			require.NotEmpty(t, res.Values)
-			require.Equal(t, []int{2}, log.take(), "event %d: one script call of two batches (user, ip)", i)
+			require.Equal(t, []int{2}, log.takeCalls(), "event %d: one script call of two batches (user, ip)", i)
 		}
 		s, _ := newStore(t, tg, minute, store.WithObserver(log))
 		var batches []store.Batch
@@ -228,6 +202,6 @@ func TestRecordOneCall(t *testing.T) {
 			require.EqualValues(t, 1, r.Values[0].Sum)
 			require.EqualValues(t, 1, r.Values[1].Sum)
 		}
-		require.Equal(t, []int{3}, log.take(), "one script call of three batches")
+		require.Equal(t, []int{3}, log.takeCalls(), "one script call of three batches")
 	})
 }

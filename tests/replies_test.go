@@ -270,10 +270,10 @@ func TestDistinctKeysExpire(t *testing.T) {
 				idx, err := c.Do(ctx, c.B().Hget().Key(rk+":d").Field(strconv.FormatInt(start.UnixMilli(), 10)).Build()).ToString()
 				require.NoError(t, err, "tier %d: the current bucket has no ring key", ti)
 				want := start.Add(w.Length).UnixMilli() - at.UnixMilli() // when the newest bucket leaves the window (the scripts see whole ms)
-				slack := time.Since(t0).Milliseconds() + longest + 3     // whole ms, on both clocks
 				for _, key := range []string{rk + ":d", rk + ":d:u", rk + ":d:r" + idx} {
 					pttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
 					require.NoError(t, err)
+					slack := time.Since(t0).Milliseconds() + longest + 3 // after the PTTL; whole ms, on both clocks
 					if pttl == -2 && key == rk+":d:u" {
 						continue // the union is built by the second add after the oldest bucket changed
 					}
@@ -305,10 +305,12 @@ func TestDistinctKeysExpire(t *testing.T) {
 	})
 }
 
-// opLog records the operations an observer is told of.
+// opLog records the operations and script calls (their numbers of
+// operations) an observer is told of.
 type opLog struct {
-	mu  sync.Mutex
-	ops []string
+	mu    sync.Mutex
+	ops   []string
+	calls []int
 }
 
 func (o *opLog) Start(ctx context.Context, op string) (context.Context, func(error)) {
@@ -318,7 +320,20 @@ func (o *opLog) Start(ctx context.Context, op string) (context.Context, func(err
 	return ctx, func(error) {}
 }
 
-func (o *opLog) Call(string, int, time.Duration, error) {}
+func (o *opLog) Call(_ string, ops int, _ time.Duration, _ error) {
+	o.mu.Lock()
+	o.calls = append(o.calls, ops)
+	o.mu.Unlock()
+}
+
+// takeCalls returns the script calls since the last take.
+func (o *opLog) takeCalls() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := o.calls
+	o.calls = nil
+	return out
+}
 
 func (o *opLog) take() []string {
 	o.mu.Lock()
