@@ -559,7 +559,9 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 			require.NotEmpty(t, bks, "no HyperLogLog bucket of %s on %s, the master of its slot", rk, master.Addr)
 			for _, bk := range append(bks, rk+":d", rk+":d:u") {
 				require.Equal(t, slotOf(t, c, rk), slotOf(t, c, bk), bk)
-				require.True(t, holds(t, master, bk))
+				// (the union exists once a second add came at one instant: the two
+				// adds above may fall in two buckets)
+				require.True(t, holds(t, master, bk) || bk == rk+":d:u", bk)
 			}
 		}
 		got, err := s.CountDistinctMany(ctx, keys)
@@ -931,7 +933,7 @@ func TestClusterSlotMigration(t *testing.T) {
 		require.True(t, holds(t, dst, events+":id:"+id), "the id of acknowledged event %s is not on the new master", id)
 	}
 	require.NotEmpty(t, strings.Fields(dst.Cmd(t, "KEYS", seen+":d:r*")), "no HyperLogLog bucket of %s on the new master", seen)
-	for _, k := range []string{tag + "cards:5m/1s:d", tag + "cards:5m/1s:d:u", seen + ":d", seen + ":d:u"} {
+	for _, k := range []string{tag + "cards:5m/1s:d", seen + ":d", seen + ":d:u"} { // (cards' union may not be built)
 		require.True(t, holds(t, dst, k), "the distinct count's key %s is not on the new master", k)
 	}
 	require.Empty(t, strings.Fields(src.Cmd(t, "KEYS", "*{user:hot}*")), "keys left behind on the source")
