@@ -467,9 +467,9 @@ func makePlan(b Batch) (*plan, error) {
 // whose Redis key is rk, in the order the scripts take them (ws_dk in
 // internal/backend/lua/distinct.lua): rk + ":d", a hash of which bucket each
 // ring key holds; rk + ":d:u", the union of the live buckets; and the ring,
-// rk + ":d:r0" ... ":d:r<n+2>" for a window of n buckets, one HyperLogLog per
-// bucket (see distinctRing). Every key a script touches is declared: during a slot migration a
-// key the script named itself may already be on the other node. The ring's
+// rk + ":d:r0", ":d:r1", ..., one HyperLogLog per bucket (distinctRing keys).
+// Every key a script touches is declared: during a slot migration a key the
+// script named itself may already be on the other node. The ring's
 // keys that hold nothing never exist, so while the slot migrates the cluster
 // refuses the call before it runs (TRYAGAIN, resent by the store), and never
 // runs it on a node that does not hold every key.

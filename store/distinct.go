@@ -13,9 +13,9 @@ import (
 // live buckets, so that a count over the window is PFCOUNT of one key, which
 // Redis answers from its cached cardinality while the union is unchanged. The
 // union is rebuilt once per bucket, by the second add after a bucket leaves
-// the window (a count before it merges the live buckets). Its standard error is 0.81% (Redis's HyperLogLog), at most 12 KB
-// per bucket whatever the number of members; docs/counters.md gives the
-// measured error and memory. The keys of a key's distinct count share its
+// the window (a count before it merges the live buckets). Its standard error
+// is 0.81% (Redis's HyperLogLog), at most 12 KB per bucket whatever the
+// number of members; docs/counters.md gives the measured error and memory. The keys of a key's distinct count share its
 // slot:
 //
 //	prefix + "{" + key + "}:" + shape + ":d"          a hash: which bucket each ring key holds

@@ -65,8 +65,8 @@ local function ws_dlive(K)
   local all = redis.call('HGETALL', K.h)
   local by = {}
   for i = 1, #all, 2 do
-    local s, j = tonumber(all[i]), tonumber(all[i + 1])
-    if s ~= nil and j ~= nil and all[i] ~= 'u' and all[i] ~= 'h' then by[s] = j end
+    local s, j = tonumber(all[i]), tonumber(all[i + 1]) -- ("u" and "h" are not numbers)
+    if s ~= nil and j ~= nil then by[s] = j end
   end
   K.by = by
   return by
@@ -168,14 +168,14 @@ end
 -- instant, nothing is ahead of the instant and the span is the window; else
 -- PFCOUNT of the live ring keys (a merge, which writes nothing).
 local function ws_dcount(L, K, lthr)
-  local top = L.now + L.H.F
+  local hi = L.now + L.H.F
   if not K.known then
     local v = redis.call('HMGET', K.h, 'u', 'h')
     K.ub, K.top, K.known = tonumber(v[1]), tonumber(v[2]), true
   end
   if K.top == nil then return 0 end -- nothing was ever added
-  if K.ub == L.low and K.top <= top and lthr <= L.now - L.w then return redis.call('PFCOUNT', K.u) end
-  local keys = ws_dkeys(K, ws_dlive(K), math.max(lthr, L.now - L.w), top)
+  if K.ub == L.low and K.top <= hi and lthr <= L.now - L.w then return redis.call('PFCOUNT', K.u) end
+  local keys = ws_dkeys(K, ws_dlive(K), math.max(lthr, L.now - L.w), hi)
   if #keys == 0 then return 0 end
   return redis.call('PFCOUNT', unpack(keys))
 end
