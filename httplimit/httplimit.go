@@ -33,6 +33,11 @@
 // WithOnShadowRefusal hook and to the recorder as outcome ShadowRefused, so a
 // limit can be watched in production before it is enforced.
 //
+// A rule's InFlight (limit.NewConcurrency) caps the requests of a key being
+// served at once: a lease is taken before the limiters are asked and released
+// when the handler returns; a request that finds none free is answered 429,
+// or 503 with InFlightStatus.
+//
 // A degraded limiter (limit.Degrade) decides in process while its server
 // fails, on this instance's share of the limit; its decisions are recorded as
 // outcomes DegradedAllowed and DegradedRefused, and its circuit breaker's
@@ -42,6 +47,7 @@
 package httplimit
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -69,6 +75,18 @@ type Rule struct {
 	// Limiters are the limits that apply together, such as per second and
 	// per hour. Each is asked with the key "Name:" + Key(r).
 	Limiters []limit.Limiter
+	// InFlight, when set, caps how many requests of a key are served at once
+	// (limit.NewConcurrency): a lease of the key "Name:" + Key(r) is taken
+	// before the Limiters are asked, and released when the handler returns
+	// (or, if the process dies, at the end of its ttl). A request that finds
+	// no free lease is answered InFlightStatus, with Retry-After the time
+	// until the first held lease's ttl ends, and the Limiters count nothing;
+	// one that the Limiters refuse releases its lease at once. A rule needs
+	// Limiters, InFlight, or both. A shadow rule takes no InFlight.
+	InFlight *limit.Concurrency
+	// InFlightStatus is the status of a request refused by InFlight: 0 for
+	// 429 Too Many Requests (the default), or 503 Service Unavailable.
+	InFlightStatus int
 	// Cost is a request's cost; nil means 1.
 	Cost func(r *http.Request) int64
 	// FailOpen admits requests when a limiter fails (the server is down, a
@@ -157,6 +175,9 @@ const (
 	DegradedAllowed Outcome = "degraded_allowed"
 	// DegradedRefused: 429 from a degraded limiter deciding in process.
 	DegradedRefused Outcome = "degraded_refused"
+	// InFlightRefused: InFlightStatus (429 or 503) because every lease of
+	// the rule's InFlight limit was held.
+	InFlightRefused Outcome = "inflight_refused"
 )
 
 // New returns the middleware for rules, or an error for a rule without a
@@ -172,8 +193,12 @@ func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) 
 			return nil, invalidRule(strconv.Itoa(i), fmt.Sprintf("name %q is not a token (%s)", r.Name, keyspace.TokenForm))
 		case r.Key == nil:
 			return nil, invalidRule(r.Name, "no key function")
-		case len(r.Limiters) == 0:
+		case len(r.Limiters) == 0 && r.InFlight == nil:
 			return nil, invalidRule(r.Name, "no limiter")
+		case r.InFlight != nil && r.Shadow:
+			return nil, invalidRule(r.Name, "a shadow rule takes no InFlight limit")
+		case r.InFlightStatus != 0 && r.InFlightStatus != http.StatusTooManyRequests && r.InFlightStatus != http.StatusServiceUnavailable:
+			return nil, invalidRule(r.Name, fmt.Sprintf("InFlightStatus %d is not 0, 429 or 503", r.InFlightStatus))
 		}
 		for _, l := range r.Limiters {
 			if l == nil {
@@ -193,7 +218,11 @@ func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) 
 						watch(&o, &rs[i], r)
 						continue
 					}
-					if !serve(&o, &rs[i], w, r) {
+					ok, release := serve(&o, &rs[i], w, r)
+					if release != nil {
+						defer release()
+					}
+					if !ok {
 						return
 					}
 					break
@@ -221,6 +250,12 @@ func compile(r Rule) compiled {
 			c.policies[p.Name] = p
 		}
 	}
+	if r.InFlight != nil {
+		p := r.InFlight.Policy()
+		c.policies[p.Name] = p
+		// A concurrency limit has no window: its policy item has no w.
+		c.header = strings.TrimPrefix(c.header+", "+fmt.Sprintf("%s;q=%d", p.Name, p.Limit), ", ")
+	}
 	if len(r.Limiters) > 1 {
 		if m, err := limit.Combine(r.Limiters...); err == nil {
 			c.run = []limit.Limiter{m}
@@ -237,8 +272,20 @@ func (c *compiled) policy(l limit.Limiter, d store.Decision) limit.Policy {
 	return l.Policy()
 }
 
-// serve applies one rule; it reports whether the request may go on.
-func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request) bool {
+// serve applies one rule; it reports whether the request may go on, and
+// returns the release of its InFlight lease (nil without one), for when the
+// handler returns.
+func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request) (bool, func()) {
+	var release func()
+	ok := serveLease(o, rule, w, r, &release)
+	if !ok && release != nil {
+		release() // refused by a limiter: the lease goes back at once
+		release = nil
+	}
+	return ok, release
+}
+
+func serveLease(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, release *func()) bool {
 	start := time.Now()
 	observe := func(out Outcome) {
 		if o.metrics != nil {
@@ -287,6 +334,32 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request) b
 	var best store.Decision
 	var bestPolicy limit.Policy
 	chosen, shadowed, degraded := false, false, false
+	if in := rule.InFlight; in != nil {
+		l, err := in.Acquire(r.Context(), key)
+		if err != nil {
+			return fail(err)
+		}
+		p := in.Policy()
+		if !l.Allowed {
+			setFields(o, h, p, 0, l.RetryAfter)
+			status := rule.InFlightStatus
+			if status == 0 {
+				status = http.StatusTooManyRequests
+			}
+			if l.RetryAfter > 0 {
+				h.Set("Retry-After", strconv.FormatInt(seconds(l.RetryAfter), 10))
+			}
+			http.Error(w, http.StatusText(status)+": too many requests in flight", status)
+			observe(InFlightRefused)
+			return false
+		}
+		*release = func() {
+			if _, err := in.Release(context.WithoutCancel(r.Context()), key, l.ID); err != nil && o.onError != nil {
+				o.onError(r, rule.Name, err)
+			}
+		}
+		best, bestPolicy, chosen = l.Decision, p, true
+	}
 	for _, l := range rule.run {
 		d, err := l.Allow(r.Context(), key, cost)
 		if err != nil {

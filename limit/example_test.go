@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
@@ -52,4 +53,38 @@ func ExampleDegrade() {
 	// allowed=true degraded=true limit=5 remaining=0 retry=0s err=<nil>
 	// allowed=false degraded=true limit=5 remaining=0 retry=55s err=<nil>
 	// breaker: open
+}
+
+// At most 2 requests of a user in flight: a lease per request, released when
+// the request is done, or by its TTL if the process dies first. (It needs a
+// server, so it is compiled but not run; tests/lease_test.go runs the same
+// calls on real servers.)
+func ExampleNewConcurrency() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	st, err := store.New(ctx, client, store.Window{Length: time.Minute, Bucket: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	inflight, err := limit.NewConcurrency(st, "inflight", 2, 30*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	a, _ := inflight.Acquire(ctx, "user:42")
+	b, _ := inflight.Acquire(ctx, "user:42")
+	c, _ := inflight.Acquire(ctx, "user:42")
+	fmt.Println(a.Allowed, b.Allowed, c.Allowed, c.Sum, c.RetryAfter > 0)
+	released, _ := inflight.Release(ctx, "user:42", a.ID)
+	again, _ := inflight.Release(ctx, "user:42", a.ID)
+	fmt.Println(released, again)
+	d, _ := inflight.Acquire(ctx, "user:42")
+	fmt.Println(d.Allowed, d.Remaining)
+	// Prints:
+	// true true false 2 true
+	// true false
+	// true 0
 }

@@ -14,7 +14,7 @@ import (
 func TestACLRules(t *testing.T) {
 	rules := acldoc.Parse(append(plain.ACLRules(), fieldTTL.ACLRules()...)...)
 	for label, b := range map[string]*backend.Backend{"plain hash": plain, "field TTL": fieldTTL} {
-		if err := acldoc.Check(rules, label, []string{"event ids", "distinct counts"}, b.Write, b.Sum, b.Inspect); err != nil {
+		if err := acldoc.Check(rules, label, []string{"event ids", "distinct counts", "leases"}, b.Write, b.Sum, b.Inspect); err != nil {
 			t.Error(err)
 		}
 	}
@@ -26,7 +26,7 @@ func TestACLRules(t *testing.T) {
 // fields. (The distinct counts' hash of HyperLogLogs has no field TTLs: it is
 // left out.)
 func TestFieldTTLWrites(t *testing.T) {
-	cmds := fieldTTL.Write.CommandsOutside("backend/lua/distinct.lua")
+	cmds := fieldTTL.Write.CommandsOutside("backend/lua/distinct.lua", "backend/lua/lease.lua")
 	for _, bad := range []string{"HSET", "HSETEX", "HPEXPIRE", "HEXPIRE", "HINCRBYFLOAT"} {
 		if slices.Contains(cmds, bad) {
 			t.Errorf("the field-TTL write script calls %s", bad)

@@ -31,6 +31,22 @@ const (
 	Distinct
 	// Read answers the counter's window sums and writes nothing.
 	Read
+	// Acquire takes a lease on the key, a concurrency limit: at most Limit
+	// leases of the key are held at once, each until Release ends it or its
+	// TTL passes (so a holder that crashed frees its lease). It is a limit of
+	// the batch, decided all or nothing with the batch's Limits: it takes the
+	// lease only if they admit their costs, and they count them only if a
+	// lease is free. Lease is the lease's id; empty, Apply makes a random one
+	// (Value.Lease). An id already held always fits, and is refreshed, so a
+	// resent Acquire holds one lease. Value.Sum is the number of leases held
+	// after the op; Value.Counted, whether it acquired.
+	Acquire
+	// Refresh ends the held lease Lease TTL from now (Value.Counted true);
+	// a lease no longer held is not taken again (false).
+	Refresh
+	// Release ends the held lease Lease now (Value.Counted true; false when
+	// it was not held: released before, or ended by its TTL).
+	Release
 	// countQuiet is a Count with NoSum.
 	countQuiet Kind = -1
 )
@@ -53,6 +69,12 @@ type Op struct {
 	Limit int64
 	// Members are the members a Distinct op adds: at least one.
 	Members []string
+	// Lease is the lease id of an Acquire, Refresh or Release: at most 128
+	// bytes, with no spaces.
+	Lease string
+	// TTL is how long an Acquire or a Refresh holds its lease, unless it is
+	// released or refreshed: a whole number of ms, from 1 ms to 2^40 ms.
+	TTL time.Duration
 
 	tier int // the tier of the Store's Over view: the window a Limit limits, or whose sum Value.Sum is
 }
@@ -118,13 +140,18 @@ type Value struct {
 	Sums         []int64
 	CountedTiers []bool
 	// Limit, Remaining, RetryAfter and ResetAfter are a Limit op's, as in
-	// Decision.
+	// Decision, and Limit, Remaining and RetryAfter an Acquire's: the most
+	// leases, how many more are free, and for a refusal the time until the
+	// first held lease ends by its TTL (a Release may free one sooner; -1
+	// when Limit is 0).
 	Limit, Remaining       int64
 	RetryAfter, ResetAfter time.Duration
-	// Refused reports that a Limit op refused its cost: for a duplicate,
-	// that it refused the first call (RetryAfter is then its wait from now,
-	// 0 when it would admit the cost now).
+	// Refused reports that a Limit or Acquire op refused its cost: for a
+	// duplicate, that it refused the first call (RetryAfter is then its wait
+	// from now, 0 when it would admit the cost now).
 	Refused bool
+	// Lease is an Acquire's lease id: Op.Lease, or the one Apply made.
+	Lease string
 }
 
 // Apply runs the batches, each atomically in one script call, all in one
@@ -324,12 +351,21 @@ func makePlan(b Batch) (*plan, error) {
 		return nil, bad("op 0 has no store")
 	}
 	copy(p.ops, b.Ops)
+	// A batch of Acquires and Refreshes only is safe to send again after a
+	// lost reply, as one with an event id: a lease id held is only refreshed.
+	leasesOnly := true
 	for i := range p.ops {
 		o := &p.ops[i]
 		if o.Kind == Count && o.NoSum {
 			o.Kind = countQuiet
 		}
-		if o.Store != nil {
+		if o.Kind == Acquire && o.Lease == "" {
+			o.Lease = newLeaseID()
+		}
+		if o.Kind != Acquire && o.Kind != Refresh {
+			leasesOnly = false
+		}
+		if o.Store != nil && !isLease(o.Kind) {
 			t, err := o.Store.overTier()
 			if err != nil {
 				return nil, bad("op %d: %s", i, err)
@@ -337,9 +373,11 @@ func makePlan(b Batch) (*plan, error) {
 			o.tier = t
 		}
 	}
+	p.retry = p.retry || leasesOnly
 	type counter struct{ limited, counted bool }
 	counters := map[string]*counter{} // by the counter's primary Redis key
 	limitedTiers := map[string]bool{}
+	leases := map[string]bool{} // by the leases' Redis key
 	var slot uint16
 	var ttl int64
 	var items [][]string // per item: kind, shape, args
@@ -372,6 +410,22 @@ func makePlan(b Batch) (*plan, error) {
 		}
 		for _, t := range st.tiers {
 			ttl = max(ttl, t.winMs+t.bucketMs)
+		}
+		if o.Kind == Acquire || o.Kind == Refresh || o.Kind == Release {
+			if err := checkLease(o); err != nil {
+				return nil, bad("op %d: %s", i, err)
+			}
+			lk, _ := st.redisKey(o.Key, leaseTag)
+			if leases[lk] {
+				return nil, bad("op %d: the leases of %q are in the batch twice", i, o.Key)
+			}
+			leases[lk] = true
+			kind := map[Kind]string{Acquire: backend.ItemAcquire, Refresh: backend.ItemRefresh, Release: backend.ItemRelease}[o.Kind]
+			items = append(items, []string{kind, strconv.FormatInt(o.Limit, 10), strconv.FormatInt(o.TTL.Milliseconds(), 10), o.Lease})
+			keys = append(keys, lk)
+			p.items = append(p.items, planItem{op: i, kind: kind})
+			ttl = max(ttl, o.TTL.Milliseconds())
+			continue
 		}
 		switch o.Kind {
 		case Count, countQuiet, Distinct, Read:
@@ -511,6 +565,12 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 	for i, o := range p.ops {
 		r.Values[i].Counted = !r.Duplicate && (o.Kind != Limit || r.Allowed) && o.Kind != Read &&
 			(o.Kind != Distinct || len(o.Members) > 0)
+		if o.Kind == Acquire {
+			r.Values[i].Lease = o.Lease
+		}
+		if isLease(o.Kind) {
+			continue // see below
+		}
 		if o.Kind != Limit {
 			r.Values[i].Sums = make([]int64, len(o.Store.tiers))
 			r.Values[i].CountedTiers = make([]bool, len(o.Store.tiers))
@@ -523,6 +583,12 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 		a := v[2+j]
 		val := &r.Values[it.op]
 		o := p.ops[it.op]
+		if isLease(o.Kind) {
+			if err := val.leaseAnswer(a, o, r.Duplicate); err != nil {
+				return r, err
+			}
+			continue
+		}
 		if it.kind != backend.ItemLimit {
 			if f, err := a.ToArray(); err == nil { // a late event: this tier's bucket has left the window
 				if len(f) != 1 {
@@ -572,7 +638,7 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 		var worst time.Duration
 		for i, o := range p.ops {
 			ra := r.Values[i].RetryAfter
-			if o.Kind != Limit || !r.Values[i].Refused {
+			if (o.Kind != Limit && o.Kind != Acquire) || !r.Values[i].Refused {
 				continue
 			}
 			if r.RefusedBy < 0 || ra < 0 || (worst >= 0 && ra > worst) {

@@ -13,7 +13,7 @@ import (
 // call, with event ids and distinct counts, and nothing they do not.
 func TestACLRules(t *testing.T) {
 	rules := acldoc.Parse(tair.ACLRules()...)
-	if err := acldoc.Check(rules, "TairHash", []string{"event ids", "distinct counts"}, tair.Write, tair.Sum, tair.Inspect); err != nil {
+	if err := acldoc.Check(rules, "TairHash", []string{"event ids", "distinct counts", "leases"}, tair.Write, tair.Sum, tair.Inspect); err != nil {
 		t.Error(err)
 	}
 }
@@ -41,18 +41,19 @@ func TestWriteForm(t *testing.T) {
 		t.Errorf("%d EXHINCRBY calls, %d of them without TTL arguments: PXAT, PX and KEEPTTL reach replicas wrong", n, m)
 	}
 	// No key-level expiry, and no native hash command, outside the distinct
-	// counts (distinct.lua), whose keys are core Redis keys on every backend
-	// (HyperLogLogs, and a native hash of them), never TairHash keys.
+	// counts (distinct.lua) and the leases (lease.lua), whose keys are core
+	// Redis keys on every backend (HyperLogLogs and a native hash of them,
+	// sorted sets), never TairHash keys.
 	expiry := regexp.MustCompile(`redis\.call\('(?:PEXPIREAT|PEXPIRE|EXPIRE|EXPIREAT)'`)
 	for i, line := range strings.Split(src, "\n") {
-		if f, _ := tair.Write.Locate(i + 1); f != "backend/lua/distinct.lua" && expiry.MatchString(line) {
+		if f, _ := tair.Write.Locate(i + 1); f != "backend/lua/distinct.lua" && f != "backend/lua/lease.lua" && expiry.MatchString(line) {
 			t.Errorf("a key-level expiry outside the distinct counts: %s", strings.TrimSpace(line))
 		}
 	}
 	if !slices.Contains(tair.Write.Commands(), "PEXPIREAT") {
 		t.Error("the distinct counts' keys get no expiry: the check above checks nothing")
 	}
-	cmds := tair.Write.CommandsOutside("backend/lua/distinct.lua")
+	cmds := tair.Write.CommandsOutside("backend/lua/distinct.lua", "backend/lua/lease.lua")
 	for _, bad := range []string{"HGETALL", "HINCRBY", "HSET", "HDEL"} {
 		if slices.Contains(cmds, bad) {
 			t.Errorf("the TairHash scripts call the native hash's %s", bad)

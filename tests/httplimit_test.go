@@ -240,3 +240,86 @@ t_ratelimit_decisions_total{outcome="shadow_refused",rule="preview"} 7
 	require.NoError(t, err)
 	require.Zero(t, d.Remaining)
 }
+
+// TestHTTPInFlight: Rule.InFlight caps the requests of a key in flight. Of
+// 40 concurrent requests with one key and a cap of 3, exactly 3 reach the
+// handler and 37 are answered the configured 503 with Retry-After, counting
+// nothing on the rule's rate limit; when the handlers return, their leases
+// are released, and a request that a rate limit refuses gives its lease back
+// at once.
+func TestHTTPInFlight(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis70)
+	ctx := ctxT(t)
+	prefix := harness.Prefix(t)
+	s, err := store.New(ctx, srv.Client(t), store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix(prefix))
+	require.NoError(t, err)
+	in, err := limit.NewConcurrency(s, "inflight", 3, time.Minute)
+	require.NoError(t, err)
+	perMin, err := limit.NewSlidingWindow(s, "permin", 100)
+	require.NoError(t, err)
+	rec := &countingRecorder{}
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{perMin},
+		InFlight: in, InFlightStatus: http.StatusServiceUnavailable}}, httplimit.WithRecorder(rec))
+	require.NoError(t, err)
+	var inside atomic.Int64
+	entered, unblock := make(chan struct{}, 40), make(chan struct{})
+	ts := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inside.Add(1)
+		entered <- struct{}{}
+		<-unblock
+		_, _ = io.WriteString(w, "ok")
+	})))
+	defer ts.Close()
+
+	const callers = 40
+	codes := make(chan *http.Response, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() { codes <- get(t, ts.URL, map[string]string{"X-User": "u1"}) })
+	}
+	// The refused answer at once; the admitted wait in the handler.
+	for range 3 {
+		<-entered
+	}
+	var refused []*http.Response
+	for len(refused) < callers-3 {
+		refused = append(refused, <-codes)
+	}
+	require.EqualValues(t, 3, inside.Load(), "exactly 3 requests in flight")
+	require.Equal(t, "3", srv.Cmd(t, "ZCARD", prefix+"{api:h:u1}:inflight:lease"), "3 leases held")
+	for _, r := range refused {
+		require.Equal(t, http.StatusServiceUnavailable, r.StatusCode)
+		require.NotEmpty(t, r.Header.Get("Retry-After"))
+		require.Equal(t, "permin;q=100;w=60, inflight;q=3", r.Header.Get("RateLimit-Policy"))
+		require.Regexp(t, `^inflight;r=0;t=\d+$`, r.Header.Get("RateLimit"))
+	}
+	close(unblock)
+	wg.Wait()
+	close(codes)
+	for r := range codes {
+		require.Equal(t, http.StatusOK, r.StatusCode)
+	}
+	require.Equal(t, callers-3, rec.count(httplimit.InFlightRefused))
+	require.Equal(t, 3, rec.count(httplimit.Allowed))
+	n, err := s.Sub("permin").Sum(ctx, "api:h:u1")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, n, "the refused requests counted nothing on the rate limit")
+	require.Equal(t, "0", srv.Cmd(t, "ZCARD", prefix+"{api:h:u1}:inflight:lease"), "every lease released")
+
+	// A rate limit that refuses: the lease goes back at once.
+	tight, err := limit.NewSlidingWindow(s, "tight", 0)
+	require.NoError(t, err)
+	mw2, err := httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{tight}, InFlight: in}})
+	require.NoError(t, err)
+	ts2 := httptest.NewServer(mw2(okHandler()))
+	defer ts2.Close()
+	r := get(t, ts2.URL, map[string]string{"X-User": "u2"})
+	require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+	require.Equal(t, "0", srv.Cmd(t, "ZCARD", prefix+"{api:h:u2}:inflight:lease"), "a refused request holds no lease")
+
+	_, err = httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), InFlight: in, InFlightStatus: 500}})
+	require.ErrorIs(t, err, store.ErrInvalid)
+	_, err = httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), InFlight: in, Shadow: true}})
+	require.ErrorIs(t, err, store.ErrInvalid)
+}

@@ -15,6 +15,7 @@
 //	Ops         the backend's operations, or ScanOps        (the backend's)
 //	ops.lua     Add and Allow on top of the operations      (shared)
 //	distinct.lua  distinct counts: HyperLogLogs             (shared)
+//	lease.lua   leases: concurrency limits                  (shared)
 //	group.lua   atomic groups: limits, ids, event times     (shared)
 //	body        write.lua, sum.lua or inspect.lua           (shared)
 //
@@ -122,11 +123,12 @@ func (b *Backend) ACLRules() []ACLRule {
 const StoreConn = "~ws:* -@all +hello +ping +command|info +evalsha +eval +evalsha_ro +eval_ro"
 
 // StoreExtras are the rules of the store's optional features, shared by every
-// backend: event ids, Redis Functions, distinct counts.
+// backend: event ids, Redis Functions, distinct counts, leases.
 var StoreExtras = []ACLRule{
 	{"event ids", "+get +set"},
 	{"functions", "+fcall +fcall_ro +function|load"},
 	{"distinct counts", "+pfadd +pfcount +pfmerge +pexpireat +del +hmget +hset +hdel +hgetall"},
+	{"leases", "+zscore +zcount +zrangebyscore +zremrangebyscore +zrem +zadd +zrange +pexpireat"},
 }
 
 // Backend is one way of keeping counters on a server. Its zero value is not
@@ -149,7 +151,7 @@ func New(spec Spec) *Backend {
 	lib = append(lib, spec.Prims...)
 	lib = append(lib, shared("scan.lua"))
 	lib = append(lib, spec.Ops...)
-	lib = append(lib, shared("ops.lua"), shared("distinct.lua"), shared("group.lua"))
+	lib = append(lib, shared("ops.lua"), shared("distinct.lua"), shared("lease.lua"), shared("group.lua"))
 	body := func(name string) []Fragment { return append(append([]Fragment(nil), lib...), shared(name)) }
 	b := &Backend{
 		Spec:    spec,
@@ -212,6 +214,9 @@ const (
 	ItemIfOK     = "k" // shape delta: add only when the limits admit
 	ItemDistinct = "h" // shape n members...: add to the HyperLogLog, answer the count
 	ItemRead     = "r" // shape: answer the window sum, write nothing
+	ItemAcquire  = "a" // max ttl id: take a lease, a limit of the group
+	ItemRefresh  = "f" // max ttl id: extend a held lease
+	ItemRelease  = "x" // max ttl id: end a held lease
 )
 
 // The codes of the errors the scripts raise, as the first word of the error
@@ -235,6 +240,7 @@ func constants() Fragment {
 		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead},
+		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},
 		{"WS_E_NOTCOUNTER", CodeNotCounter}, {"WS_E_OVERFLOW", CodeOverflow}, {"WS_E_CLOCK", CodeClock},
 		{"WS_E_ARGS", CodeArgs}, {"WS_E_TOOOLD", CodeTooOld}, {"WS_E_FUTURE", CodeFuture},
 	} {

@@ -16,6 +16,10 @@
 --                                       the distinct count (its keys: see
 --                                       ws_dk in distinct.lua)
 --   WS_IT_READ     shape                answer the window sum; write nothing
+--   WS_IT_ACQUIRE, WS_IT_REFRESH, WS_IT_RELEASE   max ttl id
+--                                       a lease (see lease.lua): an acquire
+--                                       is a limit of the group; answer
+--                                       {held, ok, retry ms}
 --
 -- After the operation's code, ARGV holds: the number of items, the event id
 -- ("" for none), the id's time to live (ms), the event time ("" for now), then
@@ -83,15 +87,15 @@ local function ws_groupretry(limits)
   return -1
 end
 
--- ws_refusedby marks the limits that refused an event the first time, from
--- the decision its id recorded ('0,j,k...': the items j, k refused). A
--- record without them ('0', from an older version) blames the limits that
--- refuse now, or every limit when none does.
+-- ws_refusedby marks the limits (and acquires) that refused an event the
+-- first time, from the decision its id recorded ('0,j,k...': the items j, k
+-- refused). A record without them ('0', from an older version) blames the
+-- limits that refuse now, or every limit when none does.
 local function ws_refusedby(items, limits, rec)
   local any = false
   for j in string.gmatch(rec, ',(%d+)') do
     local it = items[tonumber(j)]
-    if it ~= nil and it.kind == WS_IT_LIMIT then it.refused, any = true, true end
+    if it ~= nil and (it.kind == WS_IT_LIMIT or it.kind == WS_IT_ACQUIRE) then it.refused, any = true, true end
   end
   if any then return end
   for _, it in ipairs(limits) do
@@ -102,7 +106,7 @@ local function ws_refusedby(items, limits, rec)
 end
 
 local function ws_group(G)
-  local items, limits = G.items, {}
+  local items, limits, acquires, deciders = G.items, {}, {}, {}
   local seen = nil
   if G.idkey ~= nil then
     seen = redis.call('GET', G.idkey)
@@ -111,7 +115,11 @@ local function ws_group(G)
   local placed = false
   for _, it in ipairs(items) do
     local kind = it.kind
-    if kind == WS_IT_LIMIT then
+    if it.lease then
+      ws_lopen(it, G.H.now) -- a lease acts now, whatever the event time
+      placed = true
+      if kind == WS_IT_ACQUIRE then acquires[#acquires + 1] = it end
+    elseif kind == WS_IT_LIMIT then
       it.B = it.L.target
       limits[#limits + 1] = it
     elseif kind == WS_IT_IFOK then
@@ -135,21 +143,34 @@ local function ws_group(G)
     ws_checked(it.C.sum, it.C.fits)
     it.fits = it.cost <= it.limit and ws_le(it.C.sum, it.limit - it.cost)
     if not it.fits then allowed = false end
+    deciders[#deciders + 1] = it
+  end
+  for _, it in ipairs(acquires) do
+    if not it.fits then allowed = false end
+    deciders[#deciders + 1] = it
   end
   local flags = 0
   if seen then
     -- The first call's decision: '1', or '0' and the refusing items.
     allowed = seen == '1'
     flags = 2
-    if not allowed then ws_refusedby(items, limits, seen) end
+    if not allowed then ws_refusedby(items, deciders, seen) end
   else
-    for _, it in ipairs(limits) do it.refused = not it.fits end
+    for _, it in ipairs(deciders) do it.refused = not it.fits end
   end
   if allowed then flags = flags + 1 end
   local retry = 0
   if not allowed then
     for _, it in ipairs(limits) do it.S = ws_detail(it.L, it.key, it.C) end
     retry = ws_groupretry(limits)
+    -- An acquire that does not fit now might once a lease ends: the group's
+    -- retry is the later of the two (a release may free a lease sooner).
+    for _, it in ipairs(acquires) do
+      if it.refused then
+        it.retry = ws_lretry(it, G.H.now)
+        if it.retry < 0 or retry < 0 then retry = -1 else retry = math.max(retry, it.retry) end
+      end
+    end
   end
   -- Prepare every write, unless the event was seen before: an overflow
   -- raises here, before anything is written, so that no item is left written
@@ -189,7 +210,10 @@ local function ws_group(G)
   local out = {flags, retry}
   for j, it in ipairs(items) do
     local kind, ans = it.kind, false
-    if it.B == nil then
+    if it.lease then
+      ans = ws_lwrite(it, G.H, allowed, seen)
+      if not seen and ans[2] == 1 then wrote = true end
+    elseif it.B == nil then
       -- A late event whose bucket has left this item's window: it counts
       -- nothing here, and answers {value now} (the array marks "not
       -- counted"; the value is still the window's).
@@ -246,7 +270,7 @@ end
 -- answers where the next operation starts in each, and the group.
 local function ws_readgroup(H, i, k)
   local n = tonumber(ARGV[i])
-  local G = {items = {}}
+  local G = {items = {}, H = H}
   local id, et = ARGV[i + 1], ARGV[i + 3]
   if id ~= '' then
     G.idkey, G.ttl = KEYS[k], ARGV[i + 2]
@@ -256,12 +280,22 @@ local function ws_readgroup(H, i, k)
   i = i + 4
   for j = 1, n do
     local kind = ARGV[i]
-    -- The fields set later are named here, as nil: the constructor sizes the
-    -- table for them, so that it never grows (and is rehashed) field by field.
-    local it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k], limit = nil, cost = nil, delta = nil,
-      members = nil, K = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil}
+    local it
+    if kind == WS_IT_ACQUIRE or kind == WS_IT_REFRESH or kind == WS_IT_RELEASE then
+      -- A lease (lease.lua): its own fields.
+      it = {kind = kind, key = KEYS[k], lease = true, limit = tonumber(ARGV[i + 1]), ttl = tonumber(ARGV[i + 2]),
+        id = ARGV[i + 3], mine = nil, held = nil, fits = nil, refused = nil, retry = nil}
+    else
+      -- The fields set later are named here, as nil: the constructor sizes
+      -- the table for them, so that it never grows (and is rehashed) field
+      -- by field.
+      it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k], limit = nil, cost = nil, delta = nil,
+        members = nil, K = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil}
+    end
     k = k + 1
-    if kind == WS_IT_LIMIT then
+    if it.lease then
+      i = i + 4
+    elseif kind == WS_IT_LIMIT then
       it.limit, it.delta = tonumber(ARGV[i + 2]), ARGV[i + 3]
       it.cost = tonumber(it.delta)
       i = i + 4

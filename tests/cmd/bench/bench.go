@@ -38,7 +38,7 @@ type benchConfig struct {
 
 // The operations bench knows, in the order it runs them.
 var benchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "record6", "distinct",
-	"naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
+	"lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
 
 // benchDetails is the body of --help; the flags follow it (benchFlags).
 const benchDetails = `Measures every operation with --goroutines goroutines on one client, over
@@ -61,6 +61,7 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
   allow       Store.Allow                allow3    store.AllowAll, 3 policies
   record6     features.Set.Record of a 6-feature event (2 entities)
   distinct    Store.AddDistinct of one member
+  lease       limit.Concurrency: Acquire, then Release (two script calls)
   naive       the textbook hash window script (HINCRBY, EXPIRE, HGETALL, sum, HDEL)
   zsetlog     the exact sliding log on a ZSET (limit.NewLog)
   gcra        limit.NewGCRA: GCRA, one script on a string per key
@@ -327,6 +328,10 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	if err != nil {
 		return nil, nil, err
 	}
+	inflight, err := limit.NewConcurrency(st, "inflight", 1<<40, time.Minute)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := benchFill(ctx, client, policies, prefix, nb, keys); err != nil {
 		return nil, nil, err
 	}
@@ -358,6 +363,14 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		},
 		"record6": func(ctx context.Context, k string) error {
 			_, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
+			return err
+		},
+		"lease": func(ctx context.Context, k string) error {
+			l, err := inflight.Acquire(ctx, k)
+			if err != nil {
+				return err
+			}
+			_, err = inflight.Release(ctx, k, l.ID)
 			return err
 		},
 		"distinct": func(ctx context.Context, k string) error {

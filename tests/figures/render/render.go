@@ -247,4 +247,4 @@ func bench(f figures.File) string {
 
 // BenchOps are the bench's operations (tests/cmd/bench), in the table's order.
 var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "record6", "distinct",
-	"naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
+	"lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}

@@ -1,0 +1,147 @@
+package limit
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/windowstore/windowstore/store"
+)
+
+// Concurrency limits how many requests of a key are in flight at once, where
+// the other limiters limit how many start in a window. Each request holds a
+// lease from Acquire to Release; at most max leases of a key are held at any
+// instant, exactly, however many callers race.
+//
+// A lease also ends by itself ttl after it was taken or last refreshed, so a
+// holder that crashed, or lost its connection before Release, frees its lease
+// within ttl. A holder that may work longer than ttl must Refresh its lease
+// in time, or another request may take it.
+//
+//	inflight, err := limit.NewConcurrency(st, "inflight", 10, 30*time.Second)
+//	...
+//	l, err := inflight.Acquire(ctx, "user:42")
+//	if err != nil || !l.Allowed {
+//		return // refuse: 10 requests of user 42 are in flight
+//	}
+//	defer inflight.Release(context.WithoutCancel(ctx), "user:42", l.ID)
+//
+// Most callers need Acquire and Release, or package httplimit's
+// Rule.InFlight, which does both around a handler; Refresh is for holders
+// that may outlive ttl.
+//
+// The leases of key are one sorted set in key's Redis Cluster slot, named as
+// the store's counter of key in the view st.Sub(name) with "lease" in place
+// of the window (prefix + "{" + escape(key) + "}:" + name + ":lease"), each
+// lease scored by the instant it ends on the store's clock. So a lease can be
+// decided with the key's rate limits in one script, all or nothing: put the
+// op of Op in their batch (store.Apply). Acquire is exactly that batch with
+// one op.
+//
+// A Concurrency is safe for concurrent use. Its zero value is not usable;
+// create it with NewConcurrency.
+type Concurrency struct {
+	st     *store.Store
+	policy Policy
+	max    int64
+	ttl    time.Duration
+}
+
+// Lease is what Acquire answers: the lease's ID, for Release and Refresh,
+// and the decision. In the decision, Allowed reports whether the lease was
+// taken, Limit is max, Sum the number of leases of the key held after the
+// call (this one included when taken), Remaining how many more are free, and,
+// when refused, RetryAfter the time until the first held lease ends by its
+// ttl: an upper bound, since a Release frees one sooner.
+//
+// For example, with max 2 and two leases held, the first taken 10 s ago with
+// a ttl of 30 s:
+//
+//	Acquire(ctx, "user:42") -> {ID: "...", Decision: {Allowed: false, Limit: 2, Sum: 2,
+//	                                                  Remaining: 0, RetryAfter: 20s}}
+type Lease struct {
+	ID string
+	store.Decision
+}
+
+// NewConcurrency returns a concurrency limit of max leases per key, each held
+// for ttl unless released or refreshed, kept through st's client and prefix on
+// st's clock (the store's window plays no part). max is from 0 (refuse every
+// request) to 2^53; ttl a whole number of milliseconds from 1 ms to about 34
+// years. Its Policy has Limit max, Window ttl and Algorithm "concurrency".
+func NewConcurrency(st *store.Store, name string, max int64, ttl time.Duration) (*Concurrency, error) {
+	if st == nil {
+		return nil, newError(name, store.ErrInvalid, "nil store")
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if max < 0 || max > maxExact {
+		return nil, newError(name, store.ErrInvalid, "max "+strconv.FormatInt(max, 10)+" is not within [0, 2^53]")
+	}
+	if ttl < time.Millisecond || ttl > maxTTL || ttl%time.Millisecond != 0 {
+		return nil, newError(name, store.ErrInvalid, "ttl "+ttl.String()+" is not a whole number of milliseconds from 1ms to 2^40 ms")
+	}
+	return &Concurrency{st: st.Sub(name), policy: Policy{Name: name, Limit: max, Window: ttl, Algorithm: "concurrency"},
+		max: max, ttl: ttl}, nil
+}
+
+// maxTTL bounds a lease's ttl: 2^40 ms (store.Op.TTL).
+const maxTTL = time.Duration(1<<40) * time.Millisecond
+
+// Policy returns the limit's policy.
+func (c *Concurrency) Policy() Policy { return c.policy }
+
+// Op is the op that takes lease id (a new random one when empty: the
+// result's Value.Lease) on key, to decide it with other limits of key's slot
+// in one store.Apply batch: the lease is taken only if every limit of the
+// batch admits its cost, and their costs count only if a lease is free.
+func (c *Concurrency) Op(key, id string) store.Op {
+	return store.Op{Store: c.st, Key: key, Kind: store.Acquire, Limit: c.max, Lease: id, TTL: c.ttl}
+}
+
+// Acquire takes a lease on key if fewer than max are held, or refuses. A
+// reply lost to a connection error is resent as the store resends (see
+// store.WithRetries): the lease id makes it count once.
+func (c *Concurrency) Acquire(ctx context.Context, key string) (Lease, error) {
+	v, err := c.one(ctx, c.Op(key, ""))
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{ID: v.Lease, Decision: store.Decision{Allowed: v.Counted, Limit: c.max, Sum: v.Sum,
+		Remaining: v.Remaining, RetryAfter: v.RetryAfter, Policy: c.policy.Name}}, nil
+}
+
+// Refresh ends lease id of key ttl from now instead, and reports true, if it
+// is still held; a lease that has ended (released, or past its ttl) is not
+// taken again: false.
+func (c *Concurrency) Refresh(ctx context.Context, key, id string) (bool, error) {
+	v, err := c.one(ctx, store.Op{Store: c.st, Key: key, Kind: store.Refresh, Lease: id, TTL: c.ttl})
+	return v.Counted, err
+}
+
+// Release ends lease id of key now and reports true if it was held; false
+// when it had already ended (released before, or past its ttl), so a second
+// Release changes nothing. Pass it a context that outlives the request's
+// (context.WithoutCancel): a lease left unreleased is held until its ttl.
+func (c *Concurrency) Release(ctx context.Context, key, id string) (bool, error) {
+	v, err := c.one(ctx, store.Op{Store: c.st, Key: key, Kind: store.Release, Lease: id})
+	return v.Counted, err
+}
+
+// one applies a batch of one op and answers its value.
+func (c *Concurrency) one(ctx context.Context, op store.Op) (store.Value, error) {
+	res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{op}})
+	if err != nil {
+		return store.Value{}, unwrapOne(err)
+	}
+	return res[0].Values[0], nil
+}
+
+// unwrapOne is the error of the one batch of an Apply call.
+func unwrapOne(err error) error {
+	if m, ok := err.(*store.ManyError); ok && len(m.Errs) == 1 {
+		return m.Errs[0]
+	}
+	return err
+}

@@ -1,0 +1,61 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// leaseTag names a key's leases in its Redis key, where a counter has its
+// window's tag: prefix + "{" + escape(key) + "}" + sub + ":lease", a sorted
+// set of lease ids scored by the instant each one ends
+// (internal/backend/lua/lease.lua).
+const leaseTag = "lease"
+
+// maxLeaseTTL bounds a lease's time to live: 2^40 ms, about 34 years, so that
+// an end instant stays an exact integer in the scripts' doubles.
+const maxLeaseTTL = time.Duration(1<<40) * time.Millisecond
+
+// maxLeaseID bounds a lease id's length.
+const maxLeaseID = 128
+
+func isLease(k Kind) bool { return k == Acquire || k == Refresh || k == Release }
+
+// checkLease checks a lease op's fields.
+func checkLease(o Op) error {
+	switch {
+	case o.Lease == "" || len(o.Lease) > maxLeaseID || strings.ContainsAny(o.Lease, " \t\r\n"):
+		return errors.New("lease id " + strconv.Quote(o.Lease) + " must have 1 to 128 bytes and no spaces")
+	case o.Kind == Acquire && (o.Limit < 0 || o.Limit > maxExact):
+		return errors.New("lease limit " + strconv.FormatInt(o.Limit, 10) + " must be within [0, 2^53]")
+	case o.Kind != Release && (o.TTL < time.Millisecond || o.TTL > maxLeaseTTL || o.TTL%time.Millisecond != 0):
+		return errors.New("lease TTL " + o.TTL.String() + " must be a whole number of ms from 1ms to 2^40 ms")
+	}
+	return nil
+}
+
+// newLeaseID is a random lease id: 128 bits, 22 characters.
+func newLeaseID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// leaseAnswer reads a lease item's answer {held, ok, retry ms, refused} into v.
+func (v *Value) leaseAnswer(a rueidis.RedisMessage, o Op, duplicate bool) error {
+	f, err := a.AsIntSlice()
+	if err != nil || len(f) != 4 {
+		return errors.New("unexpected lease answer " + a.String())
+	}
+	v.Sum, v.Counted = f[0], f[1] == 1 && !duplicate
+	if o.Kind == Acquire {
+		v.Limit, v.Remaining = o.Limit, remaining(o.Limit, f[0])
+		v.Refused, v.RetryAfter = f[3] == 1, ms(f[2])
+	}
+	return nil
+}
