@@ -218,7 +218,8 @@ func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) 
 						watch(&o, &rs[i], r)
 						continue
 					}
-					ok, release := serve(&o, &rs[i], w, r)
+					var release func()
+					ok := serve(&o, &rs[i], w, r, &release)
 					if release != nil {
 						defer release()
 					}
@@ -272,20 +273,10 @@ func (c *compiled) policy(l limit.Limiter, d store.Decision) limit.Policy {
 	return l.Policy()
 }
 
-// serve applies one rule; it reports whether the request may go on, and
-// returns the release of its InFlight lease (nil without one), for when the
-// handler returns.
-func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request) (bool, func()) {
-	var release func()
-	ok := serveLease(o, rule, w, r, &release)
-	if !ok && release != nil {
-		release() // refused by a limiter: the lease goes back at once
-		release = nil
-	}
-	return ok, release
-}
-
-func serveLease(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, release *func()) bool {
+// serve applies one rule; it reports whether the request may go on, and sets
+// release to the release of the rule's InFlight lease, which the caller
+// defers: when the handler returns, or at once for a request refused here.
+func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, release *func()) bool {
 	start := time.Now()
 	observe := func(out Outcome) {
 		if o.metrics != nil {
