@@ -189,8 +189,11 @@ func TestDistinctError(t *testing.T) {
 	c := srv.Client(t)
 	ctx := ctxT(t)
 	server := srv.Version(t)
-	w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
-	now := time.Now().Truncate(time.Second).Add(9500 * time.Millisecond)
+	// Minute buckets: the keys expire on the server's clock a window after
+	// their writes, and the million adds may take longer than a
+	// 10-second window on a loaded machine (it failed so under CI's load).
+	w := store.Window{Length: 10 * time.Minute, Bucket: time.Minute}
+	now := time.Now().Truncate(time.Minute).Add(9*time.Minute + 30*time.Second)
 	for _, n := range []int{100, 10000, 1000000} {
 		s, err := store.New(ctx, c, w, store.WithPrefix(fmt.Sprintf("d%d:", n)))
 		require.NoError(t, err)
@@ -205,7 +208,7 @@ func TestDistinctError(t *testing.T) {
 			for i := first; i < first+batch && i < n; i++ {
 				members = append(members, "member-"+strconv.Itoa(i))
 			}
-			_, err := s.At(now.Add(-time.Duration(b)*time.Second)).AddDistinct(ctx, "k", members...)
+			_, err := s.At(now.Add(-time.Duration(b)*time.Minute)).AddDistinct(ctx, "k", members...)
 			return err
 		})
 		got, err := s.At(now).CountDistinct(ctx, "k")

@@ -19,7 +19,7 @@
 --   WS_IT_ACQUIRE, WS_IT_REFRESH, WS_IT_RELEASE   max ttl id
 --                                       a lease (see lease.lua): an acquire
 --                                       is a limit of the group; answer
---                                       {held, ok, retry ms}
+--                                       {held, ok, retry ms, refused}
 --
 -- After the operation's code, ARGV holds: the number of items, the event id
 -- ("" for none), the id's time to live (ms), the event time ("" for now), then
