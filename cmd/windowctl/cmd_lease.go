@@ -37,42 +37,32 @@ var leaseCmd = &command{
 				}
 				return d, nil
 			}
+			var op store.Op
 			switch {
 			case len(pos) == 2 && pos[0] == "acquire":
 				n, err := strconv.ParseInt(*maxFlag, 10, 64)
 				if err != nil || n < 0 || n > maxAmount {
 					return nil, cmdUsagef("lease", "lease: --max %q is not an integer from 0 to 2^53", *maxFlag)
 				}
-				d, err := ttl()
-				if err != nil {
-					return nil, err
-				}
-				if err := checkKeys("lease", pos[1:2]); err != nil {
-					return nil, err
-				}
-				return storeAction(func(ctx context.Context, c *cli) error {
-					return c.lease(ctx, pos[1], store.Op{Kind: store.Acquire, Limit: n, TTL: d})
-				}), nil
+				op = store.Op{Kind: store.Acquire, Limit: n}
 			case len(pos) == 3 && pos[0] == "refresh":
+				op = store.Op{Kind: store.Refresh, Lease: pos[2]}
+			case len(pos) == 3 && pos[0] == "release":
+				op = store.Op{Kind: store.Release, Lease: pos[2]}
+			default:
+				return nil, synopsisError("lease")
+			}
+			if op.Kind != store.Release {
 				d, err := ttl()
 				if err != nil {
 					return nil, err
 				}
-				if err := checkKeys("lease", pos[1:2]); err != nil {
-					return nil, err
-				}
-				return storeAction(func(ctx context.Context, c *cli) error {
-					return c.lease(ctx, pos[1], store.Op{Kind: store.Refresh, Lease: pos[2], TTL: d})
-				}), nil
-			case len(pos) == 3 && pos[0] == "release":
-				if err := checkKeys("lease", pos[1:2]); err != nil {
-					return nil, err
-				}
-				return storeAction(func(ctx context.Context, c *cli) error {
-					return c.lease(ctx, pos[1], store.Op{Kind: store.Release, Lease: pos[2]})
-				}), nil
+				op.TTL = d
 			}
-			return nil, synopsisError("lease")
+			if err := checkKeys("lease", pos[1:2]); err != nil {
+				return nil, err
+			}
+			return storeAction(func(ctx context.Context, c *cli) error { return c.lease(ctx, pos[1], op) }), nil
 		}
 	},
 }
