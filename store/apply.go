@@ -411,7 +411,7 @@ func makePlan(b Batch) (*plan, error) {
 		for _, t := range st.tiers {
 			ttl = max(ttl, t.winMs+t.bucketMs)
 		}
-		if o.Kind == Acquire || o.Kind == Refresh || o.Kind == Release {
+		if isLease(o.Kind) {
 			if err := checkLease(o); err != nil {
 				return nil, bad("op %d: %s", i, err)
 			}
@@ -420,7 +420,7 @@ func makePlan(b Batch) (*plan, error) {
 				return nil, bad("op %d: the leases of %q are in the batch twice", i, o.Key)
 			}
 			leases[lk] = true
-			kind := map[Kind]string{Acquire: backend.ItemAcquire, Refresh: backend.ItemRefresh, Release: backend.ItemRelease}[o.Kind]
+			kind := leaseItem(o.Kind)
 			items = append(items, []string{kind, strconv.FormatInt(o.Limit, 10), strconv.FormatInt(o.TTL.Milliseconds(), 10), o.Lease})
 			keys = append(keys, lk)
 			p.items = append(p.items, planItem{op: i, kind: kind})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/internal/backend"
 )
 
 // leaseTag names a key's leases in its Redis key, where a counter has its
@@ -25,6 +26,17 @@ const maxLeaseTTL = time.Duration(1<<40) * time.Millisecond
 const maxLeaseID = 128
 
 func isLease(k Kind) bool { return k == Acquire || k == Refresh || k == Release }
+
+// leaseItem is the group item of a lease op's kind.
+func leaseItem(k Kind) string {
+	switch k {
+	case Acquire:
+		return backend.ItemAcquire
+	case Refresh:
+		return backend.ItemRefresh
+	}
+	return backend.ItemRelease
+}
 
 // checkLease checks a lease op's fields.
 func checkLease(o Op) error {
