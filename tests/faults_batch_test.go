@@ -19,6 +19,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -580,6 +581,32 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			require.NoError(t, err)
 			require.False(t, res[0].Duplicate)
 			require.EqualValues(t, 8, res[0].Values[0].Sum)
+		})
+		t.Run("Acquire", func(t *testing.T) {
+			// A lease acquire carries its lease id: resent after a lost
+			// reply, it refreshes the lease the first send took.
+			e := newFaultEnv(t, tg)
+			ctx := ctxT(t)
+			obs := &callErrors{}
+			s, d := e.stores(t, hourWin, store.WithObserver(obs))
+			c, err := limit.NewConcurrency(s, "in", 5, time.Minute)
+			require.NoError(t, err)
+			watch, err := limit.NewConcurrency(d, "in", 0, time.Minute) // max 0: reads the leases held, takes none
+			require.NoError(t, err)
+			held := func() int64 { l, _ := watch.Acquire(context.Background(), "k"); return l.Sum }
+			_, err = c.Acquire(ctx, "warm")
+			require.NoError(t, err)
+			seen := once(t, e, func() []int64 { return []int64{held()} })
+			l, err := c.Acquire(ctx, "k")
+			require.NoError(t, err, "the store did not resend the acquire")
+			require.Equal(t, []int64{1}, seen(), "the first send had not taken the lease before the cut")
+			require.EqualValues(t, 1, obs.n.Load(), "script calls that failed: the cut one only")
+			require.True(t, l.Allowed)
+			require.EqualValues(t, 1, l.Sum, "one lease")
+			require.EqualValues(t, 1, held(), "the acquire took two leases, or none")
+			ok, err := c.Release(ctx, "k", l.ID)
+			require.NoError(t, err)
+			require.True(t, ok)
 		})
 		t.Run("AddEventConcurrent", func(t *testing.T) {
 			e := newFaultEnv(t, tg)

@@ -43,9 +43,9 @@ local function ws_lretry(it, now)
 end
 
 -- ws_lwrite does an item's write, when it has one (see the table above),
--- and answers {held, ok, retry ms, refused}. allowed is the group's decision; seen
--- reports a duplicate, which writes nothing and answers the first call's
--- decision.
+-- and answers {held, ok, retry ms, refused}. allowed is the group's
+-- decision; seen reports a duplicate, which writes nothing and answers the
+-- first call's decision.
 local function ws_lwrite(it, H, allowed, seen)
   local kind, now, key = it.kind, H.now, it.key
   local ok, held, retry, refused = 0, it.held, 0, 0
