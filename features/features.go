@@ -19,14 +19,13 @@
 // How it runs: the features of one entity live in one Redis Cluster slot
 // (their keys share the entity's hash tag, prefix + "{user:42}:logins:1m/1s"),
 // so each entity's features are updated by one script, atomically, and the
-// entities' scripts go out together, in parallel per node (store.Apply). An
-// entity's limits are all-or-nothing: a refusal by one counts the event in
-// none of that entity's limits. Counts, sums and distinct counts count every
-// event, refused or not: they describe what was attempted.
-//
-// Limits of different entities are decided by their own entity's script: an
-// event refused by the user's limits has still been counted by the IP's limits
-// that admitted it. Keep limits that must hold together on one entity.
+// entities' scripts go out together, in parallel per node. The limits of
+// every entity are all or nothing (store.ApplyAll): a refusal by one counts
+// the event in none of the limits, of any entity. On a server that is not a
+// cluster that is one script call; on a cluster, the entities that admitted
+// are taken back by one more round trip when another refuses. Counts, sums
+// and distinct counts count every event, refused or not: they describe what
+// was attempted.
 //
 // With an event ID, a replayed event counts once (per entity: an entity that
 // saw it answers Duplicate and writes nothing, one that did not counts it), so
@@ -397,7 +396,11 @@ func (s *Set) run(ctx context.Context, e Event, read bool) (Result, error) {
 	if len(batches) == 0 {
 		return Result{}, invalidf("the event has none of the entities the set's features need")
 	}
-	res, err := store.Apply(ctx, batches...)
+	apply := store.ApplyAll // the limits of every entity decide as one
+	if read {
+		apply = store.Apply
+	}
+	res, err := apply(ctx, batches...)
 	if err != nil {
 		var m *store.ManyError
 		if errors.As(err, &m) && len(m.Errs) == len(batches) {

@@ -203,7 +203,6 @@ type planItem struct {
 func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 	out := make([]BatchResult, len(batches))
 	errs := make([]error, len(batches))
-	failed := false
 	type call struct {
 		p    *plan
 		i    int
@@ -215,7 +214,7 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 	for i, b := range batches {
 		p, err := makePlan(b)
 		if err != nil {
-			errs[i], failed = err, true
+			errs[i] = err
 			continue
 		}
 		calls = append(calls, &call{p: p, i: i, done: make(chan struct{})})
@@ -256,13 +255,10 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 			out[c.i], c.err = c.p.result(c.msg)
 		}
 		if c.err != nil {
-			errs[c.i], failed = fail("apply", batches[c.i].Ops[0].Key, c.p.st.be.Write, c.err), true
+			errs[c.i] = fail("apply", batches[c.i].Ops[0].Key, c.p.st.be.Write, c.err)
 		}
 	}
-	if failed {
-		return out, &ManyError{Errs: errs}
-	}
-	return out, nil
+	return out, many(errs)
 }
 
 // joinable returns the header (the clock) that the batches of plans ps share
@@ -501,11 +497,7 @@ func makePlan(b Batch) (*plan, error) {
 	}
 	p.args = []string{backend.OpGroup, strconv.Itoa(len(items)), b.ID, strconv.FormatInt(ttl, 10), ""}
 	if b.ID != "" {
-		var id strings.Builder
-		id.WriteString(keys[0])
-		id.WriteString(":id:")
-		keyspace.Escape(&id, b.ID)
-		p.keys = append(p.keys, id.String())
+		p.keys = append(p.keys, idKey(keys[0], b.ID))
 	}
 	if !b.Time.IsZero() {
 		p.args[4] = strconv.FormatInt(b.Time.UnixMilli(), 10)
@@ -515,6 +507,16 @@ func makePlan(b Batch) (*plan, error) {
 		p.args = append(p.args, it...)
 	}
 	return p, nil
+}
+
+// idKey is the key of event id id of a batch whose first counter's Redis key
+// is first.
+func idKey(first, id string) string {
+	var k strings.Builder
+	k.WriteString(first)
+	k.WriteString(":id:")
+	keyspace.Escape(&k, id)
+	return k.String()
 }
 
 // distinctKeys are the keys of the distinct count of tier t of the counter

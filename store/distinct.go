@@ -39,7 +39,7 @@ func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) 
 	}
 	res, err := apply(ctx, []Batch{{Ops: []Op{{Store: s, Key: key, Kind: Distinct, Members: members}}}})
 	if err != nil {
-		return 0, rename(single(err), "add distinct")
+		return 0, rename(first(err), "add distinct")
 	}
 	return res[0].Values[0].Sum, nil
 }
@@ -48,7 +48,7 @@ func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) 
 func (s *Store) CountDistinct(ctx context.Context, key string) (int64, error) {
 	n, err := s.CountDistinctMany(ctx, []string{key})
 	if err != nil {
-		return 0, single(err)
+		return 0, first(err)
 	}
 	return n[0], nil
 }

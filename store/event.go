@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 // Event is one write to a counter, for Record: an amount, with an optional
@@ -110,7 +112,7 @@ func (s *Store) Record(ctx context.Context, e Event) (_ Added, err error) {
 func (s *Store) addEvent(ctx context.Context, e Event, kind Kind) (Added, error) {
 	res, err := apply(ctx, []Batch{{ID: e.ID, Time: e.Time, Ops: []Op{{Store: s, Key: e.Key, Kind: kind, Delta: e.Delta}}}})
 	if err != nil {
-		return Added{}, rename(single(err), "add")
+		return Added{}, rename(first(err), "add")
 	}
 	r := res[0]
 	v := r.Values[0]
@@ -129,19 +131,23 @@ type Policy struct {
 }
 
 // AllowAll counts cost in every policy's counter only if every policy admits
-// it, atomically, in one script and one round trip: for example 5 logins per
-// minute and 100 per hour on one key (the tiers of one multi-resolution store,
-// through Over views, or stores of one prefix), or limits on several keys of
-// one Entity. A refusal by any policy writes nothing anywhere. The counters
-// must share a Redis Cluster slot (ErrInvalid otherwise). For several limits
-// on one key, limit.Combine wraps it as a Limiter.
+// it: for example 5 logins per minute and 100 per hour on one key (the tiers
+// of one multi-resolution store, through Over views, or stores of one
+// prefix), or limits on a user, an IP and a device at once. A refusal by any
+// policy leaves no count anywhere. Policies whose counters share a Redis
+// Cluster slot (one key, or one Entity) are decided in one script, atomically;
+// across slots, AllowAll decides as ApplyAll does (one script call on a
+// server that is not a cluster; on a cluster, a reservation per slot, taken
+// back by one more round trip when a slot refuses). For several limits on one
+// key, limit.Combine wraps it as a Limiter.
 //
 // The Decision's top-level fields are those of the policy that decides: the
 // one that refuses (with the latest retry, when several do), or else the one
 // with the least remaining. RetryAfter is the earliest time at which every
 // policy admits the cost, if nothing else is counted meanwhile: a retry then
 // succeeds, one a millisecond earlier fails. Policies has every policy's own
-// decision, in order.
+// decision, in order: its Allowed says whether that policy admitted the cost
+// (so a policy of a refused decision may say true).
 func AllowAll(ctx context.Context, cost int64, policies ...Policy) (_ Decision, err error) {
 	ctx, end := observePolicies(ctx, policies)
 	defer func() { end(err) }()
@@ -161,35 +167,79 @@ func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (De
 	if len(policies) == 0 {
 		return Decision{}, invalid("allow", "", "no policy")
 	}
-	ops := make([]Op, len(policies))
+	// One batch per slot, in the order of each slot's first policy; at[i] is
+	// where policy i's op is.
+	type place struct{ batch, op int }
+	at := make([]place, len(policies))
+	var batches []Batch
+	slots := map[uint16]int{}
 	for i, p := range policies {
-		ops[i] = Op{Store: p.Store, Key: p.Key, Kind: Limit, Limit: p.Limit, Delta: cost}
+		o := Op{Store: p.Store, Key: p.Key, Kind: Limit, Limit: p.Limit, Delta: cost}
+		b := 0
+		if slot, ok := p.slot(); ok {
+			j, seen := slots[slot]
+			if !seen {
+				j = len(batches)
+				slots[slot] = j
+				batches = append(batches, Batch{ID: id})
+			}
+			b = j
+		} else if len(batches) == 0 {
+			batches = append(batches, Batch{ID: id}) // makePlan reports it
+		}
+		at[i] = place{b, len(batches[b].Ops)}
+		batches[b].Ops = append(batches[b].Ops, o)
 	}
-	res, err := apply(ctx, []Batch{{ID: id, Ops: ops}})
+	res, err := applyAll(ctx, batches)
 	if err != nil {
-		return Decision{}, rename(single(err), "allow")
+		return Decision{}, rename(first(err), "allow")
 	}
-	br := res[0]
-	r := Decision{Allowed: br.Allowed, Duplicate: br.Duplicate}
+	r := Decision{Allowed: true, Duplicate: true}
+	for _, br := range res {
+		r.Allowed = r.Allowed && br.Allowed
+		r.Duplicate = r.Duplicate && br.Duplicate
+		if !br.Allowed && (br.RetryAfter < 0 || r.RetryAfter >= 0 && br.RetryAfter > r.RetryAfter) {
+			r.RetryAfter = br.RetryAfter
+		}
+	}
 	r.Policies = make([]Decision, len(policies))
-	decides := br.RefusedBy
-	for i, v := range br.Values {
-		p := policies[i]
+	vals := make([]Value, len(policies))
+	decides, worst := -1, time.Duration(0)
+	for i, p := range policies {
+		br := res[at[i].batch]
+		v := br.Values[at[i].op]
+		vals[i] = v
 		t, _ := p.Store.overTier()
 		r.Policies[i] = Decision{Allowed: !v.Refused, Limit: v.Limit, Sum: v.Sum, Remaining: v.Remaining,
 			RetryAfter: v.RetryAfter, ResetAfter: v.ResetAfter, Duplicate: br.Duplicate,
 			Policy: p.Key + p.Store.sub + " " + p.Store.tiers[t].win.String()}
+		// The refusing policy with the latest retry (never: -1) decides.
+		if v.Refused && (decides < 0 || v.RetryAfter < 0 || worst >= 0 && v.RetryAfter > worst) {
+			decides, worst = i, v.RetryAfter
+		}
 	}
 	if decides < 0 {
-		decides = bestIndex(br.Values)
+		decides = bestIndex(vals)
 	}
 	d := r.Policies[decides]
 	r.Limit, r.Sum, r.Remaining, r.ResetAfter, r.Policy = d.Limit, d.Sum, d.Remaining, d.ResetAfter, d.Policy
-	r.RetryAfter = br.RetryAfter
 	if len(policies) == 1 {
 		r.Policies, r.Policy = nil, ""
 	}
 	return r, nil
+}
+
+// slot is the Redis Cluster slot of the policy's counter; false when it has
+// none (no store, a bad key: the batch's checks report it).
+func (p Policy) slot() (uint16, bool) {
+	if p.Store == nil {
+		return 0, false
+	}
+	rk, err := p.Store.redisKey(p.Key, p.Store.tiers[0].tag)
+	if err != nil {
+		return 0, false
+	}
+	return keyspace.Slot(rk), true
 }
 
 // bestIndex is the index of the value with the least remaining, the first
@@ -204,11 +254,16 @@ func bestIndex(vs []Value) int {
 	return best
 }
 
-// single is the error of the one batch of an apply call.
-func single(err error) error {
+// first is the first batch's error of an apply call: the one error of a
+// batch, or of several, the first that failed.
+func first(err error) error {
 	var m *ManyError
-	if errors.As(err, &m) && len(m.Errs) == 1 {
-		return m.Errs[0]
+	if errors.As(err, &m) {
+		for _, e := range m.Errs {
+			if e != nil {
+				return e
+			}
+		}
 	}
 	return err
 }

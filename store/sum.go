@@ -164,3 +164,13 @@ func (s *Store) tierFor(key string, d time.Duration) (tier, error) {
 	}
 	return *best, nil
 }
+
+// many is a *ManyError of errs, or nil when every entry is nil.
+func many(errs []error) error {
+	for _, err := range errs {
+		if err != nil {
+			return &ManyError{Errs: errs}
+		}
+	}
+	return nil
+}

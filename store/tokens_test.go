@@ -282,3 +282,37 @@ func TestTokensErrorsLeakNothing(t *testing.T) {
 
 // withFunctions is hook.WithFunctions inside the package.
 func withFunctions(on bool) Option { return func(c *config) { c.functions = on } }
+
+// TestTokensLink: on a server that is not a cluster, AllowAll on keys of two
+// slots is one script call of one linked op carrying both groups; the
+// admitting group of a refused decision is reported without its cost.
+func TestTokensLink(t *testing.T) {
+	s, rec := tokenStore(t, false, func(cmd []string) string {
+		limit := func(sum, retry, refused int64) string {
+			return resptest.Arr(resptest.Int(sum), resptest.Int(retry), resptest.Int(10000), resptest.Int(refused))
+		}
+		return resptest.Arr(resptest.Arr( // one op: the link's reply, one group reply each
+			resptest.Arr(resptest.Int(1), resptest.Int(0), limit(1, 0, 0)),
+			resptest.Arr(resptest.Int(0), resptest.Int(4000), limit(5, 4000, 1))))
+	})
+	d, err := AllowAll(context.Background(), 1, Policy{Store: s, Key: "a", Limit: 5}, Policy{Store: s, Key: "b", Limit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.RetryAfter != 4*time.Second || d.Policy != "b 10s/1s" {
+		t.Fatalf("%+v", d)
+	}
+	if p := d.Policies[0]; !p.Allowed || p.Sum != 0 || p.Remaining != 5 {
+		t.Fatalf("the admitting policy, its cost taken back: %+v", p)
+	}
+	got := scriptCalls(rec)
+	hdr := append([]string{""}, years(time.Now())...)
+	hdr = append(hdr, "5000")
+	group := []string{"1", "", "11000", "", backend.ItemLimit, "1000:10000", "5", "1"}
+	want := append(append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "2", "ws:{a}:10s/1s", "ws:{b}:10s/1s"}, hdr...),
+		backend.OpLink, "2")
+	want = append(append(want, group...), group...)
+	if len(got) != 1 || !slices.Equal(got[0], want) {
+		t.Fatalf("sent %q\nwant %q", got, want)
+	}
+}

@@ -137,6 +137,14 @@ func TestACLMinimal(t *testing.T) {
 		d, err := s.CountDistinct(ctx, k+"d")
 		require.NoError(t, err)
 		require.EqualValues(t, 2, d)
+		// A linked decision with an event id, refused by one entity: the
+		// other's reservation is taken back and its id deleted (event ids).
+		setUser(rule + " " + aclRule("event ids"))
+		res0, err := store.ApplyAll(ctx,
+			store.Batch{ID: "acl-link", Ops: []store.Op{{Store: s.Entity("a"), Key: k, Kind: store.Limit, Limit: 5, Delta: 1}}},
+			store.Batch{ID: "acl-link", Ops: []store.Op{{Store: s.Entity("b"), Key: k, Kind: store.Limit, Limit: 0, Delta: 1}}})
+		require.NoError(t, err)
+		require.False(t, res0[0].Allowed)
 		// Leases, with their rule (and a rate limit decided with one).
 		setUser(rule + " " + aclRule("leases"))
 		cc, err := limit.NewConcurrency(s, "acl", 1, time.Minute)

@@ -47,6 +47,7 @@ type cutProxy struct {
 	ln     net.Listener
 	target string
 
+	skip     atomic.Int64 // writes to let through before the armed ones
 	armed    atomic.Int64 // writes still to cut
 	cuts     atomic.Int64 // writes cut
 	answered atomic.Int64 // cut writes the server ran before the cut
@@ -116,6 +117,12 @@ func (p *cutProxy) take() (bool, func()) {
 		n := p.armed.Load()
 		if n <= 0 {
 			return false, nil
+		}
+		if k := p.skip.Load(); k > 0 {
+			if p.skip.CompareAndSwap(k, k-1) {
+				return false, nil
+			}
+			continue
 		}
 		if p.armed.CompareAndSwap(n, n-1) {
 			p.mu.Lock()

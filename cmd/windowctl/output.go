@@ -61,13 +61,22 @@ type allowOut struct {
 	Policies     []policyOut `json:"policies,omitempty"`
 }
 
-// policyOut is one policy of an allow with --limit N/WINDOW.
+// policiesOut is allow's answer with --policy.
+type policiesOut struct {
+	Allowed      bool        `json:"allowed"`
+	RetryAfterMs int64       `json:"retry_after_ms"`
+	Policies     []policyOut `json:"policies"`
+}
+
+// policyOut is one policy of an allow with --limit N/WINDOW or --policy
+// (which has a key).
 type policyOut struct {
-	Limit        int64 `json:"limit"`
-	WindowMs     int64 `json:"window_ms"`
-	Sum          int64 `json:"sum"`
-	Remaining    int64 `json:"remaining"`
-	RetryAfterMs int64 `json:"retry_after_ms"`
+	Key          string `json:"key,omitempty"`
+	Limit        int64  `json:"limit"`
+	WindowMs     int64  `json:"window_ms"`
+	Sum          int64  `json:"sum"`
+	Remaining    int64  `json:"remaining"`
+	RetryAfterMs int64  `json:"retry_after_ms"`
 }
 
 // distinctOut is distinct's answer for each key.

@@ -125,7 +125,7 @@ const StoreConn = "~ws:* -@all +hello +ping +command|info +evalsha +eval +evalsh
 // StoreExtras are the rules of the store's optional features, shared by every
 // backend: event ids, Redis Functions, distinct counts, leases.
 var StoreExtras = []ACLRule{
-	{"event ids", "+get +set"},
+	{"event ids", "+get +set +del"},
 	{"functions", "+fcall +fcall_ro +function|load"},
 	{"distinct counts", "+pfadd +pfcount +pfmerge +pexpireat +del +hmget +hset +hdel +hgetall"},
 	{"leases", "+zscore +zcount +zrangebyscore +zremrangebyscore +zrem +zadd +zrange +pexpireat"},
@@ -204,6 +204,9 @@ const (
 	OpAllow    = "w" // shape limit cost: Allow
 	OpGroup    = "g" // a group of items of one slot (see group.lua)
 	OpDCount   = "d" // shape lookback: a distinct count
+	OpLink     = "L" // n group...: linked groups, all or nothing (see group.lua)
+	OpReserve  = "R" // a group's arguments: reserve a linked group
+	OpUndo     = "u" // a group's arguments: unreserve a linked group
 )
 
 // The kinds of a group's items (see group.lua).
@@ -237,7 +240,8 @@ func constants() Fragment {
 	b.WriteString("-- Generated from package backend's Go constants: op and error codes.\n")
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
-		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount},
+		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
+		{"WS_OP_RESERVE", OpReserve},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead},
 		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},

@@ -92,6 +92,7 @@ end
 -- refused). A record without them ('0', from an older version) blames the
 -- limits that refuse now, or every limit when none does.
 local function ws_refusedby(items, limits, rec)
+  if string.find(rec, ',L', 1, true) then return end -- refused by a linked group (ws_unreserve)
   local any = false
   for j in string.gmatch(rec, ',(%d+)') do
     local it = items[tonumber(j)]
@@ -151,8 +152,9 @@ local function ws_group(G)
   end
   local flags = 0
   if seen then
-    -- The first call's decision: '1', or '0' and the refusing items.
-    allowed = seen == '1'
+    -- The first call's decision: '1' (or '1@T', reserved at T: see
+    -- ws_link), or '0' and the refusing items.
+    allowed = string.byte(seen, 1) == 49
     flags = 2
     if not allowed then ws_refusedby(items, deciders, seen) end
   else
@@ -255,6 +257,7 @@ local function ws_group(G)
   end
   if G.idkey ~= nil and not seen and wrote then
     local rec = '1'
+    if G.reserve then rec = '1@' .. string.format('%d', G.H.now) end
     if not allowed then
       rec = '0'
       for j, it in ipairs(items) do
@@ -264,6 +267,117 @@ local function ws_group(G)
     redis.call('SET', G.idkey, rec, 'PX', G.ttl)
   end
   return out
+end
+
+-- Linked groups: the groups of one decision across entities and slots
+-- (store.ApplyAll), whose limits admit all together or none. Each group is
+-- run as a reservation: as usual, but an admitted group with an event id
+-- records the instant T it counted at ('1@T'). When another group refuses,
+-- each admitted one is unreserved: what it counted only because its limits
+-- admitted (limit costs, the other tiers of a limited counter, leases it
+-- acquired) is taken back from the buckets it went to, and its id is deleted
+-- (or kept as '0,L' when the group also made unconditional writes, which
+-- count once whatever the decision):
+--
+--   WS_OP_LINK     n group...  one server: the n groups (each as after
+--                              WS_OP_GROUP), reserved in turn and, when one
+--                              refuses or fails, the admitted ones
+--                              unreserved in the same call; the reply is
+--                              each group's own (an error reply for one that
+--                              failed)
+--   WS_OP_RESERVE  group       a cluster, phase one: the group, reserved
+--   WS_OP_UNDO     group       phase two, when a group refused: the same
+--                              arguments and keys as a reserved group;
+--                              unreserves it if its id still says '1@T' (so
+--                              a resent undo does nothing); answers 1, else 0
+--
+-- Between a reservation and its undo, other callers see the reserved count:
+-- it may refuse them (never admit more than a limit). A reservation whose undo
+-- never comes (the client died) stays counted, as an admitted event, until
+-- its bucket leaves the window.
+
+-- ws_unreserve takes back group G's conditional writes, made at instant T
+-- (on the script's clock), and settles its id.
+local function ws_unreserve(G, T)
+  local undo, keep = {}, false
+  for _, it in ipairs(G.items) do
+    local kind = it.kind
+    if (kind == WS_IT_LIMIT and it.cost > 0) or (kind == WS_IT_IFOK and it.delta ~= '0') then
+      -- The bucket it counted in, if it is still live (a clock that went
+      -- back counts it in the current one).
+      local B = ws_target(it.L, math.min(T, it.L.now))
+      if B ~= nil then
+        it.B, it.d = B, '-' .. it.delta
+        it.C = ws_open(it.L, it.key, B)
+        ws_prepare(it.L, it.C, it.d, B)
+        undo[#undo + 1] = it
+      end
+    elseif kind == WS_IT_ACQUIRE then
+      undo[#undo + 1] = it
+    elseif kind ~= WS_IT_READ and not (kind == WS_IT_DISTINCT and #it.members == 0) then
+      keep = true
+    end
+  end
+  for _, it in ipairs(undo) do
+    if it.kind == WS_IT_ACQUIRE then
+      redis.call('ZREM', it.key, it.id)
+    else
+      ws_commit(it.L, it.key, it.C, it.B)
+    end
+  end
+  if G.idkey ~= nil then
+    if keep then
+      redis.call('SET', G.idkey, '0,L', 'KEEPTTL')
+    else
+      redis.call('DEL', G.idkey)
+    end
+  end
+end
+
+-- ws_reserved is the instant a group's id record says it was reserved at
+-- ('1@T'); nil when there is none.
+local function ws_reserved(G)
+  if G.idkey == nil then return nil end
+  local rec = redis.call('GET', G.idkey)
+  if not rec or string.sub(rec, 1, 2) ~= '1@' then return nil end
+  return tonumber(string.sub(rec, 3))
+end
+
+local function ws_link(Gs)
+  local out, all = {}, true
+  for j, G in ipairs(Gs) do
+    G.reserve = true
+    local ok, r = pcall(ws_group, G)
+    if ok then
+      G.ok, G.now = r[1] % 2 == 1, r[1] < 2
+      if not G.ok then all = false end
+    else
+      all = false
+    end
+    out[j] = ws_result(ok, r)
+  end
+  if all then return out end
+  for j, G in ipairs(Gs) do
+    local decides = false
+    for _, it in ipairs(G.items) do
+      if it.kind == WS_IT_LIMIT or it.kind == WS_IT_ACQUIRE then decides = true end
+    end
+    if G.ok and decides then
+      -- Admitted now, at this instant, or by an earlier call of the event
+      -- (a group without limits has nothing to take back).
+      local T = G.H.now
+      if not G.now then T = ws_reserved(G) end
+      if T ~= nil then ws_unreserve(G, T) end
+    end
+  end
+  return out
+end
+
+local function ws_undo(G)
+  local T = ws_reserved(G)
+  if T == nil then return 0 end
+  ws_unreserve(G, T)
+  return 1
 end
 
 -- ws_readgroup parses a group at ARGV[i] (after its code) and KEYS[k]; it

@@ -5,6 +5,8 @@
 --   WS_OP_ADDNOSUM shape delta          AddNoSum: 1
 --   WS_OP_ALLOW    shape limit cost     Allow: {allowed, sum, retry ms, reset ms}
 --   WS_OP_GROUP    (see group.lua)      several counters of one slot at once
+--   WS_OP_LINK, WS_OP_RESERVE, WS_OP_UNDO
+--                  (see group.lua)      linked groups, all or nothing
 --   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback
 --                                       (PFCOUNT is a write to Redis, so it
 --                                       runs here, though it changes no
@@ -30,9 +32,19 @@ local function ws_op(i, k)
     return i + 3, k + 1, ws_addnosum, L, key, ARGV[i + 2], L.target
   elseif op == WS_OP_ALLOW then
     return i + 4, k + 1, ws_allow, ws_shape(H, ARGV[i + 1]), key, tonumber(ARGV[i + 2]), ARGV[i + 3]
-  elseif op == WS_OP_GROUP then
+  elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
     local ni, nk, G = ws_readgroup(H, i + 1, k)
+    G.reserve = op == WS_OP_RESERVE
     return ni, nk, ws_group, G
+  elseif op == WS_OP_LINK then
+    local Gs, ni, nk = {}, i + 2, k
+    for j = 1, tonumber(ARGV[i + 1]) do
+      ni, nk, Gs[j] = ws_readgroup(H, ni, nk)
+    end
+    return ni, nk, ws_link, Gs
+  elseif op == WS_OP_UNDO then
+    local ni, nk, G = ws_readgroup(H, i + 1, k)
+    return ni, nk, ws_undo, G
   elseif op == WS_OP_DCOUNT then
     local L = ws_shape(H, ARGV[i + 1])
     local K, nk = ws_dk(L, k)

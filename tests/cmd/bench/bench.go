@@ -37,8 +37,8 @@ type benchConfig struct {
 }
 
 // The operations bench knows, in the order it runs them.
-var benchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "record6", "distinct",
-	"lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
+var benchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "allow3x", "refuse3x",
+	"record6", "distinct", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
 
 // benchDetails is the body of --help; the flags follow it (benchFlags).
 const benchDetails = `Measures every operation with --goroutines goroutines on one client, over
@@ -59,6 +59,9 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
   addid       Store.Record with an id    sum       Store.Sum
   sum100      Store.SumMany of 100 keys (per key: server µs/op is per call)
   allow       Store.Allow                allow3    store.AllowAll, 3 policies
+  allow3x     store.AllowAll, 3 policies on 3 keys of 3 slots (linked), admitted
+  refuse3x    the same, refused by the third key: the first two are counted, then
+              taken back, in the same script call (the limit 0 is the exception)
   record6     features.Set.Record of a 6-feature event (2 entities)
   distinct    Store.AddDistinct of one member
   lease       limit.Concurrency: Acquire, then Release (two script calls)
@@ -359,6 +362,19 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		"allow3": func(ctx context.Context, k string) error {
 			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: 1 << 40},
 				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: policies[2], Key: k, Limit: 1 << 40})
+			return err
+		},
+		"allow3x": func(ctx context.Context, k string) error {
+			_, err := store.AllowAll(ctx, 1, store.Policy{Store: st, Key: k, Limit: 1 << 40},
+				store.Policy{Store: st, Key: "ip" + k, Limit: 1 << 40}, store.Policy{Store: st, Key: "dev" + k, Limit: 1 << 40})
+			return err
+		},
+		"refuse3x": func(ctx context.Context, k string) error {
+			d, err := store.AllowAll(ctx, 1, store.Policy{Store: st, Key: k, Limit: 1 << 40},
+				store.Policy{Store: st, Key: "ip" + k, Limit: 1 << 40}, store.Policy{Store: st, Key: "dev" + k, Limit: 0})
+			if err == nil && d.Allowed {
+				err = errors.New("refuse3x: admitted")
+			}
 			return err
 		},
 		"record6": func(ctx context.Context, k string) error {

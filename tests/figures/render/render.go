@@ -229,22 +229,27 @@ func bench(f figures.File) string {
 		return "Not measured yet: run `scripts/bench.sh`.\n"
 	}
 	fmt.Fprintf(&b, "%s\n\n", f["bench/how"].How)
-	b.WriteString("| operation | buckets | server µs/op, median (range) | vs naive | vs ZSET log | vs redis_rate | vs raw HINCRBY | ops/s | vs naive |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| operation | buckets | server µs/op, median (range) | vs naive | vs ZSET log | vs redis_rate | vs raw HINCRBY | vs Allow | ops/s | vs naive |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, nb := range []int{10, 60, 600, 1440} {
 		for _, op := range BenchOps {
 			p := fmt.Sprintf("bench/%d/%s/", nb, op)
 			if _, ok := f[p+"server_us"]; !ok {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s (%s-%s) | %s | %s | %s | %s | %s | %s |\n", op, thousands(float64(nb)), get(f, p+"server_us", "%.2f"),
+			// Against Store.Allow at the same buckets: medians of one invocation.
+			vsAllow := "n/m"
+			if a := f[fmt.Sprintf("bench/%d/allow/server_us", nb)]; a.Value > 0 {
+				vsAllow = fmt.Sprintf("%.2fx", f[p+"server_us"].Value/a.Value)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s (%s-%s) | %s | %s | %s | %s | %s | %s | %s |\n", op, thousands(float64(nb)), get(f, p+"server_us", "%.2f"),
 				get(f, p+"server_us_min", "%.2f"), get(f, p+"server_us_max", "%.2f"), get(f, p+"cpu_vs_naive", "%.2fx"),
-				get(f, p+"cpu_vs_zsetlog", "%.2fx"), get(f, p+"cpu_vs_redisrate", "%.2fx"), get(f, p+"cpu_vs_raw_hincrby", "%.2fx"), thousands(f[p+"ops_per_sec"].Value),
-				get(f, p+"vs_naive", "%.2fx"))
+				get(f, p+"cpu_vs_zsetlog", "%.2fx"), get(f, p+"cpu_vs_redisrate", "%.2fx"), get(f, p+"cpu_vs_raw_hincrby", "%.2fx"), vsAllow,
+				thousands(f[p+"ops_per_sec"].Value), get(f, p+"vs_naive", "%.2fx"))
 		}
 	}
 	return b.String()
 }
 
 // BenchOps are the bench's operations (tests/cmd/bench), in the table's order.
-var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "record6", "distinct",
-	"lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
+var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "allow3x", "refuse3x",
+	"record6", "distinct", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
