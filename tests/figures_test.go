@@ -176,7 +176,10 @@ func TestEventIDMemory(t *testing.T) {
 			after := memoryInfo(t, c)
 			per := float64(dataGrowth(t, before, after)) / ids
 			t.Logf("%s: %.1f bytes per event id", kind, per)
-			figures.Check(t, "ids/"+string(kind)+"/bytes", figures.Figure{Value: math.Round(per), Unit: "B", Server: srv.Version(t)}, usedMemoryTolerance)
+			// Redis 8 measured 127 to 142 B in runs of one machine (its
+			// overhead alone varies by 200 KB over the 30,000 ids), so this
+			// figure is held to 15%, not usedMemoryTolerance.
+			figures.Check(t, "ids/"+string(kind)+"/bytes", figures.Figure{Value: math.Round(per), Unit: "B", Server: srv.Version(t)}, 0.15)
 		})
 	}
 }

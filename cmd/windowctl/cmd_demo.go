@@ -12,6 +12,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/internal/redisaddr"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -69,7 +70,7 @@ func demo(e *env) error {
 		if client, err = connect(g); err != nil {
 			return err
 		}
-		fmt.Fprintf(notes, "Running on %s.\n\n", redact(addr))
+		fmt.Fprintf(notes, "Running on %s.\n\n", redisaddr.Redact(addr))
 	}
 	defer client.Close()
 

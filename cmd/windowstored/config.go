@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/store"
+	"go.yaml.in/yaml/v3"
+)
+
+// The configuration is one file, or a directory of *.yaml and *.yml files (as
+// envoyproxy/ratelimit reads its runtime directory). Each file holds one or
+// more YAML documents, and each document is one of:
+//
+//   - a rate-limit domain, in envoyproxy/ratelimit's format (domain,
+//     descriptors with key, value, rate_limit, descriptors, shadow_mode), with
+//     two fields of windowstore's own in rate_limit: algorithm (sliding, the
+//     default, or fixed) and bucket (a Go duration);
+//   - a feature set: feature_set (its name) and features;
+//   - the server's settings: a windowstored mapping.
+//
+// docs/windowstored.md documents every field.
+
+// yamlDoc is one YAML document of the configuration.
+type yamlDoc struct {
+	Domain      string           `yaml:"domain"`
+	Descriptors []yamlDescriptor `yaml:"descriptors"`
+	FeatureSet  string           `yaml:"feature_set"`
+	Features    []yamlFeature    `yaml:"features"`
+	Settings    *yamlSettings    `yaml:"windowstored"`
+}
+
+type yamlDescriptor struct {
+	Key         string           `yaml:"key"`
+	Value       string           `yaml:"value"`
+	RateLimit   *yamlRateLimit   `yaml:"rate_limit"`
+	Descriptors []yamlDescriptor `yaml:"descriptors"`
+	ShadowMode  bool             `yaml:"shadow_mode"`
+	// envoyproxy/ratelimit's fields that name its statistics or fill its
+	// dynamic metadata: accepted, so that its files load, and unused.
+	DetailedMetric bool           `yaml:"detailed_metric"`
+	ValueToMetric  bool           `yaml:"value_to_metric"`
+	Metadata       map[string]any `yaml:"metadata"`
+	// Fields whose meaning windowstored does not implement: refused.
+	QuotaMode      bool `yaml:"quota_mode"`
+	ShareThreshold bool `yaml:"share_threshold"`
+}
+
+type yamlRateLimit struct {
+	RequestsPerUnit *int64 `yaml:"requests_per_unit"`
+	Unit            string `yaml:"unit"`
+	Unlimited       bool   `yaml:"unlimited"`
+	Name            string `yaml:"name"`
+	Replaces        []struct {
+		Name string `yaml:"name"`
+	} `yaml:"replaces"`
+	// windowstore's own.
+	Algorithm string `yaml:"algorithm"`
+	Bucket    string `yaml:"bucket"`
+}
+
+type yamlFeature struct {
+	Name        string   `yaml:"name"`
+	Entity      string   `yaml:"entity"`
+	Kind        string   `yaml:"kind"`
+	Windows     []string `yaml:"windows"`
+	Of          string   `yaml:"of"`
+	Limits      []int64  `yaml:"limits"`
+	SpendAmount bool     `yaml:"spend_amount"`
+}
+
+type yamlSettings struct {
+	ShadowMode      bool   `yaml:"shadow_mode"`
+	OnError         string `yaml:"on_error"`
+	ResponseHeaders string `yaml:"response_headers"`
+	Prefix          string `yaml:"prefix"`
+	FeaturePrefix   string `yaml:"feature_prefix"`
+}
+
+// settings are the server's settings, defaults filled in.
+type settings struct {
+	shadow        bool   // every limit watches and never refuses
+	onError       string // "error", "allow" or "deny": what a failed decision answers
+	headers       string // "ietf", "legacy", "both" or "none"
+	prefix        string // the rate limits' key prefix
+	featurePrefix string // the feature sets' key prefix
+}
+
+var defaultSettings = settings{onError: "error", headers: "ietf", prefix: "rl:", featurePrefix: "fx:"}
+
+// config is a loaded configuration, not yet bound to a server.
+type config struct {
+	settings settings
+	domains  map[string]*node
+	sets     map[string][]features.Feature
+	setNames []string // in file order
+	digest   string   // what was read, to notice a change
+}
+
+// node is a level of a domain's descriptor tree: its children by "key" or
+// "key_value", and the wildcard values among them.
+type node struct {
+	children map[string]*node
+	wild     []wildcard
+	rule     *rule // nil when this level has no rate_limit
+}
+
+type wildcard struct {
+	key   string   // the child's "key_value*..." name
+	parts []string // key split on '*'
+}
+
+// rule is a rate_limit of the configuration.
+type rule struct {
+	path      string // "domain.key_value.key", for logs and errors
+	name      string // rate_limit.name, for replaces
+	replaces  []string
+	unlimited bool
+	shadow    bool
+	limit     int64 // requests per unit
+	unit      rlspb.RateLimitResponse_RateLimit_Unit
+	window    store.Window
+	fixed     bool
+}
+
+// configError is a configuration that cannot be loaded: where, and why.
+type configError struct{ where, why string }
+
+func (e *configError) Error() string { return "windowstored: config " + e.where + ": " + e.why }
+
+func badf(where, format string, a ...any) error {
+	return &configError{where: where, why: fmt.Sprintf(format, a...)}
+}
+
+// units are the rate-limit units, as envoyproxy/ratelimit spells them in its
+// files (in any case), and their lengths: a month is 30 days and a year 365
+// days, as envoyproxy/ratelimit counts them.
+var units = map[string]struct {
+	unit   rlspb.RateLimitResponse_RateLimit_Unit
+	length time.Duration
+}{
+	"second": {rlspb.RateLimitResponse_RateLimit_SECOND, time.Second},
+	"minute": {rlspb.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+	"hour":   {rlspb.RateLimitResponse_RateLimit_HOUR, time.Hour},
+	"day":    {rlspb.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
+	"week":   {rlspb.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
+	"month":  {rlspb.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
+	"year":   {rlspb.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+}
+
+// unitLength is the length of a unit of the API (a descriptor's limit
+// override), 0 for UNKNOWN.
+func unitLength(u rlspb.RateLimitResponse_RateLimit_Unit) time.Duration {
+	for _, x := range units {
+		if x.unit == u {
+			return x.length
+		}
+	}
+	return 0
+}
+
+// defaultBucket is a sliding window's bucket when the rule names none: a
+// sixtieth of the window (a tenth for a second, a whole number of
+// milliseconds), so a window counts every request younger than 59/60 of it.
+func defaultBucket(length time.Duration) time.Duration {
+	if length == time.Second {
+		return 100 * time.Millisecond
+	}
+	return length / 60
+}
+
+// loadConfig reads the configuration at path: a file, or a directory whose
+// *.yaml and *.yml files are read in name order.
+func loadConfig(path string) (*config, error) {
+	files := []string{path}
+	if fi, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("windowstored: config: %w", err)
+	} else if fi.IsDir() {
+		files = nil
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return nil, fmt.Errorf("windowstored: config: %w", err)
+		}
+		for _, e := range ents {
+			if n := e.Name(); !e.IsDir() && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
+				files = append(files, filepath.Join(path, n))
+			}
+		}
+		if len(files) == 0 {
+			return nil, badf(path, "no *.yaml or *.yml file in the directory")
+		}
+	}
+	c := &config{settings: defaultSettings, domains: map[string]*node{}, sets: map[string][]features.Feature{}}
+	var digest bytes.Buffer
+	seenSettings := ""
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("windowstored: config: %w", err)
+		}
+		fmt.Fprintf(&digest, "%s\x00%d\x00", f, len(data))
+		digest.Write(data)
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		for n := 1; ; n++ {
+			var d yamlDoc
+			err := dec.Decode(&d)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			where := f
+			if n > 1 {
+				where = fmt.Sprintf("%s (document %d)", f, n)
+			}
+			if err != nil {
+				return nil, badf(where, "%v", strings.TrimPrefix(err.Error(), "yaml: "))
+			}
+			kinds := 0
+			for _, set := range []bool{d.Domain != "" || len(d.Descriptors) > 0, d.FeatureSet != "" || len(d.Features) > 0, d.Settings != nil} {
+				if set {
+					kinds++
+				}
+			}
+			switch {
+			case kinds == 0:
+				return nil, badf(where, "empty document: want a domain, a feature_set or windowstored settings")
+			case kinds > 1:
+				return nil, badf(where, "a document is a domain, a feature_set or windowstored settings, one of them")
+			case d.Settings != nil:
+				if seenSettings != "" {
+					return nil, badf(where, "windowstored settings are already given in %s", seenSettings)
+				}
+				seenSettings = where
+				if err := c.settings.load(where, d.Settings); err != nil {
+					return nil, err
+				}
+			case d.FeatureSet != "" || len(d.Features) > 0:
+				if err := c.loadSet(where, d); err != nil {
+					return nil, err
+				}
+			default:
+				if err := c.loadDomain(where, d); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	c.digest = digest.String()
+	return c, nil
+}
+
+func (s *settings) load(where string, y *yamlSettings) error {
+	s.shadow = y.ShadowMode
+	if y.OnError != "" {
+		if !slices.Contains([]string{"error", "allow", "deny"}, y.OnError) {
+			return badf(where, "on_error %q: want error, allow or deny", y.OnError)
+		}
+		s.onError = y.OnError
+	}
+	if y.ResponseHeaders != "" {
+		if !slices.Contains([]string{"ietf", "legacy", "both", "none"}, y.ResponseHeaders) {
+			return badf(where, "response_headers %q: want ietf, legacy, both or none", y.ResponseHeaders)
+		}
+		s.headers = y.ResponseHeaders
+	}
+	if y.Prefix != "" {
+		s.prefix = y.Prefix
+	}
+	if y.FeaturePrefix != "" {
+		s.featurePrefix = y.FeaturePrefix
+	}
+	if s.prefix == s.featurePrefix {
+		return badf(where, "prefix and feature_prefix are both %q: the rate limits and the feature sets need prefixes of their own", s.prefix)
+	}
+	return nil
+}
+
+func (c *config) loadDomain(where string, d yamlDoc) error {
+	if d.Domain == "" {
+		return badf(where, "a domain's descriptors need a domain name")
+	}
+	if _, dup := c.domains[d.Domain]; dup {
+		return badf(where, "domain %q is configured twice", d.Domain)
+	}
+	root := &node{children: map[string]*node{}}
+	if err := root.load(where, d.Domain, d.Descriptors); err != nil {
+		return err
+	}
+	c.domains[d.Domain] = root
+	return nil
+}
+
+// load adds descriptors below n; path is n's place, "domain.key_value".
+func (n *node) load(where, path string, ds []yamlDescriptor) error {
+	for _, d := range ds {
+		if d.Key == "" {
+			return badf(where, "%s: a descriptor has an empty key", path)
+		}
+		name := d.Key
+		if d.Value != "" {
+			name += "_" + d.Value
+		}
+		p := path + "." + name
+		if _, dup := n.children[name]; dup {
+			return badf(where, "%s: the descriptor is configured twice", p)
+		}
+		if d.QuotaMode {
+			return badf(where, "%s: quota_mode is not supported by windowstored", p)
+		}
+		if d.ShareThreshold {
+			return badf(where, "%s: share_threshold is not supported by windowstored", p)
+		}
+		c := &node{children: map[string]*node{}}
+		if d.RateLimit != nil {
+			r, err := loadRule(where, p, d.RateLimit, d.ShadowMode)
+			if err != nil {
+				return err
+			}
+			c.rule = r
+		}
+		if err := c.load(where, p, d.Descriptors); err != nil {
+			return err
+		}
+		n.children[name] = c
+		if strings.Contains(name, "*") {
+			n.wild = append(n.wild, wildcard{key: name, parts: strings.Split(name, "*")})
+		}
+	}
+	return nil
+}
+
+func loadRule(where, path string, y *yamlRateLimit, shadow bool) (*rule, error) {
+	r := &rule{path: path, name: y.Name, shadow: shadow, unlimited: y.Unlimited}
+	for _, x := range y.Replaces {
+		switch {
+		case x.Name == "":
+			return nil, badf(where, "%s: a replaces entry has no name", path)
+		case x.Name == y.Name:
+			return nil, badf(where, "%s: replaces its own name %q", path, x.Name)
+		}
+		r.replaces = append(r.replaces, x.Name)
+	}
+	if y.Unlimited {
+		if y.Unit != "" || y.RequestsPerUnit != nil || y.Algorithm != "" || y.Bucket != "" {
+			return nil, badf(where, "%s: an unlimited rate_limit has no unit, requests_per_unit, algorithm or bucket", path)
+		}
+		return r, nil
+	}
+	u, ok := units[strings.ToLower(y.Unit)]
+	if !ok {
+		return nil, badf(where, "%s: unit %q: want second, minute, hour, day, week, month or year", path, y.Unit)
+	}
+	if y.RequestsPerUnit == nil {
+		return nil, badf(where, "%s: rate_limit has no requests_per_unit", path)
+	}
+	if rpu := *y.RequestsPerUnit; rpu < 0 || rpu > 1<<32-1 {
+		return nil, badf(where, "%s: requests_per_unit %d: want 0 to 4294967295", path, rpu)
+	}
+	r.limit, r.unit = *y.RequestsPerUnit, u.unit
+	r.window = store.Window{Length: u.length}
+	switch y.Algorithm {
+	case "", "sliding":
+		r.window.Bucket = defaultBucket(u.length)
+		if y.Bucket != "" {
+			b, err := time.ParseDuration(y.Bucket)
+			if err != nil {
+				return nil, badf(where, "%s: bucket %q: want a duration such as 1s or 5m", path, y.Bucket)
+			}
+			r.window.Bucket = b
+		}
+	case "fixed":
+		if y.Bucket != "" {
+			return nil, badf(where, "%s: a fixed window has no bucket: it is one bucket of its unit", path)
+		}
+		r.fixed = true
+		r.window.Bucket = u.length
+	default:
+		return nil, badf(where, "%s: algorithm %q: want sliding or fixed", path, y.Algorithm)
+	}
+	if err := r.window.Validate(); err != nil {
+		return nil, badf(where, "%s: unit %s: %v", path, y.Unit, strings.TrimPrefix(err.Error(), "store: invalid argument: "))
+	}
+	return r, nil
+}
+
+var featureKinds = map[string]features.Kind{
+	"count": features.Count, "sum": features.Sum, "distinct": features.Distinct, "limit": features.Limit,
+}
+
+func (c *config) loadSet(where string, d yamlDoc) error {
+	if d.FeatureSet == "" {
+		return badf(where, "features need a feature_set name")
+	}
+	if strings.ContainsAny(d.FeatureSet, "/ ?#%") {
+		return badf(where, "feature_set %q: a name has no '/', ' ', '?', '#' or '%%' (it is a URL path segment)", d.FeatureSet)
+	}
+	if _, dup := c.sets[d.FeatureSet]; dup {
+		return badf(where, "feature_set %q is configured twice", d.FeatureSet)
+	}
+	if len(d.Features) == 0 {
+		return badf(where, "feature_set %q has no features", d.FeatureSet)
+	}
+	var fs []features.Feature
+	for i, y := range d.Features {
+		at := fmt.Sprintf("feature_set %s, feature %d (%s)", d.FeatureSet, i+1, y.Name)
+		k, ok := featureKinds[y.Kind]
+		if !ok {
+			return badf(where, "%s: kind %q: want count, sum, distinct or limit", at, y.Kind)
+		}
+		f := features.Feature{Name: y.Name, Entity: y.Entity, Kind: k, Of: y.Of, Limits: y.Limits, SpendAmount: y.SpendAmount}
+		for _, w := range y.Windows {
+			l, b, ok := strings.Cut(w, "/")
+			length, err1 := time.ParseDuration(l)
+			bucket, err2 := time.ParseDuration(b)
+			if !ok || err1 != nil || err2 != nil {
+				return badf(where, "%s: window %q: want LENGTH/BUCKET, such as 1h/1m", at, w)
+			}
+			f.Windows = append(f.Windows, store.Window{Length: length, Bucket: bucket})
+		}
+		fs = append(fs, f)
+	}
+	c.sets[d.FeatureSet] = fs
+	c.setNames = append(c.setNames, d.FeatureSet)
+	return nil
+}
+
+// shapes returns every window the domains' rules use, each once.
+func (c *config) shapes() []store.Window {
+	seen := map[store.Window]bool{}
+	var ws []store.Window
+	var walk func(n *node)
+	walk = func(n *node) {
+		if n.rule != nil && !n.rule.unlimited && !seen[n.rule.window] {
+			seen[n.rule.window] = true
+			ws = append(ws, n.rule.window)
+		}
+		for _, c := range n.children {
+			walk(c)
+		}
+	}
+	for _, d := range c.domains {
+		walk(d)
+	}
+	sort.Slice(ws, func(i, j int) bool {
+		if ws[i].Length != ws[j].Length {
+			return ws[i].Length < ws[j].Length
+		}
+		return ws[i].Bucket < ws[j].Bucket
+	})
+	return ws
+}

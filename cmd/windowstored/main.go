@@ -1,0 +1,264 @@
+// Command windowstored serves windowstore's sliding-window rate limits and risk
+// features to every language: Envoy's rate-limit service (RLS v3 over gRPC),
+// configured in envoyproxy/ratelimit's YAML format, and a feature API over
+// HTTP/JSON.
+//
+//	windowstored --addr redis://HOST:PORT --config FILE --grpc 127.0.0.1:8081 --http 127.0.0.1:8080
+//
+// Every descriptor of a rate-limit request is decided all or nothing: a request
+// refused by one descriptor counts nothing on the others. The configuration is
+// reloaded on SIGHUP and when its file changes; a bad new configuration is
+// refused with a log line and the old one stays. SIGINT and SIGTERM stop the
+// server once the calls in flight have finished. docs/windowstored.md has the
+// configuration, the APIs and the metrics.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/windowstore/windowstore/internal/redisaddr"
+	"github.com/windowstore/windowstore/metrics/prom"
+	"github.com/windowstore/windowstore/store"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+type flags struct {
+	addr, config, grpcAddr, httpAddr string
+	tls                              redisaddr.TLSFiles
+	watch, shutdown, timeout         time.Duration
+	logLevel, logFormat              string
+	clientClock                      bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("windowstored", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	def := redisaddr.Default
+	if a := strings.TrimSpace(os.Getenv(redisaddr.Env)); a != "" {
+		def = a
+	}
+	fs.StringVar(&f.addr, "addr", def, "the server at `ADDR`: host:port, [ipv6]:port, host (port 6379),\nor a redis://, rediss:// or unix:// URL; a cluster node's address reaches\nthe whole cluster (default $WINDOWSTORE_ADDR, else 127.0.0.1:6379)")
+	fs.StringVar(&f.tls.CA, "tls-ca", "", "PEM `FILE` of the CA that signed the server's certificate (rediss:// only)")
+	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM client certificate `FILE`, with --tls-key (rediss:// only)")
+	fs.StringVar(&f.tls.Key, "tls-key", "", "PEM client key `FILE`, with --tls-cert (rediss:// only)")
+	fs.StringVar(&f.config, "config", "", "the configuration `PATH`: a YAML file, or a directory of them (required)")
+	fs.StringVar(&f.grpcAddr, "grpc", "127.0.0.1:8081", "where the gRPC rate-limit service listens (`HOST:PORT`; empty: not at all)")
+	fs.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "where the HTTP API, /healthcheck and /metrics listen (`HOST:PORT`; empty: not at all)")
+	fs.DurationVar(&f.watch, "watch", time.Second, "how often the configuration's files are checked for a change (0: only on SIGHUP)")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for the calls in flight")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "the server's write timeout: a connection that takes longer is broken")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
+	fs.BoolVar(&f.clientClock, "client-clock", false, "decide on this machine's clock instead of the server's (for tests)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if f.config == "" {
+		return nil, errors.New("--config is required")
+	}
+	if f.grpcAddr == "" && f.httpAddr == "" {
+		return nil, errors.New("--grpc and --http are both empty: nothing to serve")
+	}
+	return f, nil
+}
+
+func newLogger(f *flags, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	o := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want json or text", f.logFormat)
+}
+
+// run is the server's life: exit status 0 after a clean shutdown, 1 when it
+// cannot start or stops on an error, 2 for bad flags.
+func run(args []string, stderr io.Writer) int {
+	f, err := parseFlags(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "windowstored:", err)
+		}
+		return 2
+	}
+	log, err := newLogger(f, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "windowstored:", err)
+		return 2
+	}
+	opt, err := redisaddr.Parse(f.addr)
+	if err == nil {
+		err = f.tls.Apply(&opt)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "windowstored: --addr", err)
+		return 2
+	}
+	opt.ConnWriteTimeout = f.timeout
+	client, err := redisaddr.Connect(opt, f.addr)
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	defer client.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rec, err := prom.New(reg, "windowstored")
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	s := &server{client: client, log: log, rec: rec, stores: map[string]*store.Store{}}
+	if f.clientClock {
+		s.opts = append(s.opts, store.WithClientClock(time.Now))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := s.load(ctx, f.config); err != nil {
+		log.Error("cannot start: bad configuration", "config", f.config, "err", err)
+		return 1
+	}
+	log.Info("configuration loaded", append([]any{"config", f.config}, s.rt.Load().cfg.summary()...)...)
+
+	errc := make(chan error, 2)
+	var gs *grpc.Server
+	var hs *http.Server
+	var healthSrv *health.Server
+	if f.grpcAddr != "" {
+		lis, err := net.Listen("tcp", f.grpcAddr)
+		if err != nil {
+			log.Error("cannot start", "grpc", f.grpcAddr, "err", err)
+			return 1
+		}
+		gs = grpc.NewServer()
+		rlspb.RegisterRateLimitServiceServer(gs, rls{s: s})
+		healthSrv = health.NewServer()
+		healthpb.RegisterHealthServer(gs, healthSrv)
+		log.Info("serving gRPC", "addr", lis.Addr().String())
+		go func() { errc <- gs.Serve(lis) }()
+	}
+	if f.httpAddr != "" {
+		lis, err := net.Listen("tcp", f.httpAddr)
+		if err != nil {
+			log.Error("cannot start", "http", f.httpAddr, "err", err)
+			return 1
+		}
+		hs = &http.Server{Handler: s.routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ReadHeaderTimeout: 10 * time.Second}
+		log.Info("serving HTTP", "addr", lis.Addr().String())
+		go func() { errc <- hs.Serve(lis) }()
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	if f.watch > 0 {
+		t := time.NewTicker(f.watch)
+		defer t.Stop()
+		tick = t.C
+	}
+	reload := func(why string) {
+		err := s.load(ctx, f.config)
+		switch {
+		case errors.Is(err, errUnchanged):
+			s.failure = ""
+			if why == "SIGHUP" {
+				log.Info("configuration unchanged", "config", f.config)
+			}
+		case err != nil:
+			if why == "SIGHUP" || !s.sameFailure(err) {
+				log.Error("configuration refused: the one in force stays", "config", f.config, "trigger", why, "err", err)
+			}
+		default:
+			s.failure = ""
+			log.Info("configuration reloaded", append([]any{"config", f.config, "trigger", why}, s.rt.Load().cfg.summary()...)...)
+		}
+	}
+	status := 0
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-hup:
+			reload("SIGHUP")
+		case <-tick:
+			reload("file change")
+		case err := <-errc:
+			log.Error("server stopped", "err", err)
+			status = 1
+			break loop
+		}
+	}
+	stop()
+	log.Info("shutting down: finishing the calls in flight", "timeout", f.shutdown)
+	if healthSrv != nil {
+		healthSrv.Shutdown()
+	}
+	done := make(chan struct{})
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdown)
+	defer cancel()
+	go func() {
+		if hs != nil {
+			if err := hs.Shutdown(sctx); err != nil {
+				log.Warn("HTTP shutdown", "err", err)
+			}
+		}
+		if gs != nil {
+			gs.GracefulStop()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-sctx.Done():
+		log.Warn("shutdown timed out: closing the calls still in flight")
+		if gs != nil {
+			gs.Stop()
+		}
+		<-done
+	}
+	log.Info("stopped")
+	return status
+}
+
+// sameFailure reports whether err is the reload failure last logged, so that
+// a bad file watched every second is logged once, not every second.
+func (s *server) sameFailure(err error) bool {
+	same := s.failure == err.Error()
+	s.failure = err.Error()
+	return same
+}

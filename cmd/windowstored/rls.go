@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/store"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// maxCost is the largest hits_addend: 2^53, the largest cost a limit takes.
+const maxCost = 1 << 53
+
+// rls serves envoy.service.ratelimit.v3.RateLimitService.
+type rls struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	s *server
+}
+
+func (r rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	return r.s.decide(ctx, req)
+}
+
+// limited is one descriptor's part in a decision.
+type limited struct {
+	rule  *rule
+	st    *store.Store
+	key   string
+	cost  int64
+	batch int // its batch in the ApplyAll call, -1 for none
+	// refund is a descriptor with is_negative_hits: its cost is taken off
+	// the counter, whatever the decision.
+	refund bool
+}
+
+// decide answers one request: every descriptor's limit decides, all or
+// nothing (store.ApplyAll), in one round trip per node.
+func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	start := time.Now()
+	rt := s.rt.Load()
+	domain := req.GetDomain()
+	outcome := httplimit.Allowed
+	defer func() { s.rec.Observe(domain, outcome, time.Since(start)) }()
+	bad := func(c codes.Code, format string, a ...any) (*rlspb.RateLimitResponse, error) {
+		outcome = httplimit.BadKey
+		return nil, status.Errorf(c, "windowstored: "+format, a...)
+	}
+	if domain == "" {
+		return bad(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	root := rt.cfg.domains[domain]
+	if root == nil {
+		return bad(codes.NotFound, "unknown domain %q", domain)
+	}
+	ds := req.GetDescriptors()
+	if len(ds) == 0 {
+		return bad(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1
+	}
+	parts := make([]limited, len(ds))
+	unlimited := make([]bool, len(ds))
+	replacing := map[string]bool{}
+	for i, d := range ds {
+		parts[i].batch = -1
+		if len(d.GetEntries()) == 0 {
+			return bad(codes.InvalidArgument, "descriptor %d has no entries", i)
+		}
+		for _, e := range d.GetEntries() {
+			if e.GetKey() == "" {
+				return bad(codes.InvalidArgument, "descriptor %d has an entry with an empty key", i)
+			}
+		}
+		cost := hits
+		if h := d.GetHitsAddend(); h != nil {
+			if h.GetValue() > maxCost {
+				return bad(codes.InvalidArgument, "descriptor %d: hits_addend %d is above 2^53", i, h.GetValue())
+			}
+			cost = int64(h.GetValue())
+		}
+		r := root.match(d.GetEntries())
+		if o := d.GetLimit(); o != nil {
+			var err error
+			if r, err = overrideRule(domain, o); err != nil {
+				return bad(codes.InvalidArgument, "descriptor %d: %v", i, err)
+			}
+		}
+		if r == nil {
+			continue
+		}
+		for _, name := range r.replaces {
+			replacing[name] = true
+		}
+		if r.unlimited {
+			unlimited[i] = true
+			continue
+		}
+		st, err := s.storeFor(ctx, r.window)
+		if err != nil {
+			return s.failed(domain, &outcome, err)
+		}
+		parts[i] = limited{rule: r, st: st, key: counterKey(domain, d.GetEntries()), cost: cost, batch: -1, refund: d.GetIsNegativeHits()}
+	}
+	var batches []store.Batch
+	for i := range parts {
+		p := &parts[i]
+		if p.rule == nil {
+			continue
+		}
+		if p.rule.name != "" && replacing[p.rule.name] {
+			p.rule = nil
+			continue
+		}
+		op := store.Op{Store: p.st, Key: p.key, Kind: store.Limit, Delta: p.cost, Limit: p.rule.limit}
+		switch {
+		case p.refund:
+			op = store.Op{Store: p.st, Key: p.key, Kind: store.Count, Delta: -p.cost}
+		case p.rule.shadow || rt.cfg.settings.shadow:
+			// A limit that never refuses: it counts when the request is
+			// admitted, and its status says whether it would have refused.
+			op.Limit = maxCost
+		}
+		p.batch = len(batches)
+		batches = append(batches, store.Batch{Ops: []store.Op{op}})
+	}
+	var res []store.BatchResult
+	if len(batches) > 0 {
+		var err error
+		if res, err = store.ApplyAll(ctx, batches...); err != nil {
+			return s.failed(domain, &outcome, err)
+		}
+	}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
+	// The descriptor the headers describe: the refusing one with the latest
+	// retry, else the one with the least remaining.
+	pick, pickRefusing, pickRemaining, pickReset := -1, false, int64(0), time.Duration(0)
+	wouldRefuse := false
+	for i := range ds {
+		p := parts[i]
+		switch {
+		case unlimited[i]:
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		case p.rule == nil:
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+			continue
+		}
+		v := res[p.batch].Values[0]
+		limit := p.rule.limit
+		shadow := p.rule.shadow || rt.cfg.settings.shadow
+		over := v.Refused
+		if shadow && !p.refund {
+			// The sum as an enforced limit would have seen it, with this
+			// request's cost: a shadow limit would refuse when it passes.
+			sum := v.Sum
+			if !v.Counted {
+				sum += p.cost
+			}
+			over = sum > limit
+		}
+		remaining := min(max(limit-v.Sum, 0), limit)
+		reset := v.ResetAfter
+		if over {
+			remaining, reset = 0, v.RetryAfter
+			if shadow || reset < 0 {
+				reset = p.rule.window.Length
+			}
+		}
+		st := &rlspb.RateLimitResponse_DescriptorStatus{
+			Code:               rlspb.RateLimitResponse_OK,
+			CurrentLimit:       &rlspb.RateLimitResponse_RateLimit{Name: p.rule.name, RequestsPerUnit: uint32(limit), Unit: p.rule.unit},
+			LimitRemaining:     uint32(min(remaining, math.MaxUint32)),
+			DurationUntilReset: durationpb.New(reset.Truncate(time.Millisecond)),
+		}
+		refusing := over && !p.rule.shadow
+		switch {
+		case refusing:
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		case over:
+			wouldRefuse = true // a shadow limit's status stays OK, as envoyproxy/ratelimit's
+		}
+		resp.Statuses[i] = st
+		better := pick < 0 || refusing != pickRefusing && refusing ||
+			refusing == pickRefusing && (refusing && reset > pickReset || !refusing && remaining < pickRemaining)
+		if better {
+			pick, pickRefusing, pickRemaining, pickReset = i, refusing, remaining, reset
+		}
+	}
+	switch {
+	case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && rt.cfg.settings.shadow:
+		// Global shadow mode: the statuses say which limits would refuse,
+		// and the request goes through.
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+		outcome = httplimit.ShadowRefused
+	case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
+		outcome = httplimit.Refused
+	case wouldRefuse:
+		outcome = httplimit.ShadowRefused
+	}
+	if pick >= 0 {
+		resp.ResponseHeadersToAdd = headers(rt.cfg.settings.headers, parts[pick].rule, resp.Statuses[pick])
+	}
+	return resp, nil
+}
+
+// failed answers a decision the server could not make, as the settings'
+// on_error says: a gRPC UNAVAILABLE (Envoy's failure_mode_deny then decides),
+// OK, or OVER_LIMIT.
+func (s *server) failed(domain string, outcome *httplimit.Outcome, err error) (*rlspb.RateLimitResponse, error) {
+	rt := s.rt.Load()
+	s.log.Warn("decision failed", "domain", domain, "on_error", rt.cfg.settings.onError, "err", err)
+	switch rt.cfg.settings.onError {
+	case "allow":
+		*outcome = httplimit.FailedOpen
+		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+	case "deny":
+		*outcome = httplimit.FailedShut
+		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT}, nil
+	}
+	*outcome = httplimit.FailedShut
+	code := codes.Unavailable
+	if errors.Is(err, context.Canceled) {
+		code = codes.Canceled
+	} else if errors.Is(err, context.DeadlineExceeded) {
+		code = codes.DeadlineExceeded
+	}
+	return nil, status.Error(code, "windowstored: "+strings.TrimPrefix(err.Error(), "windowstored: "))
+}
+
+// overrideRule is the rule of a descriptor that carries its own limit: a
+// sliding window of its unit. envoy.type.v3.RateLimitUnit numbers its units as
+// the response's RateLimit.Unit does.
+func overrideRule(domain string, o *ratelimitpb.RateLimitDescriptor_RateLimitOverride) (*rule, error) {
+	u := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	length := unitLength(u)
+	if length == 0 {
+		return nil, fmt.Errorf("limit override: unit %v: want SECOND to YEAR", o.GetUnit())
+	}
+	r := &rule{path: domain + " (override)", limit: int64(o.GetRequestsPerUnit()), unit: u,
+		window: store.Window{Length: length, Bucket: defaultBucket(length)}}
+	if err := r.window.Validate(); err != nil {
+		return nil, fmt.Errorf("limit override: unit %v: %w", o.GetUnit(), err)
+	}
+	return r, nil
+}
+
+// headers are the response header fields Envoy adds to the client's response,
+// about one descriptor: the IETF RateLimit-Policy and RateLimit fields, and
+// or instead envoyproxy/ratelimit's X-RateLimit-Limit, -Remaining and -Reset.
+func headers(kind string, r *rule, st *rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
+	if kind == "none" {
+		return nil
+	}
+	name := r.name
+	if name == "" {
+		name = "default"
+	}
+	reset := strconv.FormatInt(int64(math.Ceil(st.GetDurationUntilReset().AsDuration().Seconds())), 10)
+	limit := strconv.FormatInt(r.limit, 10)
+	remaining := strconv.FormatUint(uint64(st.GetLimitRemaining()), 10)
+	var hs []*corepb.HeaderValue
+	if kind == "ietf" || kind == "both" {
+		q := strconv.Quote(name)
+		hs = append(hs,
+			&corepb.HeaderValue{Key: "RateLimit-Policy", Value: q + ";q=" + limit + ";w=" + strconv.FormatInt(int64(r.window.Length/time.Second), 10)},
+			&corepb.HeaderValue{Key: "RateLimit", Value: q + ";r=" + remaining + ";t=" + reset})
+	}
+	if kind == "legacy" || kind == "both" {
+		hs = append(hs,
+			&corepb.HeaderValue{Key: "X-RateLimit-Limit", Value: limit},
+			&corepb.HeaderValue{Key: "X-RateLimit-Remaining", Value: remaining},
+			&corepb.HeaderValue{Key: "X-RateLimit-Reset", Value: reset})
+	}
+	return hs
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/store"
+)
+
+// server is windowstored's state: the client, and the configuration in force,
+// swapped whole on a reload so that a call sees one configuration from start
+// to end.
+type server struct {
+	client rueidis.Client
+	log    *slog.Logger
+	rec    httplimit.Recorder
+	opts   []store.Option // test hooks: a client clock
+	rt     atomic.Pointer[runtime]
+
+	mu     sync.Mutex // guards stores and reloads
+	stores map[string]*store.Store
+
+	failure string // the last reload error logged (the reload loop's alone)
+}
+
+// runtime is a configuration bound to the server: its stores and feature sets.
+type runtime struct {
+	cfg  *config
+	sets map[string]*features.Set
+}
+
+// storeKey names a store by its prefix and window.
+func storeKey(prefix string, w store.Window) string { return prefix + " " + w.String() }
+
+// storeFor returns the store of a rate limit's window, made once (store.New
+// detects the backend: one round trip) and kept across reloads.
+func (s *server) storeFor(ctx context.Context, w store.Window) (*store.Store, error) {
+	prefix := s.rt.Load().cfg.settings.prefix
+	k := storeKey(prefix, w)
+	s.mu.Lock()
+	st := s.stores[k]
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	st, err := store.New(ctx, s.client, w, append([]store.Option{store.WithPrefix(prefix)}, s.opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.stores[k]; old != nil {
+		return old, nil
+	}
+	s.stores[k] = st
+	return st, nil
+}
+
+// bind makes the stores and feature sets of a configuration, so that a
+// configuration is in force only once everything it needs is ready.
+func (s *server) bind(ctx context.Context, cfg *config) (*runtime, error) {
+	rt := &runtime{cfg: cfg, sets: map[string]*features.Set{}}
+	prefix := cfg.settings.prefix
+	for _, w := range cfg.shapes() {
+		k := storeKey(prefix, w)
+		s.mu.Lock()
+		st := s.stores[k]
+		s.mu.Unlock()
+		if st != nil {
+			continue
+		}
+		st, err := store.New(ctx, s.client, w, append([]store.Option{store.WithPrefix(prefix)}, s.opts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("windowstored: window %v: %w", w, err)
+		}
+		s.mu.Lock()
+		s.stores[k] = st
+		s.mu.Unlock()
+	}
+	for _, name := range cfg.setNames {
+		set, err := features.New(ctx, s.client, cfg.sets[name], append([]store.Option{store.WithPrefix(cfg.settings.featurePrefix)}, s.opts...)...)
+		if err != nil {
+			return nil, fmt.Errorf("windowstored: feature_set %s: %w", name, err)
+		}
+		rt.sets[name] = set
+	}
+	return rt, nil
+}
+
+// load reads the configuration at path and puts it in force. On any error the
+// configuration in force stays, and the error says why.
+func (s *server) load(ctx context.Context, path string) error {
+	s.mu.Lock()
+	cur := s.rt.Load()
+	s.mu.Unlock()
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return err
+	}
+	if cur != nil && cur.cfg.digest == cfg.digest {
+		return errUnchanged
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rt, err := s.bind(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	s.rt.Store(rt)
+	return nil
+}
+
+var errUnchanged = fmt.Errorf("windowstored: config unchanged")
+
+// summary describes a configuration for the log.
+func (c *config) summary() []any {
+	var domains []string
+	for d := range c.domains {
+		domains = append(domains, d)
+	}
+	return []any{"domains", domains, "feature_sets", c.setNames, "shadow_mode", c.settings.shadow, "on_error", c.settings.onError}
+}
