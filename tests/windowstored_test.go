@@ -275,9 +275,10 @@ func TestWindowstoredRLS(t *testing.T) {
 		// and passes; its status stays OK, as envoyproxy/ratelimit's.
 		before := shadowRefused(t, d)
 		for i := 0; i < 3; i++ {
-			r = d.ask(t, "shop", 0, desc("path=/new"))
+			r = d.ask(t, "shop", 0, desc("path=/new"), desc("ip=shadow"))
 			require.Equal(t, ok, r.OverallCode)
 			require.Equal(t, ok, r.Statuses[0].Code)
+			require.Equal(t, uint32(4-i), r.Statuses[1].LimitRemaining, "the request counted on the other limits")
 			require.Zero(t, r.Statuses[0].LimitRemaining)
 			require.Equal(t, uint32(1), r.Statuses[0].CurrentLimit.RequestsPerUnit)
 			if i > 0 {
@@ -381,4 +382,220 @@ func shadowRefused(t *testing.T, d *wsd) float64 {
 		}
 	}
 	return 0
+}
+
+const wsdFeatures = `
+feature_set: login
+features:
+  - {name: logins, entity: user, kind: count, windows: [1m/1s, 1h/1m]}
+  - {name: login_limit, entity: user, kind: limit, windows: [1m/1s], limits: [2]}
+  - {name: ip_users, entity: ip, kind: distinct, of: user, windows: [1h/1m]}
+  - {name: spend, entity: card, kind: sum, windows: [24h/1h]}
+`
+
+// TestWindowstoredFeatures drives the feature API over real HTTP.
+func TestWindowstoredFeatures(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis80)
+	d := startWSD(t, srv.URL(), wsdFeatures)
+	feature := func(m map[string]any, name string) map[string]any {
+		for _, f := range m["features"].([]any) {
+			if f := f.(map[string]any); f["name"] == name {
+				return f
+			}
+		}
+		t.Fatalf("no feature %s in %v", name, m)
+		return nil
+	}
+	code, m := d.post(t, "/v1/features/login/record", `{"id":"e1","entities":{"user":"42","ip":"1.2.3.4","card":"c1"},"amount":9007199254740993}`)
+	require.Equal(t, 200, code, m)
+	require.Equal(t, true, m["allowed"])
+	require.Equal(t, []any{1.0, 1.0}, feature(m, "logins")["values"])
+	require.Equal(t, "user:42", feature(m, "logins")["entity"])
+	require.Equal(t, 1.0, feature(m, "ip_users")["value"])
+	// An int64 beyond 2^53 comes back exact: decode the raw JSON.
+	resp, err := http.Post("http://"+d.http+"/v1/features/login/read", "application/json", strings.NewReader(`{"entities":{"card":"c1"}}`))
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Contains(t, string(raw), `"value":9007199254740993`)
+	// The same id again: a duplicate, counted once.
+	code, m = d.post(t, "/v1/features/login/record", `{"id":"e1","entities":{"user":"42","ip":"1.2.3.4","card":"c1"},"amount":1}`)
+	require.Equal(t, 200, code, m)
+	require.Equal(t, true, m["duplicate"])
+	require.Equal(t, 1.0, feature(m, "logins")["value"])
+	// The limit of 2: the third login is refused.
+	d.post(t, "/v1/features/login/record", `{"entities":{"user":"42","ip":"5.6.7.8"}}`)
+	code, m = d.post(t, "/v1/features/login/record", `{"entities":{"user":"42","ip":"5.6.7.8"}}`)
+	require.Equal(t, 200, code, m)
+	require.Equal(t, false, m["allowed"])
+	require.Equal(t, []any{"login_limit"}, m["refused_by"])
+	require.Positive(t, m["retry_after_ms"].(float64))
+	lim := feature(m, "login_limit")["limit"].(map[string]any)
+	require.Equal(t, 2.0, lim["limit"])
+	require.Equal(t, false, lim["allowed"])
+	// Read writes nothing.
+	_, m = d.post(t, "/v1/features/login/read", `{"entities":{"user":"42"}}`)
+	require.Equal(t, 3.0, feature(m, "logins")["value"])
+	_, m = d.post(t, "/v1/features/login/read", `{"entities":{"user":"42"}}`)
+	require.Equal(t, 3.0, feature(m, "logins")["value"])
+	// A late event counts in its own time.
+	late := time.Now().Add(-30 * time.Minute).UTC().Format(time.RFC3339)
+	_, m = d.post(t, "/v1/features/login/record", `{"time":"`+late+`","entities":{"user":"7"}}`)
+	require.Equal(t, []any{0.0, 1.0}, feature(m, "logins")["values"])
+	// Bad requests.
+	for body, want := range map[string]string{
+		`{"entities":{"user":"1"},"amount":1.5}`:                   "amount 1.5",
+		`{"entities":{"user":"1"},"amount":"9223372036854775808"}`: "amount",
+		`{"entities":{}}`:                              "no entities",
+		`{"entities":{"user":"1"},"bogus":1}`:          "unknown field",
+		`{"entities":{"user":"1"},"time":"yesterday"}`: "RFC 3339",
+		`{"entities":{"user":"1"}} {}`:                 "more than one value",
+		`not json`:                                     "bad JSON",
+	} {
+		code, m := d.post(t, "/v1/features/login/record", body)
+		require.Equal(t, 400, code, body)
+		require.Contains(t, m["error"], want, body)
+	}
+	code, m = d.post(t, "/v1/features/nope/record", `{"entities":{"user":"1"}}`)
+	require.Equal(t, 404, code)
+	require.Contains(t, m["error"], `unknown feature_set "nope"`)
+	code, m = d.post(t, "/v1/features/login/read", `{"id":"x","entities":{"user":"1"}}`)
+	require.Equal(t, 400, code, m)
+	code, body := d.get(t, "/v1/features")
+	require.Equal(t, 200, code)
+	require.Contains(t, body, `"login_limit"`)
+}
+
+// TestWindowstoredReload: a changed file is put in force while calls go on; a
+// bad one is refused with a log line and the old one stays; SIGHUP reloads.
+func TestWindowstoredReload(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Valkey)
+	conf := func(n int) string {
+		return fmt.Sprintf("domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", n)
+	}
+	d := startWSD(t, srv.URL(), conf(1))
+	head, err := os.ReadFile(d.config)
+	require.NoError(t, err)
+	settings := string(head[:strings.Index(string(head), "---\n")+4])
+	write := func(s string) { require.NoError(t, os.WriteFile(d.config, []byte(settings+s), 0o644)) }
+	limitOf := func() uint32 {
+		return d.ask(t, "r", 0, desc("k=probe")).Statuses[0].CurrentLimit.GetRequestsPerUnit()
+	}
+	require.Equal(t, uint32(1), limitOf())
+	// Calls go on through every reload: none fails.
+	stop := make(chan struct{})
+	var calls, failed atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := d.rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "r", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("k=busy")}})
+				calls.Add(1)
+				if err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	write(conf(5))
+	require.Eventually(t, func() bool { return limitOf() == 5 }, 10*time.Second, 50*time.Millisecond)
+	write("domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
+	require.Eventually(t, func() bool { return strings.Contains(d.logs.String(), "configuration refused") }, 10*time.Second, 50*time.Millisecond)
+	require.Contains(t, d.logs.String(), `unit \"fortnight\"`)
+	require.Equal(t, uint32(5), limitOf(), "the old configuration stays")
+	// SIGHUP, with the file watch off in effect: write and signal at once.
+	write(conf(7))
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return limitOf() == 7 }, 10*time.Second, 50*time.Millisecond)
+	close(stop)
+	wg.Wait()
+	require.Positive(t, calls.Load())
+	require.Zero(t, failed.Load(), "of %d calls during the reloads", calls.Load())
+}
+
+// TestWindowstoredShutdown: SIGTERM lets the calls in flight finish, then
+// exits 0. The health check answers 503 while the server is down.
+func TestWindowstoredShutdown(t *testing.T) {
+	t.Parallel()
+	srv := harness.Fresh(t, harness.Redis70)
+	d := startWSD(t, srv.URL(), "domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n", "--shutdown-timeout", "20s")
+	srv.Kill(t)
+	require.Eventually(t, func() bool { code, _ := d.get(t, "/healthcheck"); return code == 503 }, 20*time.Second, 100*time.Millisecond)
+	_, err := d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "s", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("k=1")}})
+	require.Equal(t, codes.Unavailable, status.Code(err), "on_error: error is a gRPC UNAVAILABLE: %v", err)
+	srv.Start(t)
+	require.Eventually(t, func() bool { code, _ := d.get(t, "/healthcheck"); return code == 200 }, 30*time.Second, 100*time.Millisecond)
+	// 40 callers; SIGTERM in the middle. Every call either finishes with a
+	// decision or is refused before it starts (UNAVAILABLE): none is cut.
+	var decided, refused atomic.Int64
+	var wg sync.WaitGroup
+	started := make(chan struct{}, 40)
+	for g := 0; g < 40; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				if i == 5 {
+					started <- struct{}{}
+				}
+				resp, err := d.rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "s", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("k=1")}})
+				switch {
+				case err == nil && resp.OverallCode == ok:
+					decided.Add(1)
+				case status.Code(err) == codes.Unavailable:
+					refused.Add(1)
+					return
+				default:
+					t.Errorf("a call was cut: %v %v", resp, err)
+					return
+				}
+			}
+		}()
+	}
+	for g := 0; g < 40; g++ {
+		<-started
+	}
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-d.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("windowstored did not stop")
+	}
+	wg.Wait()
+	require.Zero(t, d.exit, d.logs.String())
+	require.Contains(t, d.logs.String(), "stopped")
+	require.Positive(t, decided.Load())
+}
+
+// TestWindowstoredCluster: descriptors in different slots of a real Redis
+// Cluster are decided all or nothing.
+func TestWindowstoredCluster(t *testing.T) {
+	t.Parallel()
+	cl := harness.NewCluster(t)
+	d := startWSD(t, "redis://"+cl.Seeds()[0], wsdConfig)
+	// Keys of other slots: the user's refusal counts nothing on the IPs.
+	ips := []*ratelimitpb.RateLimitDescriptor{desc("ip=c1"), desc("ip=c2"), desc("ip=c3"), desc("ip=c4")}
+	for i := 0; i < 3; i++ {
+		r := d.ask(t, "shop", 0, append([]*ratelimitpb.RateLimitDescriptor{desc("user=c")}, ips...)...)
+		require.Equal(t, ok, r.OverallCode)
+	}
+	for i := 0; i < 4; i++ {
+		r := d.ask(t, "shop", 0, append([]*ratelimitpb.RateLimitDescriptor{desc("user=c")}, ips...)...)
+		require.Equal(t, over, r.OverallCode)
+		for j := range ips {
+			require.Equal(t, uint32(2), r.Statuses[j+1].LimitRemaining)
+		}
+	}
+	for _, ip := range ips {
+		require.Equal(t, uint32(1), d.ask(t, "shop", 0, ip).Statuses[0].LimitRemaining)
+	}
 }
