@@ -41,11 +41,12 @@ pickport() {
   echo "compose smoke: no free port" >&2
   exit 1
 }
-for v in REDIS70_PORT REDIS80_PORT VALKEY_PORT TAIRHASH_PORT; do
+for v in REDIS70_PORT REDIS80_PORT VALKEY_PORT TAIRHASH_PORT WINDOWSTORED_HTTP_PORT WINDOWSTORED_GRPC_PORT; do
   if [ -z "${!v:-}" ]; then pickport "$v"; fi
 done
 profiles=()
 if [ -n "${TAIRHASH_IMAGE:-}" ]; then profiles=(--profile tairhash); fi
+if [ -n "${WINDOWSTORED_IMAGE:-}" ]; then profiles+=(--profile windowstored); fi
 
 dc "${profiles[@]}" config -q
 trap 'dc "${profiles[@]}" down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
@@ -69,5 +70,34 @@ check() { # port want-backend want-field-ttl
 check "$REDIS70_PORT" nativehash-plain false
 check "$REDIS80_PORT" nativehash-fieldttl true
 check "$VALKEY_PORT" nativehash-plain false
-if [ ${#profiles[@]} -gt 0 ]; then check "$TAIRHASH_PORT" tairhash true; fi
+if [ -n "${TAIRHASH_IMAGE:-}" ]; then check "$TAIRHASH_PORT" tairhash true; fi
+if [ -n "${WINDOWSTORED_IMAGE:-}" ]; then
+  # windowstored: healthy, then its example domain's limit of 3 per minute
+  # admits 3 requests and refuses the fourth (HTTP 429). HTTP/1.0 over
+  # bash's /dev/tcp: a fresh machine may have no curl.
+  httpcode() { # PATH [BODY]: prints the status code
+    local body=${2:-} method=GET
+    [ -z "$body" ] || method=POST
+    exec 3<>"/dev/tcp/127.0.0.1/$WINDOWSTORED_HTTP_PORT" || { echo 000; return; }
+    printf '%s %s HTTP/1.0\r\nContent-Length: %d\r\n\r\n%s' "$method" "$1" "${#body}" "$body" >&3
+    local line
+    read -r line <&3 || line=""
+    exec 3<&-
+    line=${line#* }
+    echo "${line%% *}"
+  }
+  code=000
+  for _ in $(seq 100); do
+    code=$(httpcode /healthcheck 2>/dev/null || true)
+    [ "$code" = 200 ] && break
+    sleep 0.2
+  done
+  [ "$code" = 200 ] || { dc "${profiles[@]}" logs windowstored >&2; echo "compose smoke: windowstored's health check gave $code" >&2; exit 1; }
+  codes=""
+  for _ in 1 2 3 4; do
+    codes="$codes $(httpcode /json '{"domain":"shop","descriptors":[{"entries":[{"key":"user","value":"smoke"}]}]}')"
+  done
+  echo "compose smoke: windowstored answered$codes"
+  [ "$codes" = " 200 200 200 429" ] || { echo "compose smoke: want 200 200 200 429" >&2; exit 1; }
+fi
 echo "compose smoke: ok"

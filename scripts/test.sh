@@ -246,6 +246,12 @@ fi
 
 section "compose file: config, up, smoke test, down"
 if docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1; then
+  # windowstored's image, from the local Go toolchain (a few seconds), so that
+  # the smoke test runs it too.
+  if [ -z "${WINDOWSTORED_IMAGE:-}" ]; then
+    eval "$(./scripts/windowstored-image.sh)"
+    export WINDOWSTORED_IMAGE
+  fi
   bash compose/smoke.sh
 else
   say "*** SKIPPED: compose/docker-compose.yml not checked: neither 'docker compose' (the v2 plugin) nor docker-compose is installed; install one: apt-get install docker-compose ***" >&2

@@ -255,6 +255,9 @@ func loadConfig(path string) (*config, error) {
 			}
 		}
 	}
+	if len(c.domains) == 0 && len(c.sets) == 0 {
+		return nil, badf(path, "no domain and no feature_set: nothing to serve")
+	}
 	c.digest = digest.String()
 	return c, nil
 }

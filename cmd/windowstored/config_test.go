@@ -1,0 +1,164 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"github.com/windowstore/windowstore/store"
+)
+
+func load(t *testing.T, yaml string) (*config, error) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(f, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return loadConfig(f)
+}
+
+// TestConfigErrors: every configuration windowstored refuses, and why.
+func TestConfigErrors(t *testing.T) {
+	for _, c := range []struct{ yaml, want string }{
+		{"", "nothing to serve"},
+		{"domain: d\n---\n", "empty document"},
+		{"domain: d\nbogus: 1\n", "field bogus not found"},
+		{"domain: d\ndescriptors:\n  - value: v\n", "a descriptor has an empty key"},
+		{"domain: d\ndescriptors:\n  - key: k\n  - key: k\n", "d.k: the descriptor is configured twice"},
+		{"domain: d\n---\ndomain: d\n", `domain "d" is configured twice`},
+		{"descriptors:\n  - key: k\n", "need a domain name"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n", `unit "fortnight"`},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second}\n", "no requests_per_unit"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: -1}\n", "requests_per_unit -1"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n", "an unlimited rate_limit has no unit"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n", `replaces its own name "a"`},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{}]}\n", "a replaces entry has no name"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: year, requests_per_unit: 1}\n", "longer than the maximum"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, bucket: 7s}\n", "does not divide"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, bucket: soon}\n", `bucket "soon"`},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: fixed, bucket: 1s}\n", "a fixed window has no bucket"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: leaky}\n", `algorithm "leaky"`},
+		{"domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n", "quota_mode is not supported"},
+		{"domain: d\ndescriptors:\n  - key: k\n    value: a*\n    share_threshold: true\n", "share_threshold is not supported"},
+		{"windowstored: {on_error: maybe}\n", `on_error "maybe"`},
+		{"windowstored: {response_headers: all}\n", `response_headers "all"`},
+		{"windowstored: {prefix: a, feature_prefix: a}\n", "need prefixes of their own"},
+		{"windowstored: {}\n---\nwindowstored: {}\n", "settings are already given"},
+		{"domain: d\nfeature_set: f\n", "one of them"},
+		{"feature_set: f\n", "has no features"},
+		{"features: [{name: a}]\n", "need a feature_set name"},
+		{"feature_set: a/b\nfeatures: [{name: a}]\n", "URL path segment"},
+		{"feature_set: f\nfeatures: [{name: a, kind: max}]\n", `kind "max"`},
+		{"feature_set: f\nfeatures: [{name: a, kind: count, windows: [1m]}]\n", `window "1m": want LENGTH/BUCKET`},
+	} {
+		_, err := load(t, c.yaml)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want an error with %q", c.yaml, err, c.want)
+		}
+		if err != nil && !strings.HasPrefix(err.Error(), "windowstored: config ") {
+			t.Errorf("%q: %v does not say it is about the config", c.yaml, err)
+		}
+	}
+}
+
+// TestConfigEnvoyExample: envoyproxy/ratelimit's own example configuration
+// loads, with its statistics fields, and its descriptors match as there.
+func TestConfigEnvoyExample(t *testing.T) {
+	c, err := load(t, `
+domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+  - key: database
+    value: default
+    detailed_metric: true
+    rate_limit:
+      unit: SECOND
+      requests_per_unit: 500
+  - key: remote_address
+    rate_limit:
+      unit: day
+      requests_per_unit: 10
+    descriptors:
+      - key: path
+        value: /login
+        metadata: {owner: team-a}
+        rate_limit: {unit: minute, requests_per_unit: 5, name: login}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := c.domains["mongo_cps"]
+	e := func(kv ...string) []*ratelimitpb.RateLimitDescriptor_Entry {
+		var es []*ratelimitpb.RateLimitDescriptor_Entry
+		for i := 0; i < len(kv); i += 2 {
+			es = append(es, &ratelimitpb.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+		}
+		return es
+	}
+	for _, m := range []struct {
+		entries []*ratelimitpb.RateLimitDescriptor_Entry
+		path    string
+	}{
+		{e("database", "users"), "mongo_cps.database_users"},
+		{e("database", "other"), ""},
+		{e("remote_address", "1.2.3.4"), "mongo_cps.remote_address"},
+		{e("remote_address", "1.2.3.4", "path", "/login"), "mongo_cps.remote_address.path_/login"},
+		{e("remote_address", "1.2.3.4", "path", "/other"), ""},
+		{e("remote_address", "1.2.3.4", "path", "/login", "x", "y"), ""},
+	} {
+		r := root.match(m.entries)
+		if got := ""; r != nil {
+			got = r.path
+			if got != m.path {
+				t.Errorf("%v matched %s, want %q", m.entries, got, m.path)
+			}
+		} else if m.path != "" {
+			t.Errorf("%v matched nothing, want %s", m.entries, m.path)
+		}
+	}
+	want := []store.Window{{Length: time.Second, Bucket: 100 * time.Millisecond}, {Length: time.Minute, Bucket: time.Second}, {Length: 24 * time.Hour, Bucket: 24 * time.Minute}}
+	if got := c.shapes(); len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Errorf("shapes %v, want %v", got, want)
+	}
+}
+
+// TestWildcard: '*' stands for any run of characters, anywhere.
+func TestWildcard(t *testing.T) {
+	for _, c := range []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"k_a*", "k_a", true}, {"k_a*", "k_abc", true}, {"k_a*", "k_b", false},
+		{"k_a*z", "k_az", true}, {"k_a*z", "k_abz", true}, {"k_a*z", "k_abzy", false},
+		{"k_*b*d", "k_abcd", true}, {"k_*b*d", "k_acd", false}, {"k_a*a", "k_a", false},
+	} {
+		w := wildcard{key: c.pattern, parts: strings.Split(c.pattern, "*")}
+		if got := w.matches(c.s); got != c.want {
+			t.Errorf("%q matches %q = %v, want %v", c.pattern, c.s, got, c.want)
+		}
+	}
+}
+
+// TestCounterKey: no two descriptors share a counter.
+func TestCounterKey(t *testing.T) {
+	e := func(k, v string) *ratelimitpb.RateLimitDescriptor_Entry {
+		return &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v}
+	}
+	seen := map[string]string{}
+	for i, es := range [][]*ratelimitpb.RateLimitDescriptor_Entry{
+		{e("a", "b|c=d")}, {e("a", "b"), e("c", "d")}, {e("a=b", "")}, {e("a", "=b")}, {e("a", "b\\")}, {e("a", "b"), e("", "")},
+	} {
+		k := counterKey("d", es)
+		if prev, dup := seen[k]; dup {
+			t.Errorf("descriptors %d and %s share the key %q", i, prev, k)
+		}
+		seen[k] = string(rune('0' + i))
+	}
+}
