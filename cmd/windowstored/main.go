@@ -49,7 +49,6 @@ type flags struct {
 	tls                              redisaddr.TLSFiles
 	watch, shutdown, timeout         time.Duration
 	logLevel, logFormat              string
-	clientClock                      bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -72,7 +71,6 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "the server's write timeout: a connection that takes longer is broken")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
-	fs.BoolVar(&f.clientClock, "client-clock", false, "decide on this machine's clock instead of the server's (for tests)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -142,9 +140,6 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	s := &server{client: client, log: log, rec: rec, stores: map[string]*store.Store{}}
-	if f.clientClock {
-		s.opts = append(s.opts, store.WithClientClock(time.Now))
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := s.load(ctx, f.config); err != nil {

@@ -21,10 +21,9 @@ type server struct {
 	client rueidis.Client
 	log    *slog.Logger
 	rec    httplimit.Recorder
-	opts   []store.Option // test hooks: a client clock
 	rt     atomic.Pointer[runtime]
 
-	mu     sync.Mutex // guards stores and reloads
+	mu     sync.Mutex // guards stores
 	stores map[string]*store.Store
 
 	failure string // the last reload error logged (the reload loop's alone)
@@ -39,10 +38,15 @@ type runtime struct {
 // storeKey names a store by its prefix and window.
 func storeKey(prefix string, w store.Window) string { return prefix + " " + w.String() }
 
-// storeFor returns the store of a rate limit's window, made once (store.New
-// detects the backend: one round trip) and kept across reloads.
+// storeFor returns the store of a rate limit's window under the prefix in
+// force.
 func (s *server) storeFor(ctx context.Context, w store.Window) (*store.Store, error) {
-	prefix := s.rt.Load().cfg.settings.prefix
+	return s.storeOf(ctx, s.rt.Load().cfg.settings.prefix, w)
+}
+
+// storeOf returns the store of a prefix and window, made once (store.New
+// detects the backend: one round trip) and kept across reloads.
+func (s *server) storeOf(ctx context.Context, prefix string, w store.Window) (*store.Store, error) {
 	k := storeKey(prefix, w)
 	s.mu.Lock()
 	st := s.stores[k]
@@ -50,7 +54,7 @@ func (s *server) storeFor(ctx context.Context, w store.Window) (*store.Store, er
 	if st != nil {
 		return st, nil
 	}
-	st, err := store.New(ctx, s.client, w, append([]store.Option{store.WithPrefix(prefix)}, s.opts...)...)
+	st, err := store.New(ctx, s.client, w, store.WithPrefix(prefix))
 	if err != nil {
 		return nil, err
 	}
@@ -67,25 +71,13 @@ func (s *server) storeFor(ctx context.Context, w store.Window) (*store.Store, er
 // configuration is in force only once everything it needs is ready.
 func (s *server) bind(ctx context.Context, cfg *config) (*runtime, error) {
 	rt := &runtime{cfg: cfg, sets: map[string]*features.Set{}}
-	prefix := cfg.settings.prefix
 	for _, w := range cfg.shapes() {
-		k := storeKey(prefix, w)
-		s.mu.Lock()
-		st := s.stores[k]
-		s.mu.Unlock()
-		if st != nil {
-			continue
-		}
-		st, err := store.New(ctx, s.client, w, append([]store.Option{store.WithPrefix(prefix)}, s.opts...)...)
-		if err != nil {
+		if _, err := s.storeOf(ctx, cfg.settings.prefix, w); err != nil {
 			return nil, fmt.Errorf("windowstored: window %v: %w", w, err)
 		}
-		s.mu.Lock()
-		s.stores[k] = st
-		s.mu.Unlock()
 	}
 	for _, name := range cfg.setNames {
-		set, err := features.New(ctx, s.client, cfg.sets[name], append([]store.Option{store.WithPrefix(cfg.settings.featurePrefix)}, s.opts...)...)
+		set, err := features.New(ctx, s.client, cfg.sets[name], store.WithPrefix(cfg.settings.featurePrefix))
 		if err != nil {
 			return nil, fmt.Errorf("windowstored: feature_set %s: %w", name, err)
 		}
@@ -95,11 +87,10 @@ func (s *server) bind(ctx context.Context, cfg *config) (*runtime, error) {
 }
 
 // load reads the configuration at path and puts it in force. On any error the
-// configuration in force stays, and the error says why.
+// configuration in force stays, and the error says why. One goroutine calls it
+// at a time (at start, then the reload loop).
 func (s *server) load(ctx context.Context, path string) error {
-	s.mu.Lock()
 	cur := s.rt.Load()
-	s.mu.Unlock()
 	cfg, err := loadConfig(path)
 	if err != nil {
 		return err
