@@ -51,7 +51,10 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 	rt := s.rt.Load()
 	domain := req.GetDomain()
 	outcome := httplimit.Allowed
-	defer func() { s.rec.Observe(domain, outcome, time.Since(start)) }()
+	// The metrics' rule label: the domain, when it is configured (a
+	// client's unknown domains must not grow the metrics without bound).
+	label := "(unknown)"
+	defer func() { s.rec.Observe(label, outcome, time.Since(start)) }()
 	bad := func(c codes.Code, format string, a ...any) (*rlspb.RateLimitResponse, error) {
 		outcome = httplimit.BadKey
 		return nil, status.Errorf(c, "windowstored: "+format, a...)
@@ -63,6 +66,7 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 	if root == nil {
 		return bad(codes.NotFound, "unknown domain %q", domain)
 	}
+	label = domain
 	ds := req.GetDescriptors()
 	if len(ds) == 0 {
 		return bad(codes.InvalidArgument, "rate limit descriptor list must not be empty")
