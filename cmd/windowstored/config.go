@@ -129,8 +129,7 @@ type rule struct {
 	shadow    bool
 	limit     int64 // requests per unit
 	unit      rlspb.RateLimitResponse_RateLimit_Unit
-	window    store.Window
-	fixed     bool
+	window    store.Window // a fixed window is one bucket of its unit
 }
 
 // configError is a configuration that cannot be loaded: where, and why.
@@ -385,7 +384,6 @@ func loadRule(where, path string, y *yamlRateLimit, shadow bool) (*rule, error) 
 		if y.Bucket != "" {
 			return nil, badf(where, "%s: a fixed window has no bucket: it is one bucket of its unit", path)
 		}
-		r.fixed = true
 		r.window.Bucket = u.length
 	default:
 		return nil, badf(where, "%s: algorithm %q: want sliding or fixed", path, y.Algorithm)

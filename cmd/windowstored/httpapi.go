@@ -84,11 +84,13 @@ type decisionJSON struct {
 	RetryAfterMS int64 `json:"retry_after_ms"`
 }
 
+// ms is a wait in whole milliseconds (the store's waits are whole
+// milliseconds), -1 for never, as windowctl's retry_after_ms.
 func ms(d time.Duration) int64 {
 	if d < 0 {
 		return -1
 	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
+	return d.Milliseconds()
 }
 
 // featureCall serves record (write true) and read.
