@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -79,15 +81,12 @@ func NewConcurrency(st *store.Store, name string, max int64, ttl time.Duration) 
 	if max < 0 || max > maxExact {
 		return nil, newError(name, store.ErrInvalid, "max "+strconv.FormatInt(max, 10)+" is not within [0, 2^53]")
 	}
-	if ttl < time.Millisecond || ttl > maxTTL || ttl%time.Millisecond != 0 {
+	if ttl < time.Millisecond || ttl > backend.MaxLeaseTTL || ttl%time.Millisecond != 0 {
 		return nil, newError(name, store.ErrInvalid, "ttl "+ttl.String()+" is not a whole number of milliseconds from 1ms to 2^40 ms")
 	}
 	return &Concurrency{st: st.Sub(name), policy: Policy{Name: name, Limit: max, Window: ttl, Algorithm: "concurrency"},
 		max: max, ttl: ttl}, nil
 }
-
-// maxTTL bounds a lease's ttl: 2^40 ms (store.Op.TTL).
-const maxTTL = time.Duration(1<<40) * time.Millisecond
 
 // Policy returns the limit's policy.
 func (c *Concurrency) Policy() Policy { return c.policy }
@@ -133,15 +132,7 @@ func (c *Concurrency) Release(ctx context.Context, key, id string) (bool, error)
 func (c *Concurrency) one(ctx context.Context, op store.Op) (store.Value, error) {
 	res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{op}})
 	if err != nil {
-		return store.Value{}, unwrapOne(err)
+		return store.Value{}, hook.FirstError(err)
 	}
 	return res[0].Values[0], nil
-}
-
-// unwrapOne is the error of the one batch of an Apply call.
-func unwrapOne(err error) error {
-	if m, ok := err.(*store.ManyError); ok && len(m.Errs) == 1 {
-		return m.Errs[0]
-	}
-	return err
 }

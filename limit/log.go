@@ -117,6 +117,24 @@ func (l *redisLimiter) AllowAt(ctx context.Context, t time.Time, key string, n i
 	return l.run(ctx, backend.ClientClock(t.UnixMilli()), key, n)
 }
 
+// refund gives back n units a GCRA limiter admitted for key (a decision
+// taken back, as windowstored's across descriptors): the key's state moves
+// back by n units, never past a fresh key. It answers the key's state
+// after, as a decision of cost 0 would. Other limiters refuse it.
+func (l *redisLimiter) refund(ctx context.Context, clock backend.Clock, key string, n int64) (store.Decision, error) {
+	if l.script != gcraScript {
+		return store.Decision{}, newError(l.policy.Name, store.ErrInvalid, "only a GCRA limiter gives back a cost")
+	}
+	if err := checkCost(l.policy.Name, key, n, l.max); err != nil {
+		return store.Decision{}, err
+	}
+	v, err := l.exec(ctx, clock, key, -n)
+	if err != nil {
+		return store.Decision{}, err
+	}
+	return l.decision(v), nil
+}
+
 func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string, n int64) (_ store.Decision, err error) {
 	if l.obs != nil {
 		var end func(error)
@@ -126,9 +144,31 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 	if err := checkCost(l.policy.Name, key, n, l.max); err != nil {
 		return store.Decision{}, err
 	}
+	v, err := l.exec(ctx, clock, key, n)
+	if err != nil {
+		return store.Decision{}, err
+	}
+	return l.decision(v), nil
+}
+
+// decision is the script's reply {allowed, used, retry ms, reset ms} as a
+// Decision.
+func (l *redisLimiter) decision(v []int64) store.Decision {
+	return store.Decision{
+		Policy:     l.policy.Name,
+		Allowed:    v[0] == 1,
+		Limit:      l.limit,
+		Remaining:  max(0, l.limit-v[1]),
+		RetryAfter: ms(v[2]),
+		ResetAfter: ms(v[3]),
+	}
+}
+
+// exec runs the script for a cost of n on key: its reply.
+func (l *redisLimiter) exec(ctx context.Context, clock backend.Clock, key string, n int64) ([]int64, error) {
 	rk, err := l.space.Name(key, l.suffix)
 	if err != nil {
-		return store.Decision{}, callError(l.policy.Name, key, store.ErrInvalid, reason(err), err)
+		return nil, callError(l.policy.Name, key, store.ErrInvalid, reason(err), err)
 	}
 	args := make([]string, 0, len(l.args)+3)
 	args = append(append(append(args, clock.Arg()), l.args...), strconv.FormatInt(n, 10))
@@ -145,16 +185,9 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 	}
 	if err != nil {
 		err = l.script.AsScriptError(err)
-		return store.Decision{}, callError(l.policy.Name, key, nil, err.Error(), err)
+		return nil, callError(l.policy.Name, key, nil, err.Error(), err)
 	}
-	return store.Decision{
-		Policy:     l.policy.Name,
-		Allowed:    v[0] == 1,
-		Limit:      l.limit,
-		Remaining:  max(0, l.limit-v[1]),
-		RetryAfter: ms(v[2]),
-		ResetAfter: ms(v[3]),
-	}, nil
+	return v, nil
 }
 
 // reason is a keyspace error's text without its package's words.
@@ -180,10 +213,21 @@ func nonce() string {
 var aclRules = []backend.ACLRule{
 	{Label: "log", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +zcount +zremrangebyscore +zadd +zrange +pexpireat"},
 	{Label: "fixed window", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +hmget +hset +hincrby +pexpireat"},
-	{Label: "gcra", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +get +set"},
+	{Label: "gcra", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +get +set +del"},
 }
 
 func init() {
 	hook.LimitScripts = func() []*backend.Script { return []*backend.Script{logScript, fixedScript, gcraScript} }
 	hook.LimitACL = func() []backend.ACLRule { return aclRules }
+	hook.GCRARefund = func(ctx context.Context, l any, at time.Time, key string, n int64) (any, error) {
+		rl, ok := l.(*redisLimiter)
+		if !ok {
+			return store.Decision{}, newError("refund", store.ErrInvalid, "only a GCRA limiter gives back a cost")
+		}
+		clock := backend.ServerClock
+		if !at.IsZero() {
+			clock = backend.ClientClock(at.UnixMilli())
+		}
+		return rl.refund(ctx, clock, key, n)
+	}
 }

@@ -19,27 +19,14 @@ cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
 duration=${DURATION:-3s}
 port=${BENCH_PORT:-16390}
-if [ -z "${REDIS70_IMAGE:-}" ]; then
-  REDIS70_IMAGE=$(./scripts/images.sh | sed -n 's/^REDIS70_IMAGE=//p')
-fi
-
-cpus=$(nproc 2>/dev/null || echo 1)
-server_pin=() client_pin=()
-if [ "$cpus" -ge 2 ]; then
-  server_pin=(--cpuset-cpus "$((cpus - 1))")
-  client_pin=(taskset -c "0-$((cpus - 2))")
-  command -v taskset >/dev/null || client_pin=()
-fi
-
+# shellcheck source=scripts/lib/pinned-redis.sh
+. scripts/lib/pinned-redis.sh
 name=windowstore-bench-$$
-docker run -d --rm --name "$name" --label windowstore.test=true --network host "${server_pin[@]}" \
-  "$REDIS70_IMAGE" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no >/dev/null
 trap 'docker rm -f "$name" >/dev/null 2>&1 || true' EXIT
-version=$(docker exec "$name" redis-server --version | sed -n 's/.*v=\([0-9.]*\).*/\1/p')
+pinned_redis "$name" "$port"
 
 bin=$(mktemp -d)/bench
 (cd tests && go build -o "$bin" ./cmd/bench)
-for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
 out=$(mktemp)
 echo "bench: every operation at 10 buckets, $runs runs of $duration" >&2

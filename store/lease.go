@@ -18,10 +18,6 @@ import (
 // (internal/backend/lua/lease.lua).
 const leaseTag = "lease"
 
-// maxLeaseTTL bounds a lease's time to live: 2^40 ms, about 34 years, so that
-// an end instant stays an exact integer in the scripts' doubles.
-const maxLeaseTTL = time.Duration(1<<40) * time.Millisecond
-
 // maxLeaseID bounds a lease id's length.
 const maxLeaseID = 128
 
@@ -45,7 +41,7 @@ func checkLease(o Op) error {
 		return errors.New("lease id " + strconv.Quote(o.Lease) + " must have 1 to 128 bytes and no spaces")
 	case o.Kind == Acquire && (o.Limit < 0 || o.Limit > maxExact):
 		return errors.New("lease limit " + strconv.FormatInt(o.Limit, 10) + " must be within [0, 2^53]")
-	case o.Kind != Release && (o.TTL < time.Millisecond || o.TTL > maxLeaseTTL || o.TTL%time.Millisecond != 0):
+	case o.Kind != Release && (o.TTL < time.Millisecond || o.TTL > backend.MaxLeaseTTL || o.TTL%time.Millisecond != 0):
 		return errors.New("lease TTL " + o.TTL.String() + " must be a whole number of ms from 1ms to 2^40 ms")
 	}
 	return nil

@@ -131,6 +131,7 @@ func init() {
 	hook.NewError = func(pkg, op, key string, keyed bool, kind error, detail string, cause error) error {
 		return &Error{Op: op, Key: key, Kind: kind, Detail: detail, Err: cause, pkg: pkg, keyed: keyed}
 	}
+	hook.FirstError = first
 	hook.SameClient = func(a, b any) bool { return a.(*Store).client == b.(*Store).client }
 	hook.UnescapeKey = func(s string) (string, error) {
 		k, err := keyspace.Unescape(s)

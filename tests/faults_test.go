@@ -214,7 +214,8 @@ func TestFaultServerDown(t *testing.T) {
 }
 
 // TestFaultServerStalls: a server that stops answering (DEBUG SLEEP) makes
-// calls fail at their deadline with context.DeadlineExceeded, not hang;
+// calls fail at their deadline with context.DeadlineExceeded (or a dial's net
+// timeout, at the same deadline), not hang;
 // afterwards everything works, and no goroutine is left behind: a second
 // stall ends with as many goroutines as the first.
 func TestFaultServerStalls(t *testing.T) {
@@ -246,8 +247,12 @@ func TestFaultServerStalls(t *testing.T) {
 				start := time.Now()
 				_, err := s.Add(ctx, "k"+strconv.Itoa(i), 1)
 				took := time.Since(start)
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Errorf("round %d call %d: want context.DeadlineExceeded, got %v", round, i, err)
+				// A call that needed a new connection fails in its dial, at
+				// the same deadline, with a net timeout ("dial tcp: i/o
+				// timeout"; seen under CI's load).
+				var ne net.Error
+				if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
+					t.Errorf("round %d call %d: want context.DeadlineExceeded or a net timeout, got %v", round, i, err)
 				}
 				if took > 900*time.Millisecond {
 					t.Errorf("round %d call %d: the deadline was not honoured: %v", round, i, took)

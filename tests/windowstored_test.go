@@ -71,6 +71,13 @@ func localPort(t *testing.T) string {
 // its health check answers.
 func startWSD(t *testing.T, addr, config string, args ...string) *wsd {
 	t.Helper()
+	return startWSDEnv(t, nil, addr, config, args...)
+}
+
+// startWSDEnv is startWSD with these environment variables added to the
+// test's.
+func startWSDEnv(t *testing.T, env []string, addr, config string, args ...string) *wsd {
+	t.Helper()
 	dir := t.TempDir()
 	p := harness.Prefix(t)
 	file := filepath.Join(dir, "config.yaml")
@@ -80,6 +87,9 @@ func startWSD(t *testing.T, addr, config string, args ...string) *wsd {
 	d.cmd = exec.Command(harness.Binary(t, "./cmd/windowstored"), append([]string{"--addr", addr, "--config", file,
 		"--grpc", d.grpc, "--http", d.http, "--watch", "100ms", "--log-format", "text"}, args...)...)
 	d.cmd.Stderr = d.logs
+	if env != nil {
+		d.cmd.Env = append(os.Environ(), env...)
+	}
 	require.NoError(t, d.cmd.Start())
 	go func() {
 		d.cmd.Wait()
@@ -187,6 +197,10 @@ descriptors:
         rate_limit: {unit: second, requests_per_unit: 2, bucket: 500ms}
   - key: race
     rate_limit: {unit: minute, requests_per_unit: 17}
+  - key: gcra
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra, burst: 3}
+  - key: gburst
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: gcra, burst: 10}
 `
 
 // TestWindowstoredRLS drives windowstored's rate-limit service with a gRPC
@@ -355,6 +369,100 @@ func TestWindowstoredRLS(t *testing.T) {
 		require.Equal(t, int64(5), admitted.Load())
 		r := d.ask(t, "shop", 0, desc("race=r1"))
 		require.Equal(t, uint32(17-5-1), r.Statuses[0].LimitRemaining)
+	})
+
+	t.Run("gcra", func(t *testing.T) {
+		// 10 an hour (one every 6 minutes), in bursts of 3.
+		for _, want := range []uint32{2, 1, 0} {
+			r := d.ask(t, "shop", 0, desc("gcra=a"))
+			require.Equal(t, ok, r.OverallCode)
+			require.Equal(t, want, r.Statuses[0].LimitRemaining)
+			require.Equal(t, uint32(10), r.Statuses[0].CurrentLimit.RequestsPerUnit)
+			require.Equal(t, rlspb.RateLimitResponse_RateLimit_HOUR, r.Statuses[0].CurrentLimit.Unit)
+		}
+		r := d.ask(t, "shop", 0, desc("gcra=a"), desc("ip=g1"))
+		require.Equal(t, over, r.OverallCode)
+		require.Equal(t, over, r.Statuses[0].Code)
+		// The next unit frees up in 6 minutes.
+		require.InDelta(t, (6 * time.Minute).Seconds(), r.Statuses[0].DurationUntilReset.AsDuration().Seconds(), 2)
+		// Refused by the GCRA: nothing counted on the IP.
+		require.Equal(t, ok, r.Statuses[1].Code)
+		require.Equal(t, uint32(5), r.Statuses[1].LimitRemaining)
+		require.Equal(t, uint32(4), d.ask(t, "shop", 0, desc("ip=g1")).Statuses[0].LimitRemaining)
+
+		// Refused by the user's window: the GCRA's cost is given back.
+		for range 3 {
+			d.ask(t, "shop", 0, desc("user=g2"))
+		}
+		r = d.ask(t, "shop", 0, desc("gburst=g2"), desc("user=g2"))
+		require.Equal(t, over, r.OverallCode)
+		require.Equal(t, ok, r.Statuses[0].Code)
+		require.Equal(t, uint32(10), r.Statuses[0].LimitRemaining)
+		require.Equal(t, ok, d.ask(t, "shop", 10, desc("gburst=g2")).OverallCode, "the whole burst is free again")
+		require.Equal(t, over, d.ask(t, "shop", 0, desc("gburst=g2")).OverallCode)
+
+		// is_negative_hits gives 4 back, on the GCRA and on a window, in
+		// one call each: the GCRA's status is its state after.
+		back := func(kv string) *ratelimitpb.RateLimitDescriptor {
+			dd := desc(kv)
+			dd.HitsAddend, dd.IsNegativeHits = wrapperspb.UInt64(4), true
+			return dd
+		}
+		for range 3 {
+			d.ask(t, "shop", 0, desc("user=g3"))
+		}
+		r = d.ask(t, "shop", 0, back("gburst=g2"), back("user=g3"))
+		require.Equal(t, ok, r.OverallCode)
+		require.Equal(t, uint32(4), r.Statuses[0].LimitRemaining)
+		require.Equal(t, ok, d.ask(t, "shop", 4, desc("gburst=g2")).OverallCode)
+		require.Equal(t, over, d.ask(t, "shop", 0, desc("gburst=g2")).OverallCode)
+		require.Equal(t, ok, d.ask(t, "shop", 3, desc("user=g3")).OverallCode, "3 of the user's window given back")
+	})
+
+	t.Run("gcra race", func(t *testing.T) {
+		// 40 callers at once on [gburst, user] and on [gcra, ip]: the
+		// user's window (3) admits 3, and the 37 refused give their GCRA
+		// cost back; the GCRA (burst 3) admits 3, and the IP counts only
+		// those.
+		var admittedU, admittedG atomic.Int64
+		var wg sync.WaitGroup
+		for g := 0; g < 40; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, c := range []struct {
+					ds []*ratelimitpb.RateLimitDescriptor
+					n  *atomic.Int64
+				}{{[]*ratelimitpb.RateLimitDescriptor{desc("gburst=race"), desc("user=grace")}, &admittedU},
+					{[]*ratelimitpb.RateLimitDescriptor{desc("gcra=race"), desc("ip=grace")}, &admittedG}} {
+					resp, err := d.rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: c.ds})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if resp.OverallCode == ok {
+						c.n.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, int64(3), admittedU.Load())
+		require.Equal(t, int64(3), admittedG.Load())
+		require.Equal(t, uint32(5-3-1), d.ask(t, "shop", 0, desc("ip=grace")).Statuses[0].LimitRemaining)
+		// gburst kept 3 of its 10: 8 more never fit for 6 minutes; 7 fit
+		// now, or within the few ms that a give-back on a fresh key rounds
+		// up to now.
+		r := d.ask(t, "shop", 8, desc("gburst=race"))
+		require.Equal(t, over, r.OverallCode)
+		require.Greater(t, r.Statuses[0].DurationUntilReset.AsDuration(), 5*time.Minute)
+		r = d.ask(t, "shop", 7, desc("gburst=race"))
+		if r.OverallCode != ok {
+			wait := r.Statuses[0].DurationUntilReset.AsDuration()
+			require.Less(t, wait, 2*time.Second)
+			time.Sleep(wait)
+			require.Equal(t, ok, d.ask(t, "shop", 7, desc("gburst=race")).OverallCode)
+		}
 	})
 
 	t.Run("json", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -83,10 +84,7 @@ func (c *cli) lease(ctx context.Context, key string, op store.Op) error {
 	op.Store, op.Key = c.st, key
 	res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{op}})
 	if err != nil {
-		if m, ok := err.(*store.ManyError); ok && len(m.Errs) == 1 {
-			err = m.Errs[0]
-		}
-		return err
+		return hook.FirstError(err)
 	}
 	v := res[0].Values[0]
 	ok := v.Counted

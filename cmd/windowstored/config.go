@@ -24,8 +24,8 @@ import (
 //
 //   - a rate-limit domain, in envoyproxy/ratelimit's format (domain,
 //     descriptors with key, value, rate_limit, descriptors, shadow_mode), with
-//     two fields of windowstore's own in rate_limit: algorithm (sliding, the
-//     default, or fixed) and bucket (a Go duration);
+//     fields of windowstore's own in rate_limit: algorithm (sliding, the
+//     default, fixed or gcra), bucket (a Go duration) and burst (gcra's);
 //   - a feature set: feature_set (its name) and features;
 //   - the server's settings: a windowstored mapping.
 //
@@ -67,6 +67,7 @@ type yamlRateLimit struct {
 	// windowstore's own.
 	Algorithm string `yaml:"algorithm"`
 	Bucket    string `yaml:"bucket"`
+	Burst     *int64 `yaml:"burst"`
 }
 
 type yamlFeature struct {
@@ -129,7 +130,11 @@ type rule struct {
 	shadow    bool
 	limit     int64 // requests per unit
 	unit      rlspb.RateLimitResponse_RateLimit_Unit
-	window    store.Window // a fixed window is one bucket of its unit
+	window    store.Window // a fixed window is one bucket of its unit; a GCRA's Length is its unit
+	// gcra is a GCRA limit (limit.NewGCRA): limit per unit on average, in
+	// bursts of up to burst.
+	gcra  bool
+	burst int64
 }
 
 // configError is a configuration that cannot be loaded: where, and why.
@@ -353,8 +358,8 @@ func loadRule(where, path string, y *yamlRateLimit, shadow bool) (*rule, error) 
 		r.replaces = append(r.replaces, x.Name)
 	}
 	if y.Unlimited {
-		if y.Unit != "" || y.RequestsPerUnit != nil || y.Algorithm != "" || y.Bucket != "" {
-			return nil, badf(where, "%s: an unlimited rate_limit has no unit, requests_per_unit, algorithm or bucket", path)
+		if y.Unit != "" || y.RequestsPerUnit != nil || y.Algorithm != "" || y.Bucket != "" || y.Burst != nil {
+			return nil, badf(where, "%s: an unlimited rate_limit has no unit, requests_per_unit, algorithm, bucket or burst", path)
 		}
 		return r, nil
 	}
@@ -370,6 +375,9 @@ func loadRule(where, path string, y *yamlRateLimit, shadow bool) (*rule, error) 
 	}
 	r.limit, r.unit = *y.RequestsPerUnit, u.unit
 	r.window = store.Window{Length: u.length}
+	if y.Burst != nil && y.Algorithm != "gcra" {
+		return nil, badf(where, "%s: burst is for algorithm gcra", path)
+	}
 	switch y.Algorithm {
 	case "", "sliding":
 		r.window.Bucket = defaultBucket(u.length)
@@ -385,8 +393,24 @@ func loadRule(where, path string, y *yamlRateLimit, shadow bool) (*rule, error) 
 			return nil, badf(where, "%s: a fixed window has no bucket: it is one bucket of its unit", path)
 		}
 		r.window.Bucket = u.length
+	case "gcra":
+		if y.Bucket != "" {
+			return nil, badf(where, "%s: a gcra rate_limit has no bucket", path)
+		}
+		if r.limit < 1 {
+			return nil, badf(where, "%s: a gcra rate_limit needs requests_per_unit of at least 1", path)
+		}
+		r.gcra, r.burst = true, r.limit
+		if y.Burst != nil {
+			r.burst = *y.Burst
+		}
+		// limit.NewGCRA's bounds: burst x the unit in ms within 2^52.
+		if most := int64(1<<52) / u.length.Milliseconds(); r.burst < 1 || r.burst > most {
+			return nil, badf(where, "%s: burst %d: want 1 to %d for a unit of a %s", path, r.burst, most, y.Unit)
+		}
+		return r, nil
 	default:
-		return nil, badf(where, "%s: algorithm %q: want sliding or fixed", path, y.Algorithm)
+		return nil, badf(where, "%s: algorithm %q: want sliding, fixed or gcra", path, y.Algorithm)
 	}
 	if err := r.window.Validate(); err != nil {
 		return nil, badf(where, "%s: unit %s: %v", path, y.Unit, strings.TrimPrefix(err.Error(), "store: invalid argument: "))
@@ -435,15 +459,12 @@ func (c *config) loadSet(where string, d yamlDoc) error {
 	return nil
 }
 
-// shapes returns every window the domains' rules use, each once.
-func (c *config) shapes() []store.Window {
-	seen := map[store.Window]bool{}
-	var ws []store.Window
+// eachRule calls fn with every rule of the domains.
+func (c *config) eachRule(fn func(*rule)) {
 	var walk func(n *node)
 	walk = func(n *node) {
-		if n.rule != nil && !n.rule.unlimited && !seen[n.rule.window] {
-			seen[n.rule.window] = true
-			ws = append(ws, n.rule.window)
+		if n.rule != nil {
+			fn(n.rule)
 		}
 		for _, c := range n.children {
 			walk(c)
@@ -452,6 +473,18 @@ func (c *config) shapes() []store.Window {
 	for _, d := range c.domains {
 		walk(d)
 	}
+}
+
+// shapes returns every window the domains' rules use, each once.
+func (c *config) shapes() []store.Window {
+	seen := map[store.Window]bool{}
+	var ws []store.Window
+	c.eachRule(func(r *rule) {
+		if !r.unlimited && !r.gcra && !seen[r.window] {
+			seen[r.window] = true
+			ws = append(ws, r.window)
+		}
+	})
 	sort.Slice(ws, func(i, j int) bool {
 		if ws[i].Length != ws[j].Length {
 			return ws[i].Length < ws[j].Length

@@ -139,7 +139,18 @@ func run(args []string, stderr io.Writer) int {
 		log.Error("cannot start", "err", err)
 		return 1
 	}
-	s := &server{client: client, log: log, rec: rec, stores: map[string]*store.Store{}}
+	tel, err := setupOTel(context.Background())
+	if err != nil {
+		log.Error("cannot start", "err", err)
+		return 1
+	}
+	if len(tel.what) > 0 {
+		log.Info("opentelemetry: exporting over OTLP/gRPC", "signals", tel.what)
+	}
+	s := &server{client: client, log: log, rec: rec, obs: tel.obs, stores: map[string]*store.Store{}}
+	if tel.rec != nil {
+		s.rec = recorders{rec, tel.rec}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := s.load(ctx, f.config); err != nil {
@@ -245,6 +256,10 @@ loop:
 			gs.Stop()
 		}
 		<-done
+	}
+	// Flush what the exporters hold, within what is left of the shutdown's time.
+	if err := tel.shutdown(sctx); err != nil {
+		log.Warn("opentelemetry shutdown", "err", err)
 	}
 	log.Info("stopped")
 	return status

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -45,7 +47,9 @@ type limited struct {
 }
 
 // decide answers one request: every descriptor's limit decides, all or
-// nothing (store.ApplyAll), in one round trip per node.
+// nothing. The GCRA limits decide first, one call each, as reservations
+// given back when a later limit refuses; then the window limits decide in
+// one store.ApplyAll call, one round trip per node.
 func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	start := time.Now()
 	rt := s.rt.Load()
@@ -112,26 +116,83 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 			unlimited[i] = true
 			continue
 		}
-		st, err := s.storeFor(ctx, r.window)
-		if err != nil {
-			return s.failed(domain, &outcome, err)
+		var st *store.Store
+		if !r.gcra {
+			var err error
+			if st, err = s.storeFor(ctx, r.window); err != nil {
+				return s.failed(domain, &outcome, err)
+			}
 		}
 		parts[i] = limited{rule: r, st: st, key: counterKey(domain, d.GetEntries()), cost: cost, batch: -1, refund: d.GetIsNegativeHits()}
+	}
+	for i := range parts {
+		if p := &parts[i]; p.rule != nil && p.rule.name != "" && replacing[p.rule.name] {
+			p.rule = nil
+		}
+	}
+	// The GCRA limits first, one call each, in order: each admitted cost is
+	// a reservation, given back when a later limit refuses.
+	gcra := make([]store.Decision, len(ds))
+	var taken []int // GCRA costs admitted, to give back on a refusal
+	giveBack := func() {
+		// Not the caller's context: a give-back must outlive a call that
+		// was cancelled or timed out, or its cost stays reserved.
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		for _, i := range taken {
+			p := parts[i]
+			if _, err := hook.GCRARefund(gctx, rt.gcra[p.rule], time.Time{}, p.key, p.cost); err != nil {
+				s.log.Warn("a GCRA cost could not be given back: it stays counted", "domain", domain, "rule", p.rule.path, "err", err)
+			}
+		}
+	}
+	refused := false // a GCRA limit refused
+	for i := range parts {
+		p := &parts[i]
+		if p.rule == nil || !p.rule.gcra {
+			continue
+		}
+		l := rt.gcra[p.rule]
+		cost := p.cost
+		if refused {
+			cost = 0 // after a refusal, only ask
+		}
+		var d store.Decision
+		var err error
+		if p.refund {
+			// is_negative_hits gives the cost back, whatever the decision,
+			// and answers the state after: one call.
+			var v any
+			if v, err = hook.GCRARefund(ctx, l, time.Time{}, p.key, p.cost); err == nil {
+				d, cost = v.(store.Decision), 0
+			}
+		} else {
+			d, err = l.Allow(ctx, p.key, cost)
+		}
+		if err != nil {
+			giveBack()
+			return s.failed(domain, &outcome, err)
+		}
+		gcra[i] = d
+		switch {
+		case d.Allowed && cost > 0:
+			taken = append(taken, i)
+		case !d.Allowed && !p.rule.shadow && !rt.cfg.settings.shadow:
+			refused = true
+		}
 	}
 	var batches []store.Batch
 	for i := range parts {
 		p := &parts[i]
-		if p.rule == nil {
-			continue
-		}
-		if p.rule.name != "" && replacing[p.rule.name] {
-			p.rule = nil
+		if p.rule == nil || p.rule.gcra {
 			continue
 		}
 		op := store.Op{Store: p.st, Key: p.key, Kind: store.Limit, Delta: p.cost, Limit: p.rule.limit}
 		switch {
 		case p.refund:
 			op = store.Op{Store: p.st, Key: p.key, Kind: store.Count, Delta: -p.cost}
+		case refused:
+			op.Delta = 0 // a GCRA limit refused: only ask
 		case p.rule.shadow || rt.cfg.settings.shadow:
 			// A limit that never refuses: it counts when the request is
 			// admitted, and its status says whether it would have refused.
@@ -144,8 +205,15 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 	if len(batches) > 0 {
 		var err error
 		if res, err = store.ApplyAll(ctx, batches...); err != nil {
+			giveBack()
 			return s.failed(domain, &outcome, err)
 		}
+		refused = refused || slices.ContainsFunc(res, func(r store.BatchResult) bool { return !r.Allowed })
+	}
+	if refused {
+		giveBack()
+	} else {
+		taken = nil
 	}
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
 	// The descriptor the headers describe: the refusing one with the latest
@@ -162,25 +230,43 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
 			continue
 		}
-		v := res[p.batch].Values[0]
 		limit := p.rule.limit
 		shadow := p.rule.shadow || rt.cfg.settings.shadow
-		over := v.Refused
-		if shadow && !p.refund {
-			// The sum as an enforced limit would have seen it, with this
-			// request's cost: a shadow limit would refuse when it passes.
-			sum := v.Sum
-			if !v.Counted {
-				sum += p.cost
+		var over bool
+		var remaining int64
+		var reset time.Duration
+		if p.rule.gcra {
+			d := gcra[i]
+			over = !d.Allowed
+			remaining, reset = d.Remaining, d.ResetAfter
+			if slices.Contains(taken, i) {
+				remaining = min(remaining+p.cost, p.rule.burst) // given back
 			}
-			over = sum > limit
-		}
-		remaining := min(max(limit-v.Sum, 0), limit)
-		reset := v.ResetAfter
-		if over {
-			remaining, reset = 0, v.RetryAfter
-			if shadow || reset < 0 {
-				reset = p.rule.window.Length
+			if over {
+				remaining, reset = 0, d.RetryAfter
+				if shadow || reset < 0 {
+					reset = p.rule.window.Length
+				}
+			}
+		} else {
+			v := res[p.batch].Values[0]
+			over = v.Refused
+			if shadow && !p.refund {
+				// The sum as an enforced limit would have seen it, with this
+				// request's cost: a shadow limit would refuse when it passes.
+				sum := v.Sum
+				if !v.Counted {
+					sum += p.cost
+				}
+				over = sum > limit
+			}
+			remaining = min(max(limit-v.Sum, 0), limit)
+			reset = v.ResetAfter
+			if over {
+				remaining, reset = 0, v.RetryAfter
+				if shadow || reset < 0 {
+					reset = p.rule.window.Length
+				}
 			}
 		}
 		st := &rlspb.RateLimitResponse_DescriptorStatus{

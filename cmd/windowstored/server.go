@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -21,6 +22,7 @@ type server struct {
 	client rueidis.Client
 	log    *slog.Logger
 	rec    httplimit.Recorder
+	obs    store.Observer // OpenTelemetry's, or nil
 	rt     atomic.Pointer[runtime]
 
 	mu     sync.Mutex // guards stores
@@ -33,6 +35,7 @@ type server struct {
 type runtime struct {
 	cfg  *config
 	sets map[string]*features.Set
+	gcra map[*rule]limit.Limiter // the GCRA rules' limiters
 }
 
 // storeKey names a store by its prefix and window.
@@ -54,7 +57,7 @@ func (s *server) storeOf(ctx context.Context, prefix string, w store.Window) (*s
 	if st != nil {
 		return st, nil
 	}
-	st, err := store.New(ctx, s.client, w, store.WithPrefix(prefix))
+	st, err := store.New(ctx, s.client, w, s.storeOptions(prefix)...)
 	if err != nil {
 		return nil, err
 	}
@@ -67,17 +70,43 @@ func (s *server) storeOf(ctx context.Context, prefix string, w store.Window) (*s
 	return st, nil
 }
 
+// storeOptions are the options of every store under prefix.
+func (s *server) storeOptions(prefix string) []store.Option {
+	opts := []store.Option{store.WithPrefix(prefix)}
+	if s.obs != nil {
+		opts = append(opts, store.WithObserver(s.obs))
+	}
+	return opts
+}
+
 // bind makes the stores and feature sets of a configuration, so that a
 // configuration is in force only once everything it needs is ready.
 func (s *server) bind(ctx context.Context, cfg *config) (*runtime, error) {
-	rt := &runtime{cfg: cfg, sets: map[string]*features.Set{}}
+	rt := &runtime{cfg: cfg, sets: map[string]*features.Set{}, gcra: map[*rule]limit.Limiter{}}
+	var err error
+	cfg.eachRule(func(r *rule) {
+		if !r.gcra || err != nil {
+			return
+		}
+		// One name for every GCRA key: a rate changed by a reload carries
+		// the keys' state over (the script converts it).
+		var opts []limit.Option
+		if s.obs != nil {
+			opts = append(opts, limit.WithObserver(s.obs))
+		}
+		rt.gcra[r], err = limit.NewGCRA(s.client, "gcra", r.limit, r.window.Length, r.burst,
+			append(opts, limit.WithPrefix(cfg.settings.prefix))...)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("windowstored: %w", err)
+	}
 	for _, w := range cfg.shapes() {
 		if _, err := s.storeOf(ctx, cfg.settings.prefix, w); err != nil {
 			return nil, fmt.Errorf("windowstored: window %v: %w", w, err)
 		}
 	}
 	for _, name := range cfg.setNames {
-		set, err := features.New(ctx, s.client, cfg.sets[name], store.WithPrefix(cfg.settings.featurePrefix))
+		set, err := features.New(ctx, s.client, cfg.sets[name], s.storeOptions(cfg.settings.featurePrefix)...)
 		if err != nil {
 			return nil, fmt.Errorf("windowstored: feature_set %s: %w", name, err)
 		}

@@ -46,6 +46,7 @@ import (
 	"embed"
 	"fmt"
 	"strings"
+	"time"
 )
 
 //go:embed lua/*.lua
@@ -221,6 +222,12 @@ const (
 	ItemRefresh  = "f" // max ttl id: extend a held lease
 	ItemRelease  = "x" // max ttl id: end a held lease
 )
+
+// MaxLeaseTTL bounds a lease's time to live (the ttl of ItemAcquire and
+// ItemRefresh): 2^40 ms, about 34 years, so that an end instant stays an
+// exact integer in the scripts' doubles. Package store checks an Op's TTL
+// against it, package limit a Concurrency's.
+const MaxLeaseTTL = time.Duration(1<<40) * time.Millisecond
 
 // The codes of the errors the scripts raise, as the first word of the error
 // reply ("WSOVERFLOW windowstore: ...").

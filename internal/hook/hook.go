@@ -6,6 +6,9 @@
 package hook
 
 import (
+	"context"
+	"time"
+
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/codec"
 )
@@ -31,6 +34,10 @@ var (
 	Backends func() []string
 	// UnescapeKey reverses the escaping of a counter key in its Redis key.
 	UnescapeKey func(s string) (string, error)
+	// FirstError is the error of the first failed batch (or key) of a
+	// store.ManyError, and any other error as it is: what a caller of one
+	// batch reports.
+	FirstError func(err error) error
 	// SameClient reports whether two *store.Store use one client.
 	SameClient func(a, b any) bool
 	// WindowTag returns a store.Window's shape as its counters' Redis keys
@@ -48,4 +55,10 @@ var (
 	// LimitScripts returns package limit's scripts (set by package limit),
 	// for the Lua checks that need no server.
 	LimitScripts func() []*backend.Script
+	// GCRARefund gives back n units that a GCRA limiter (a limit.Limiter
+	// from limit.NewGCRA) admitted for key, for windowstored's decisions
+	// across descriptors, at instant at (the zero time: the server's clock,
+	// as Allow), and answers the key's state after as a store.Decision (set
+	// by package limit).
+	GCRARefund func(ctx context.Context, l any, at time.Time, key string, n int64) (any, error)
 )

@@ -10,6 +10,9 @@
 -- burst x p: integers a double holds exactly (the constructor bounds them).
 --
 -- ARGV: clock ("" for the server's TIME), p, q, burst, cost.
+--
+-- A negative cost gives back units admitted before (a decision taken back):
+-- the TAT moves back by as much, never before now (a fresh key).
 -- Reply: {allowed, used, retry ms, reset ms}, where used is burst less the
 -- whole units still free now. A refusal writes nothing; the key expires at its
 -- TAT, when it would read as fresh anyway.
@@ -61,7 +64,10 @@ if free < 0 then free = 0 end
 if n > burst then return {0, burst - free, -1, ceilms(rel)} end
 local after = rel + n * p
 if after > cap then return {0, burst - free, ceilms(after - cap), ceilms(rel)} end
-if n > 0 then
+if after <= 0 then
+  after = 0
+  if n < 0 then redis.call('DEL', key) end
+elseif n ~= 0 then
   local ms, rem = idiv(after, q)
   if srv == nil then srv = ws_srvnow() end
   redis.call('SET', key, string.format('%d %d %d', now + ms, rem, q), 'PXAT', string.format('%d', srv + ceilms(after)))

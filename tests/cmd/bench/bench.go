@@ -21,6 +21,7 @@ import (
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/internal/serverstat"
 )
 
 // benchConfig is what bench measures.
@@ -268,11 +269,8 @@ func (r *benchResult) summarize() {
 		for i, x := range r.runs {
 			v[i] = get(x)
 		}
-		slices.Sort(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		m, _, _ := serverstat.Median(v)
+		return m
 	}
 	r.ServerUs = med(func(x benchRunResult) float64 { return x.serverUs })
 	r.ServerUsMin, r.ServerUsMax = r.runs[0].serverUs, r.runs[0].serverUs
@@ -445,36 +443,10 @@ func benchFill(ctx context.Context, c rueidis.Client, stores []*store.Store, pre
 	return nil
 }
 
-// serverCPU reads the server's CPU time, in µs: of its main thread where INFO
-// cpu reports it (Redis >= 7.0), else of the process. -1 when it cannot be read.
-func serverCPU(ctx context.Context, c rueidis.Client) float64 {
-	info, err := c.Do(ctx, c.B().Info().Section("cpu").Build()).ToString()
-	if err != nil {
-		return -1
-	}
-	v := map[string]float64{}
-	for _, line := range strings.Split(info, "\n") {
-		k, s, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok {
-			continue
-		}
-		if f, err := strconv.ParseFloat(s, 64); err == nil {
-			v[k] = f
-		}
-	}
-	if sys, ok := v["used_cpu_sys_main_thread"]; ok {
-		return (sys + v["used_cpu_user_main_thread"]) * 1e6
-	}
-	if sys, ok := v["used_cpu_sys"]; ok {
-		return (sys + v["used_cpu_user"]) * 1e6
-	}
-	return -1
-}
-
 // benchRun runs op from cfg.goroutines goroutines for cfg.duration, and reads
 // the server's CPU time before and after.
 func benchRun(ctx context.Context, client rueidis.Client, cfg benchConfig, keys int, op benchOp) benchRunResult {
-	cpu0 := serverCPU(ctx, client)
+	cpu0 := serverstat.CPU(ctx, client)
 	rctx, cancel := context.WithTimeout(ctx, cfg.duration)
 	defer cancel()
 	var count, errs atomic.Int64
@@ -508,7 +480,7 @@ func benchRun(ctx context.Context, client rueidis.Client, cfg benchConfig, keys 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	cpu1 := serverCPU(ctx, client)
+	cpu1 := serverstat.CPU(ctx, client)
 	var all []time.Duration
 	for _, l := range lat {
 		all = append(all, l...)

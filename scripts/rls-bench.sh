@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# windowstored beside envoyproxy/ratelimit: the same config and load of Envoy
+# rate-limit calls against one Redis 7.0 server, pinned to a core of its own
+# (tests/cmd/rlsbench). Prints decisions per second and the Redis server's CPU
+# time per decision, medians of RUNS runs with their range.
+#
+#   ENVOY_RATELIMIT_BIN=/path/to/ratelimit ./scripts/rls-bench.sh
+#   RUNS=5 DURATION=10s ENVOY_RATELIMIT_BIN=... ./scripts/rls-bench.sh
+#
+# envoyproxy/ratelimit is not part of this repository, and nothing here builds
+# it: build it yourself from its public source (README.md shows how) and point
+# ENVOY_RATELIMIT_BIN at the binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -z "${ENVOY_RATELIMIT_BIN:-}" ] || [ ! -x "$ENVOY_RATELIMIT_BIN" ]; then
+  echo "rls-bench: set ENVOY_RATELIMIT_BIN to an envoyproxy/ratelimit binary you built (see README.md)" >&2
+  exit 2
+fi
+runs=${RUNS:-3}
+duration=${DURATION:-5s}
+port=${BENCH_PORT:-16391}
+# shellcheck source=scripts/lib/pinned-redis.sh
+. scripts/lib/pinned-redis.sh
+name=windowstore-rlsbench-$$
+bin=$(mktemp -d)
+trap 'docker rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$bin"' EXIT
+pinned_redis "$name" "$port"
+
+(cd cmd/windowstored && go build -o "$bin/windowstored" .)
+(cd tests && go build -o "$bin/rlsbench" ./cmd/rlsbench)
+echo "rls-bench: Redis $version pinned to core $((cpus - 1)), $runs runs of $duration per service, $(date -u +%Y-%m-%d)" >&2
+"${client_pin[@]}" "$bin/rlsbench" --redis "127.0.0.1:$port" --windowstored "$bin/windowstored" \
+  --envoy "$ENVOY_RATELIMIT_BIN" --runs "$runs" --duration "$duration"

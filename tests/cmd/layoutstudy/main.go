@@ -1,0 +1,238 @@
+// Command layoutstudy measures, before the store's layout is changed, what
+// issue 23's one-hash layout would cost the server: every window of a key in
+// one hash (a field prefix per window, a running-total pair per window), so
+// that an Allow of several policies on one key is one HMGET and one HSET
+// whatever the number of windows. It runs, in one invocation and against
+// one server: the store's Allow and AllowAll of 3 policies on one key (today's
+// layout: a hash per window), and a prototype script of the one-hash layout
+// for 1 and for 3 windows. It prints server CPU per operation (INFO cpu),
+// medians of --runs runs with their range, and the ratios that issue 23's
+// first target is stated in.
+//
+// The prototype is a lower bound, not the design: its bucket codes are
+// absolute bucket indices (no year-stripping), its sums are doubles (no
+// exact path past 2^53), and a counter idle past 32 buckets of a window is
+// reset rather than rebuilt. Those paths are off the hot path measured here,
+// which is otherwise the store's: the running total of each window read with
+// its current bucket, the buckets that left swept by a second HMGET, one
+// HSET, one HDEL, and an expiry when a bucket is new.
+//
+//	go run ./tests/cmd/layoutstudy --addr 127.0.0.1:6379 --buckets 10 --runs 3
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/internal/serverstat"
+)
+
+// oneHash is the prototype. KEYS[1]: the key's hash. ARGV[1]: the number of
+// windows n; then per window its field prefix, bucket ms, window ms, limit
+// and cost. It admits when every window's sum plus its cost is within its
+// limit, and then counts the cost in every window; it answers {allowed, the
+// first window's sum}.
+var oneHash = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n, key = tonumber(ARGV[1]), KEYS[1]
+local W, fields = {}, {}
+for j = 1, n do
+  local a = 1 + (j - 1) * 5
+  local p, b, w = ARGV[a + 1], tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local c = math.floor(now / b)
+  local cf = p .. string.format('%d', c)
+  W[j] = {p = p, b = b, w = w, c = c, cf = cf, low = (math.floor((now - w) / b) + 1) * b,
+    limit = tonumber(ARGV[a + 4]), cost = tonumber(ARGV[a + 5]), sum = 0, cur = 0, synced = false}
+  fields[3 * j - 2], fields[3 * j - 1], fields[3 * j] = p .. 'm', p .. 't', cf
+end
+local v = redis.call('HMGET', key, unpack(fields))
+local dead, deadw = {}, {}
+for j = 1, n do
+  local X = W[j]
+  local m, tt = tonumber(v[3 * j - 2]), tonumber(v[3 * j - 1])
+  X.cur = tonumber(v[3 * j]) or 0
+  X.new = not v[3 * j]
+  if m ~= nil and tt ~= nil and m <= X.low and (X.low - m) / X.b <= 32 then
+    X.sum, X.synced = tt, m == X.low
+    for s = m, X.low - X.b, X.b do
+      dead[#dead + 1] = X.p .. string.format('%d', s / X.b)
+      deadw[#deadw + 1] = j
+    end
+  end
+end
+if #dead > 0 then
+  local dv = redis.call('HMGET', key, unpack(dead))
+  for i = 1, #dead do
+    if dv[i] then
+      local X = W[deadw[i]]
+      X.sum = X.sum - tonumber(dv[i])
+    end
+  end
+end
+for j = 1, n do
+  if W[j].sum + W[j].cost > W[j].limit then return {0, W[1].sum} end
+end
+local set, ns, new, far = {}, 0, false, 0
+for j = 1, n do
+  local X = W[j]
+  set[ns + 1], set[ns + 2], set[ns + 3], set[ns + 4] = X.p .. 't', string.format('%d', X.sum + X.cost),
+    X.cf, string.format('%d', X.cur + X.cost)
+  ns = ns + 4
+  if not X.synced then
+    set[ns + 1], set[ns + 2] = X.p .. 'm', string.format('%d', X.low)
+    ns = ns + 2
+  end
+  if X.new then new = true end
+  if X.w + X.b > far then far = X.w + X.b end
+end
+redis.call('HSET', key, unpack(set))
+if #dead > 0 then redis.call('HDEL', key, unpack(dead)) end
+if new then redis.call('PEXPIRE', key, far) end
+return {1, W[1].sum + W[1].cost}
+`)
+
+type window struct {
+	prefix string
+	bucket time.Duration
+	length time.Duration
+}
+
+func (w window) args(limit int64) []string {
+	return []string{w.prefix, strconv.FormatInt(w.bucket.Milliseconds(), 10), strconv.FormatInt(w.length.Milliseconds(), 10),
+		strconv.FormatInt(limit, 10), "1"}
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6379", "the server")
+	nb := flag.Int("buckets", 10, "buckets per window")
+	keys := flag.Int("keys", 10000, "keys")
+	runs := flag.Int("runs", 3, "runs per operation")
+	dur := flag.Duration("duration", 3*time.Second, "one run")
+	conc := flag.Int("goroutines", 64, "callers")
+	flag.Parse()
+	ctx := context.Background()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{*addr}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	base := store.Window{Length: time.Duration(*nb) * time.Second, Bucket: time.Second}
+	var policies []*store.Store
+	var wins []window
+	for i, scale := range []time.Duration{1, 10, 100} {
+		w := store.Window{Length: base.Length * scale, Bucket: base.Bucket * scale}
+		s, err := store.New(ctx, c, w, store.WithPrefix("study:ws:"), store.WithBackend("nativehash-plain"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		policies = append(policies, s)
+		wins = append(wins, window{prefix: string(rune('a' + i)), bucket: w.Bucket, length: w.Length})
+	}
+	// Fill: every key gets full windows in both layouts, oldest bucket first.
+	now := time.Now()
+	sem := make(chan struct{}, 128)
+	var wg sync.WaitGroup
+	for k := 0; k < *keys; k++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(k string) {
+			defer func() { <-sem; wg.Done() }()
+			for i, s := range policies {
+				fv := c.B().Hset().Key("study:one:" + k).FieldValue()
+				b := s.Window().Bucket
+				for j := *nb - 1; j >= 0; j-- {
+					if _, err := s.At(now.Add(-time.Duration(j)*b)).Record(ctx, store.Event{Key: k, Delta: 1, NoSum: true}); err != nil {
+						log.Fatal(err)
+					}
+					at := now.Add(-time.Duration(j) * b).UnixMilli()
+					fv = fv.FieldValue(wins[i].prefix+strconv.FormatInt(at/b.Milliseconds(), 10), "1")
+				}
+				low := (now.UnixMilli()-s.Window().Length.Milliseconds())/b.Milliseconds() + 1
+				fv = fv.FieldValue(wins[i].prefix+"m", strconv.FormatInt(low*b.Milliseconds(), 10)).FieldValue(wins[i].prefix+"t", strconv.Itoa(*nb))
+				if err := c.Do(ctx, fv.Build()).Error(); err != nil {
+					log.Fatal(err)
+				}
+			}
+			if err := c.Do(ctx, c.B().Pexpire().Key("study:one:"+k).Milliseconds(wins[2].length.Milliseconds()+wins[2].bucket.Milliseconds()).Build()).Error(); err != nil {
+				log.Fatal(err)
+			}
+		}(strconv.Itoa(k))
+	}
+	wg.Wait()
+	enc, _ := c.Do(ctx, c.B().ObjectEncoding().Key("study:one:0").Build()).ToString()
+	n1, _ := c.Do(ctx, c.B().Hlen().Key("study:one:0").Build()).AsInt64()
+	fmt.Printf("one-hash key: %d fields, encoding %s\n", n1, enc)
+	const lim = 1 << 40
+	proto := func(n int) func(context.Context, string) error {
+		return func(ctx context.Context, k string) error {
+			args := []string{strconv.Itoa(n)}
+			for _, w := range wins[:n] {
+				args = append(args, w.args(lim)...)
+			}
+			return oneHash.Exec(ctx, c, []string{"study:one:" + k}, args).Error()
+		}
+	}
+	ops := []struct {
+		name string
+		op   func(context.Context, string) error
+	}{
+		{"allow", func(ctx context.Context, k string) error { _, err := policies[0].Allow(ctx, k, lim, 1); return err }},
+		{"allow3", func(ctx context.Context, k string) error {
+			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: lim},
+				store.Policy{Store: policies[1], Key: k, Limit: lim}, store.Policy{Store: policies[2], Key: k, Limit: lim})
+			return err
+		}},
+		{"onehash1", proto(1)},
+		{"onehash3", proto(3)},
+	}
+	us := map[string][]float64{}
+	for r := 0; r < *runs; r++ {
+		for _, o := range ops {
+			us[o.name] = append(us[o.name], run(ctx, c, *conc, *keys, *dur, o.op))
+		}
+	}
+	med := map[string]float64{}
+	for _, o := range ops {
+		m, lo, hi := serverstat.Median(us[o.name])
+		med[o.name] = m
+		fmt.Printf("%-9s %7.2f µs/op (%.2f-%.2f)\n", o.name, m, lo, hi)
+	}
+	fmt.Printf("allow3/allow %.2fx   onehash3/allow %.2fx   onehash3/onehash1 %.2fx   onehash1/allow %.2fx\n",
+		med["allow3"]/med["allow"], med["onehash3"]/med["allow"], med["onehash3"]/med["onehash1"], med["onehash1"]/med["allow"])
+}
+
+// run calls op from conc goroutines for d and answers the server's CPU µs
+// per successful call.
+func run(ctx context.Context, c rueidis.Client, conc, keys int, d time.Duration, op func(context.Context, string) error) float64 {
+	cpu0 := serverstat.CPU(ctx, c)
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	for g := 0; g < conc; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), uint64(time.Now().UnixNano())))
+			for rctx.Err() == nil {
+				if err := op(rctx, strconv.Itoa(r.IntN(keys))); err == nil {
+					n.Add(1)
+				} else if rctx.Err() == nil {
+					log.Fatal(err)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	return (serverstat.CPU(ctx, c) - cpu0) / float64(n.Load())
+}
