@@ -25,12 +25,14 @@ echo "compose smoke: using ${compose[*]} ($("${compose[@]}" version --short 2>/d
 dc() { "${compose[@]}" -f compose/docker-compose.yml "$@"; }
 
 # pickport sets the variable $1 to a loopback port nothing listens on (and
-# that no other service of this run was given).
+# that no other service of this run was given). The ports are below Linux's
+# ephemeral range (32768 and up by default), so an outgoing connection of a
+# concurrent process cannot take one between the pick and docker's bind.
 taken=" "
 pickport() {
   local p
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((20000 + RANDOM % 12000))
     case "$taken" in *" $p "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       taken="$taken$p "
@@ -41,8 +43,10 @@ pickport() {
   echo "compose smoke: no free port" >&2
   exit 1
 }
-for v in REDIS70_PORT REDIS80_PORT VALKEY_PORT TAIRHASH_PORT WINDOWSTORED_HTTP_PORT WINDOWSTORED_GRPC_PORT; do
-  if [ -z "${!v:-}" ]; then pickport "$v"; fi
+ports=(REDIS70_PORT REDIS80_PORT VALKEY_PORT TAIRHASH_PORT WINDOWSTORED_HTTP_PORT WINDOWSTORED_GRPC_PORT)
+picked=()
+for v in "${ports[@]}"; do
+  if [ -z "${!v:-}" ]; then pickport "$v"; picked+=("$v"); fi
 done
 profiles=()
 if [ -n "${TAIRHASH_IMAGE:-}" ]; then profiles=(--profile tairhash); fi
@@ -51,7 +55,20 @@ if [ -n "${WINDOWSTORED_IMAGE:-}" ]; then profiles+=(--profile windowstored); fi
 dc "${profiles[@]}" config -q
 trap 'dc "${profiles[@]}" down -v --remove-orphans >/dev/null 2>&1 || true' EXIT
 log=$(mktemp)
-dc "${profiles[@]}" up -d >"$log" 2>&1 || { cat "$log" >&2; echo "compose smoke: up failed" >&2; exit 1; }
+# A port can still be taken between the pick and docker's bind (another
+# process on a shared machine): then the stack comes down and up again on
+# freshly picked ports, at most 3 times. Any other failure fails at once.
+for try in 1 2 3; do
+  if dc "${profiles[@]}" up -d >"$log" 2>&1; then break; fi
+  if [ "$try" = 3 ] || [ "${#picked[@]}" = 0 ] || ! grep -q "address already in use" "$log"; then
+    cat "$log" >&2
+    echo "compose smoke: up failed" >&2
+    exit 1
+  fi
+  echo "compose smoke: a picked port was taken meanwhile; up again on other ports"
+  dc "${profiles[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
+  for v in "${picked[@]}"; do pickport "$v"; done
+done
 
 bin=$(mktemp -d)/windowctl
 go build -o "$bin" ./cmd/windowctl

@@ -92,11 +92,13 @@ for c in $(docker ps -aq --filter label=windowstore.run 2>/dev/null); do
 done
 export TESTCONTAINERS_RYUK_DISABLED=true # the Ryuk image cannot be pulled here; finish() cleans up
 
-# freeport prints a TCP port on loopback that nothing listens on.
+# freeport prints a TCP port on loopback that nothing listens on, below
+# Linux's ephemeral range (32768 and up by default), where an outgoing
+# connection cannot take it before the server binds it.
 freeport() {
   local p
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((20000 + RANDOM % 12000))
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       echo "$p"
       return
