@@ -77,12 +77,16 @@ type Rule struct {
 	Limiters []limit.Limiter
 	// InFlight, when set, caps how many requests of a key are served at once
 	// (limit.NewConcurrency): a lease of the key "Name:" + Key(r) is taken
-	// before the Limiters are asked, and released when the handler returns
+	// with the Limiters' decision, and released when the handler returns
 	// (or, if the process dies, at the end of its ttl). A request that finds
 	// no free lease is answered InFlightStatus, with Retry-After the time
 	// until the first held lease's ttl ends, and the Limiters count nothing;
-	// one that the Limiters refuse releases its lease at once. A rule needs
-	// Limiters, InFlight, or both. A shadow rule takes no InFlight.
+	// one that the Limiters refuse holds no lease. When the Limiters are
+	// sliding windows (limit.NewSlidingWindow) on the lease's client, the
+	// lease and they are decided in one script call, all or nothing; other
+	// Limiters are asked once the lease is taken, and a request they refuse
+	// releases it at once (a second round trip). A rule needs Limiters,
+	// InFlight, or both. A shadow rule takes no InFlight.
 	InFlight *limit.Concurrency
 	// InFlightStatus is the status of a request refused by InFlight: 0 for
 	// 429 Too Many Requests (the default), or 503 Service Unavailable.
@@ -325,37 +329,9 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 	var best store.Decision
 	var bestPolicy limit.Policy
 	chosen, shadowed, degraded := false, false, false
-	if in := rule.InFlight; in != nil {
-		l, err := in.Acquire(r.Context(), key)
-		if err != nil {
-			return fail(err)
-		}
-		p := in.Policy()
-		if !l.Allowed {
-			setFields(o, h, p, 0, l.RetryAfter)
-			status := rule.InFlightStatus
-			if status == 0 {
-				status = http.StatusTooManyRequests
-			}
-			if l.RetryAfter > 0 {
-				h.Set("Retry-After", strconv.FormatInt(seconds(l.RetryAfter), 10))
-			}
-			http.Error(w, http.StatusText(status)+": too many requests in flight", status)
-			observe(InFlightRefused)
-			return false
-		}
-		*release = func() {
-			if _, err := in.Release(context.WithoutCancel(r.Context()), key, l.ID); err != nil && o.onError != nil {
-				o.onError(r, rule.Name, err)
-			}
-		}
-		best, bestPolicy, chosen = l.Decision, p, true
-	}
-	for _, l := range rule.run {
-		d, err := l.Allow(r.Context(), key, cost)
-		if err != nil {
-			return fail(err)
-		}
+	// decide takes limiter l's decision d: false when it refuses the request
+	// (answered here).
+	decide := func(l limit.Limiter, d store.Decision) bool {
 		p := rule.policy(l, d)
 		degraded = degraded || d.Degraded
 		if d.WouldRefuse { // a shadow limiter: it lets the request through
@@ -363,7 +339,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 			if o.onShadow != nil {
 				o.onShadow(r, rule.Name, d)
 			}
-			continue
+			return true
 		}
 		if !d.Allowed {
 			// A degraded refusal was made in process: the local tier would
@@ -383,6 +359,68 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 		}
 		if !chosen || d.Remaining < best.Remaining {
 			best, bestPolicy, chosen = d, p, true
+		}
+		return true
+	}
+	run := rule.run
+	if in := rule.InFlight; in != nil {
+		// The lease and the limiters in one script call, all or nothing,
+		// when the limiters are sliding windows on the lease's client and
+		// slot; else the lease first, then the limiters.
+		var l limit.Lease
+		var ld store.Decision
+		together := false
+		if len(run) == 1 {
+			lv, dv, ok, err := hook.AcquireWith(r.Context(), in, run[0], key, cost)
+			if ok {
+				if err != nil {
+					return fail(err)
+				}
+				l, ld, together = lv.(limit.Lease), dv.(store.Decision), true
+			}
+		}
+		if !together {
+			var err error
+			if l, err = in.Acquire(r.Context(), key); err != nil {
+				return fail(err)
+			}
+		}
+		p := in.Policy()
+		if !l.Allowed {
+			setFields(o, h, p, 0, l.RetryAfter)
+			status := rule.InFlightStatus
+			if status == 0 {
+				status = http.StatusTooManyRequests
+			}
+			if l.RetryAfter > 0 {
+				h.Set("Retry-After", strconv.FormatInt(seconds(l.RetryAfter), 10))
+			}
+			http.Error(w, http.StatusText(status)+": too many requests in flight", status)
+			observe(InFlightRefused)
+			return false
+		}
+		if l.ID != "" {
+			*release = func() {
+				if _, err := in.Release(context.WithoutCancel(r.Context()), key, l.ID); err != nil && o.onError != nil {
+					o.onError(r, rule.Name, err)
+				}
+			}
+		}
+		best, bestPolicy, chosen = l.Decision, p, true
+		if together {
+			if !decide(run[0], ld) {
+				return false
+			}
+			run = nil
+		}
+	}
+	for _, l := range run {
+		d, err := l.Allow(r.Context(), key, cost)
+		if err != nil {
+			return fail(err)
+		}
+		if !decide(l, d) {
+			return false
 		}
 	}
 	if chosen {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -126,6 +127,59 @@ func (c *Concurrency) Refresh(ctx context.Context, key, id string) (bool, error)
 func (c *Concurrency) Release(ctx context.Context, key, id string) (bool, error) {
 	v, err := c.one(ctx, store.Op{Store: c.st, Key: key, Kind: store.Release, Lease: id})
 	return v.Counted, err
+}
+
+// acquireWith takes a lease of key only if the rate limits of l admit cost,
+// and counts cost in them only if a lease is free: one script call, all or
+// nothing (the batch Op describes). l must be a sliding window, or a Multi
+// of them, on c's client, with its counters of key in the slot of c's;
+// otherwise it answers ok false, having sent nothing. It answers the lease,
+// whose decision is the lease's own (Allowed: one was free) and whose ID is
+// set only when it was taken (both admitted), and l's decision as l.Allow
+// would give it, save that a refusal by the lease makes it refused too, with
+// the retry of the two.
+func (c *Concurrency) acquireWith(ctx context.Context, l Limiter, key string, cost int64) (_ Lease, _ store.Decision, ok bool, _ error) {
+	var m *Multi
+	switch v := l.(type) {
+	case *slidingWindow:
+		m = &Multi{parts: []*slidingWindow{v}}
+	case *Multi:
+		m = v
+	default:
+		return Lease{}, store.Decision{}, false, nil
+	}
+	ck, err := hook.RedisKey(c.st, key)
+	if err != nil {
+		return Lease{}, store.Decision{}, false, nil
+	}
+	for _, p := range m.parts {
+		pk, err := hook.RedisKey(p.st, key)
+		if err != nil || !hook.SameClient(p.st, c.st) || keyspace.Slot(pk) != keyspace.Slot(ck) {
+			return Lease{}, store.Decision{}, false, nil
+		}
+	}
+	dv, lv, err := hook.AllowAllWith(ctx, cost, m.storePolicies(nil, key), c.Op(key, ""))
+	if err != nil {
+		return Lease{}, store.Decision{}, true, err
+	}
+	d, v := dv.(store.Decision), lv.(store.Value)
+	lease := Lease{Decision: store.Decision{Allowed: !v.Refused, Limit: c.max, Sum: v.Sum,
+		Remaining: v.Remaining, RetryAfter: v.RetryAfter, Policy: c.policy.Name}}
+	if v.Counted {
+		lease.ID = v.Lease
+	}
+	if _, one := l.(*slidingWindow); one {
+		d.Policy = m.parts[0].policy.Name
+	} else {
+		d = m.named(d)
+	}
+	return lease, d, true, nil
+}
+
+func init() {
+	hook.AcquireWith = func(ctx context.Context, c, l any, key string, cost int64) (any, any, bool, error) {
+		return c.(*Concurrency).acquireWith(ctx, l.(Limiter), key, cost)
+	}
 }
 
 // one applies a batch of one op and answers its value.

@@ -93,6 +93,16 @@ func (m *Multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (
 }
 
 func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (store.Decision, error) {
+	d, err := store.AllowAll(ctx, n, m.storePolicies(at, key)...)
+	if err != nil {
+		return store.Decision{}, err
+	}
+	return m.named(d), nil
+}
+
+// storePolicies are the store's policies of key: one per part, at instant at
+// (nil: the server's clock).
+func (m *Multi) storePolicies(at *time.Time, key string) []store.Policy {
 	ps := make([]store.Policy, len(m.parts))
 	for i, p := range m.parts {
 		st := p.st
@@ -101,14 +111,16 @@ func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (
 		}
 		ps[i] = store.Policy{Store: st, Key: key, Limit: p.policy.Limit}
 	}
-	d, err := store.AllowAll(ctx, n, ps...)
-	if err != nil {
-		return store.Decision{}, err
-	}
+	return ps
+}
+
+// named labels a decision of store.AllowAll over storePolicies with the
+// parts' policy names.
+func (m *Multi) named(d store.Decision) store.Decision {
 	if len(d.Policies) == 0 { // one policy
 		d.Policy = m.parts[0].policy.Name
 		d.Policies = []store.Decision{d}
-		return d, nil
+		return d
 	}
 	// The store names the deciding policy by its counter (the key and each
 	// limiter's own Sub name); the limiters name them by policy.
@@ -119,5 +131,5 @@ func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (
 		}
 		d.Policies[i].Policy = m.parts[i].policy.Name
 	}
-	return d, nil
+	return d
 }

@@ -164,15 +164,32 @@ func observePolicies(ctx context.Context, policies []Policy) (context.Context, f
 }
 
 func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (Decision, error) {
+	d, _, err := allowAllWith(ctx, id, cost, policies, nil)
+	return d, err
+}
+
+// allowAllWith is allowAll with one more op decided with the policies, all or
+// nothing, and placed first in its slot's batch: a lease's Acquire (package
+// limit's Concurrency with its rate limits, for httplimit's Rule.InFlight).
+// It answers that op's Value beside the Decision, which is the policies'
+// (its Allowed and RetryAfter include the lead op's refusal).
+func allowAllWith(ctx context.Context, id string, cost int64, policies []Policy, lead *Op) (Decision, Value, error) {
 	if len(policies) == 0 {
-		return Decision{}, invalid("allow", "", "no policy")
+		return Decision{}, Value{}, invalid("allow", "", "no policy")
 	}
-	// One batch per slot, in the order of each slot's first policy; at[i] is
+	// One batch per slot, in the order of each slot's first op; at[i] is
 	// where policy i's op is.
 	type place struct{ batch, op int }
 	at := make([]place, len(policies))
 	var batches []Batch
 	slots := map[uint16]int{}
+	if lead != nil {
+		p := Policy{Store: lead.Store, Key: lead.Key}
+		if slot, ok := p.slot(); ok {
+			slots[slot] = 0
+		}
+		batches = append(batches, Batch{ID: id, Ops: []Op{*lead}})
+	}
 	for i, p := range policies {
 		o := Op{Store: p.Store, Key: p.Key, Kind: Limit, Limit: p.Limit, Delta: cost}
 		b := 0
@@ -192,7 +209,7 @@ func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (De
 	}
 	res, err := applyAll(ctx, batches)
 	if err != nil {
-		return Decision{}, rename(first(err), "allow")
+		return Decision{}, Value{}, rename(first(err), "allow")
 	}
 	r := Decision{Allowed: true, Duplicate: true}
 	for _, br := range res {
@@ -226,7 +243,11 @@ func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (De
 	if len(policies) == 1 {
 		r.Policies, r.Policy = nil, ""
 	}
-	return r, nil
+	var lv Value
+	if lead != nil {
+		lv = res[0].Values[0]
+	}
+	return r, lv, nil
 }
 
 // slot is the Redis Cluster slot of the policy's counter; false when it has

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"time"
 
 	"github.com/windowstore/windowstore/internal/codec"
@@ -132,6 +133,10 @@ func init() {
 		return &Error{Op: op, Key: key, Kind: kind, Detail: detail, Err: cause, pkg: pkg, keyed: keyed}
 	}
 	hook.FirstError = first
+	hook.AllowAllWith = func(ctx context.Context, cost int64, policies, lead any) (any, any, error) {
+		op := lead.(Op)
+		return allowAllWith(ctx, "", cost, policies.([]Policy), &op)
+	}
 	hook.SameClient = func(a, b any) bool { return a.(*Store).client == b.(*Store).client }
 	hook.UnescapeKey = func(s string) (string, error) {
 		k, err := keyspace.Unescape(s)

@@ -323,3 +323,104 @@ func TestHTTPInFlight(t *testing.T) {
 	_, err = httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), InFlight: in, Shadow: true}})
 	require.ErrorIs(t, err, store.ErrInvalid)
 }
+
+// TestHTTPInFlightOneCall: a rule whose Limiters are sliding windows decides
+// its InFlight lease and its limits in one script call, all or nothing: a
+// request costs the server two script calls (that one, and the release when
+// the handler returns), where limiters of another kind or client cost
+// three. Of 40
+// concurrent requests with 3 leases free and a limit of 2 per minute, exactly
+// 2 are served, the limit counts exactly 2, and no lease is left held.
+func TestHTTPInFlightOneCall(t *testing.T) {
+	t.Parallel()
+	srv := harness.Fresh(t, harness.Redis70)
+	ctx := ctxT(t)
+	c := srv.Client(t)
+	s, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(0, 0))
+	require.NoError(t, err)
+	hour, err := store.New(ctx, c, store.Window{Length: time.Hour, Bucket: time.Minute}, store.WithBatching(0, 0))
+	require.NoError(t, err)
+	in, err := limit.NewConcurrency(s, "inflight", 3, time.Minute)
+	require.NoError(t, err)
+	perMin, err := limit.NewSlidingWindow(s, "permin", 2)
+	require.NoError(t, err)
+	perHour, err := limit.NewSlidingWindow(hour, "perhour", 1000)
+	require.NoError(t, err)
+	big, err := limit.NewSlidingWindow(s, "big", 1000)
+	require.NoError(t, err)
+	gcra, err := limit.NewGCRA(c, "gcra", 1000, time.Minute, 10)
+	require.NoError(t, err)
+	user := 0
+	calls := func(limiters ...limit.Limiter) int64 {
+		t.Helper()
+		mw, err := httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), Limiters: limiters, InFlight: in}})
+		require.NoError(t, err)
+		ts := httptest.NewServer(mw(okHandler()))
+		defer ts.Close()
+		user++
+		// One request first: the first script calls of a store load its
+		// library.
+		require.Equal(t, http.StatusOK, get(t, ts.URL, map[string]string{"X-User": "warm-" + strconv.Itoa(user)}).StatusCode)
+		before := scriptCalls(t, srv)
+		for range 5 {
+			r := get(t, ts.URL, map[string]string{"X-User": "calls-" + strconv.Itoa(user)})
+			require.Equal(t, http.StatusOK, r.StatusCode)
+		}
+		return scriptCalls(t, srv) - before
+	}
+	require.EqualValues(t, 10, calls(perHour), "one sliding window: lease and limit in one call, then the release")
+	require.EqualValues(t, 10, calls(perHour, big), "two sliding windows (combined): one call, then the release")
+	require.EqualValues(t, 15, calls(gcra), "a GCRA: the lease, the limit, the release")
+	other, err := store.New(ctx, srv.Client(t), store.Window{Length: time.Minute, Bucket: time.Second})
+	require.NoError(t, err)
+	elsewhere, err := limit.NewSlidingWindow(other, "elsewhere", 1000)
+	require.NoError(t, err)
+	require.EqualValues(t, 15, calls(elsewhere), "a sliding window on another client: three calls")
+
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{perMin, perHour}, InFlight: in}})
+	require.NoError(t, err)
+	var inside atomic.Int64
+	unblock := make(chan struct{})
+	ts := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inside.Add(1)
+		<-unblock
+		_, _ = io.WriteString(w, "ok")
+	})))
+	defer ts.Close()
+	const callers = 40
+	codes := make(chan int, callers)
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() { codes <- get(t, ts.URL, map[string]string{"X-User": "race"}).StatusCode })
+	}
+	// The refused answer at once; the served wait in the handler.
+	var refused []int
+	timeout := time.After(30 * time.Second)
+	for len(refused) < callers-2 {
+		select {
+		case c := <-codes:
+			refused = append(refused, c)
+		case <-timeout:
+			close(unblock) // let the handlers return, so the test ends
+			require.FailNow(t, "not every refusal came", "%d refused, %d served", len(refused), inside.Load())
+		}
+	}
+	require.EqualValues(t, 2, inside.Load(), "exactly 2 requests served")
+	for _, c := range refused {
+		require.Equal(t, http.StatusTooManyRequests, c)
+	}
+	require.Equal(t, "2", srv.Cmd(t, "ZCARD", "ws:{api:h:race}:inflight:lease"), "the 2 served hold leases; the refused hold none")
+	close(unblock)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		require.Equal(t, http.StatusOK, c)
+	}
+	n, err := s.Sub("permin").Sum(ctx, "api:h:race")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n, "the limit counted exactly the served requests")
+	n, err = hour.Sub("perhour").Sum(ctx, "api:h:race")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	require.Equal(t, "0", srv.Cmd(t, "ZCARD", "ws:{api:h:race}:inflight:lease"), "every lease released")
+}

@@ -38,6 +38,19 @@ var (
 	// store.ManyError, and any other error as it is: what a caller of one
 	// batch reports.
 	FirstError func(err error) error
+	// AllowAllWith is store.AllowAll of cost over policies (a []store.Policy)
+	// with one more op, lead (a store.Op: a lease's Acquire), decided with
+	// them all or nothing in one script call per slot. It answers the
+	// policies' store.Decision and lead's store.Value (set by package
+	// store).
+	AllowAllWith func(ctx context.Context, cost int64, policies, lead any) (any, any, error)
+	// AcquireWith takes a lease of a *limit.Concurrency on key only if the
+	// limit.Limiter l admits cost, and counts cost in l only if a lease is
+	// free, in one script call; it answers the limit.Lease (its ID set only
+	// when taken), l's store.Decision, and ok false when l cannot be decided
+	// with the lease (not a sliding window or a Multi of them, another
+	// client or slot): then nothing was sent (set by package limit).
+	AcquireWith func(ctx context.Context, c, l any, key string, cost int64) (lease, d any, ok bool, err error)
 	// SameClient reports whether two *store.Store use one client.
 	SameClient func(a, b any) bool
 	// WindowTag returns a store.Window's shape as its counters' Redis keys
