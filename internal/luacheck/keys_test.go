@@ -15,18 +15,75 @@ import (
 
 // fakeRedis is just enough of a server for the scripts to walk their paths:
 // strings, hashes (native and TairHash alike), HyperLogLogs as exact sets,
-// and sorted sets that hold one event, now. It is no proof that a backend
+// and sorted sets (what the leases and the log limiter call of them). It is
+// no proof that a backend
 // works (the integration suite runs the scripts on real servers); it is
 // here to record which keys each redis.call touches.
 type fakeRedis struct {
 	strs    map[string]string
 	hashes  map[string]map[string]string
 	hlls    map[string]map[string]bool
+	zsets   map[string]map[string]float64
 	touched []string
 }
 
 func newFake() *fakeRedis {
-	return &fakeRedis{strs: map[string]string{}, hashes: map[string]map[string]string{}, hlls: map[string]map[string]bool{}}
+	return &fakeRedis{strs: map[string]string{}, hashes: map[string]map[string]string{}, hlls: map[string]map[string]bool{},
+		zsets: map[string]map[string]float64{}}
+}
+
+// zmember is a sorted set's member and score.
+type zmember struct {
+	m string
+	s float64
+}
+
+// zrange is the members of sorted set key whose scores are within min and
+// max (Redis's bounds: "(" excludes, "-inf" and "+inf"), by score.
+func (f *fakeRedis) zrange(key, min, max string) []zmember {
+	in := func(bound string, s float64, low bool) bool {
+		excl := strings.HasPrefix(bound, "(")
+		b := strings.TrimPrefix(bound, "(")
+		var v float64
+		switch b {
+		case "-inf":
+			return low
+		case "+inf":
+			return !low
+		default:
+			v, _ = strconv.ParseFloat(b, 64)
+		}
+		if low {
+			return s > v || !excl && s == v
+		}
+		return s < v || !excl && s == v
+	}
+	var out []zmember
+	for m, sc := range f.zsets[key] {
+		if (min == "-inf" || in(min, sc, true)) && (max == "+inf" || in(max, sc, false)) {
+			out = append(out, zmember{m, sc})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].s < out[j].s || out[i].s == out[j].s && out[i].m < out[j].m })
+	return out
+}
+
+// limitOf applies a "LIMIT off n" among args to ms.
+func limitOf(ms []zmember, args []string) []zmember {
+	for i := range args {
+		if strings.ToUpper(args[i]) == "LIMIT" && i+2 < len(args) {
+			off, _ := strconv.Atoi(args[i+1])
+			n, _ := strconv.Atoi(args[i+2])
+			if off >= len(ms) {
+				return nil
+			}
+			ms = ms[off:]
+			if n >= 0 && n < len(ms) {
+				ms = ms[:n]
+			}
+		}
+	}
+	return ms
 }
 
 func (f *fakeRedis) hll(key string) (map[string]bool, bool) {
@@ -52,8 +109,10 @@ func (f *fakeRedis) del(key string) bool {
 	_, c := f.hlls[key]
 	delete(f.strs, key)
 	delete(f.hashes, key)
+	_, d := f.zsets[key]
 	delete(f.hlls, key)
-	return a || b || c
+	delete(f.zsets, key)
+	return a || b || c || d
 }
 
 func (f *fakeRedis) hash(key string) map[string]string {
@@ -204,10 +263,78 @@ func (f *fakeRedis) call(L *lua.LState, nowMs int64) int {
 		L.Push(ok)
 	case "PFCOUNT":
 		L.Push(n(len(f.union(args))))
-	case "ZCOUNT", "ZREMRANGEBYSCORE", "ZADD":
-		L.Push(n(0))
-	case "ZRANGE": // one event, now
-		L.Push(tbl(str("m"), str(strconv.FormatInt(nowMs, 10))))
+	case "ZADD":
+		z := f.zsets[args[0]]
+		if z == nil {
+			f.del(args[0])
+			z = map[string]float64{}
+			f.zsets[args[0]] = z
+		}
+		added := 0
+		for i := 1; i+1 < len(args); i += 2 {
+			if _, ok := z[args[i+1]]; !ok {
+				added++
+			}
+			z[args[i+1]], _ = strconv.ParseFloat(args[i], 64)
+		}
+		L.Push(n(added))
+	case "ZSCORE":
+		if sc, ok := f.zsets[args[0]][args[1]]; ok {
+			L.Push(str(strconv.FormatFloat(sc, 'f', -1, 64)))
+		} else {
+			L.Push(lua.LFalse)
+		}
+	case "ZREM":
+		c := 0
+		for _, m := range args[1:] {
+			if _, ok := f.zsets[args[0]][m]; ok {
+				delete(f.zsets[args[0]], m)
+				c++
+			}
+		}
+		L.Push(n(c))
+	case "ZCOUNT":
+		L.Push(n(len(f.zrange(args[0], args[1], args[2]))))
+	case "ZREMRANGEBYSCORE":
+		ms := f.zrange(args[0], args[1], args[2])
+		for _, m := range ms {
+			delete(f.zsets[args[0]], m.m)
+		}
+		L.Push(n(len(ms)))
+	case "ZRANGEBYSCORE", "ZRANGE":
+		var ms []zmember
+		byScore := cmd == "ZRANGEBYSCORE"
+		for _, a := range args[3:] {
+			byScore = byScore || strings.ToUpper(a) == "BYSCORE"
+		}
+		if byScore {
+			ms = limitOf(f.zrange(args[0], args[1], args[2]), args[3:])
+		} else { // by index; negative counts from the end
+			all := f.zrange(args[0], "-inf", "+inf")
+			a, _ := strconv.Atoi(args[1])
+			b, _ := strconv.Atoi(args[2])
+			if a < 0 {
+				a += len(all)
+			}
+			if b < 0 {
+				b += len(all)
+			}
+			for i := max(a, 0); i <= b && i < len(all); i++ {
+				ms = append(ms, all[i])
+			}
+		}
+		t := L.NewTable()
+		scores := false
+		for _, a := range args[3:] {
+			scores = scores || strings.ToUpper(a) == "WITHSCORES"
+		}
+		for _, m := range ms {
+			t.Append(str(m.m))
+			if scores {
+				t.Append(str(strconv.FormatFloat(m.s, 'f', -1, 64)))
+			}
+		}
+		L.Push(t)
 	default:
 		L.RaiseError("the fake has no %s", cmd)
 	}
@@ -258,7 +385,9 @@ func (f *fakeRedis) run(t *testing.T, sc *backend.Script, serverMs int64, keys, 
 // TestKeysDeclared runs every script of every backend, and the limiters',
 // through the paths that touch keys (adds and their sweeps, limits that
 // admit and refuse, groups with ids, late events and distinct counts across
-// bucket changes, distinct counts over a shorter span, sums, Inspect) and
+// bucket changes, distinct counts over a shorter span, leases taken with a
+// limit, refreshed, released and taken back by a refused link, sums,
+// Inspect) and
 // checks that every key a redis.call touches was declared in KEYS: Redis's
 // contract for scripts, which a cluster relies on while a slot migrates.
 func TestKeysDeclared(t *testing.T) {
@@ -313,6 +442,17 @@ func TestKeysDeclared(t *testing.T) {
 				{"undo", b.Write, []string{"{h}:id:y" + strconv.Itoa(step), "{h}:l", "{h}:c"},
 					[]string{backend.OpUndo, "2", "y" + strconv.Itoa(step), "20000", "",
 						backend.ItemLimit, shape, "10", "1", backend.ItemCount, shape, "1"}},
+				{"lease and limit", b.Write, []string{"{k}:lease", "{k}:l"},
+					[]string{backend.OpGroup, "2", "", "20000", "", backend.ItemAcquire, "2", "60000", "id" + strconv.Itoa(step%4),
+						backend.ItemLimit, shape, "100", "1"}},
+				{"refresh", b.Write, []string{"{k}:lease"},
+					[]string{backend.OpGroup, "1", "", "20000", "", backend.ItemRefresh, "2", "60000", "id" + strconv.Itoa(step%4)}},
+				{"release", b.Write, []string{"{k}:lease"},
+					[]string{backend.OpGroup, "1", "", "20000", "", backend.ItemRelease, "2", "60000", "id" + strconv.Itoa((step+1)%4)}},
+				{"lease link", b.Write, []string{"{m}:id:z" + strconv.Itoa(step), "{m}:lease", "{m}:c", "{n}:l"},
+					[]string{backend.OpLink, "2", "2", "z" + strconv.Itoa(step), "20000", "",
+						backend.ItemAcquire, "1", "60000", "lz" + strconv.Itoa(step), backend.ItemCount, shape, "1",
+						"1", "", "20000", "", backend.ItemLimit, shape, strconv.Itoa(step % 2), "1"}},
 				{"distinct read", b.Write, dk("{e}:h"), []string{backend.OpGroup, "1", "", "20000", "", backend.ItemDistinct, shape, "0"}},
 				{"count", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "10000"}},
 				{"count over 3s", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "3000"}},
@@ -330,6 +470,9 @@ func TestKeysDeclared(t *testing.T) {
 					t.Errorf("%s %s at %v: touched undeclared keys %v (declared %v)", b.Name, c.name, at, bad, c.keys)
 				}
 			}
+		}
+		if len(f.zsets["{k}:lease"]) == 0 {
+			t.Fatalf("%s: no lease is held: the test walks no lease path", b.Name)
 		}
 		if len(f.hlls) == 0 || len(f.hashes) == 0 {
 			t.Fatalf("%s: the scripts wrote nothing: the test walks no path", b.Name)
