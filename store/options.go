@@ -134,8 +134,11 @@ func init() {
 	}
 	hook.FirstError = first
 	hook.AllowAllWith = func(ctx context.Context, cost int64, policies, lead any) (any, any, error) {
-		op := lead.(Op)
-		return allowAllWith(ctx, "", cost, policies.([]Policy), &op)
+		ps, op := policies.([]Policy), lead.(Op)
+		ctx, end := observePolicies(ctx, ps) // observed as AllowAll is
+		d, v, err := allowAllWith(ctx, "", cost, ps, &op)
+		end(err)
+		return d, v, err
 	}
 	hook.SameClient = func(a, b any) bool { return a.(*Store).client == b.(*Store).client }
 	hook.UnescapeKey = func(s string) (string, error) {
