@@ -148,13 +148,18 @@ func (c *Concurrency) acquireWith(ctx context.Context, l Limiter, key string, co
 	default:
 		return Lease{}, store.Decision{}, false, nil
 	}
+	for _, p := range m.parts {
+		if !hook.SameClient(p.st, c.st) {
+			return Lease{}, store.Decision{}, false, nil
+		}
+	}
 	ck, err := hook.RedisKey(c.st, key)
 	if err != nil {
 		return Lease{}, store.Decision{}, false, nil
 	}
 	for _, p := range m.parts {
 		pk, err := hook.RedisKey(p.st, key)
-		if err != nil || !hook.SameClient(p.st, c.st) || keyspace.Slot(pk) != keyspace.Slot(ck) {
+		if err != nil || keyspace.Slot(pk) != keyspace.Slot(ck) {
 			return Lease{}, store.Decision{}, false, nil
 		}
 	}

@@ -2,6 +2,8 @@ package tests
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/httplimit"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -287,6 +290,27 @@ func TestLeaseCluster(t *testing.T) {
 	res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{c.Op("a", ""), {Store: s.Sub("inflight"), Key: "a", Kind: store.Limit, Limit: 5, Delta: 1}}})
 	require.NoError(t, err)
 	require.True(t, res[0].Allowed)
+
+	// httplimit's Rule.InFlight with a sliding window decides both in one
+	// script call on the cluster too: of 3 requests with a limit of 2, 2
+	// are served and counted, and the refused one holds no lease.
+	perMin, err := limit.NewSlidingWindow(s, "permin", 2)
+	require.NoError(t, err)
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{perMin}, InFlight: c}})
+	require.NoError(t, err)
+	ts := httptest.NewServer(mw(okHandler()))
+	defer ts.Close()
+	var codes []int
+	for range 3 {
+		codes = append(codes, get(t, ts.URL, map[string]string{"X-User": "cl"}).StatusCode)
+	}
+	require.Equal(t, []int{http.StatusOK, http.StatusOK, http.StatusTooManyRequests}, codes)
+	n, err := s.Sub("permin").Sum(ctx, "api:h:cl")
+	require.NoError(t, err)
+	require.EqualValues(t, 2, n)
+	held, err := store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s.Sub("inflight"), Key: "api:h:cl", Kind: store.Acquire, Limit: 0, TTL: time.Minute}}})
+	require.NoError(t, err)
+	require.EqualValues(t, 0, held[0].Values[0].Sum, "no lease held: the served released theirs, the refused took none")
 }
 
 // TestWindowctlLease drives `windowctl lease` against a real server: at most

@@ -60,7 +60,7 @@ func (f *fakeRedis) zrange(key, min, max string) []zmember {
 	}
 	var out []zmember
 	for m, sc := range f.zsets[key] {
-		if (min == "-inf" || in(min, sc, true)) && (max == "+inf" || in(max, sc, false)) {
+		if in(min, sc, true) && in(max, sc, false) {
 			out = append(out, zmember{m, sc})
 		}
 	}
