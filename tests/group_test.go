@@ -527,5 +527,21 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 			require.NoError(t, err)
 			require.Zero(t, n, "the event id of a failed batch was kept")
 		}
+		// Limits alone, without an id (the script's fast path for them): the
+		// window sum of "edge" is 0, within its limit, but its current bucket
+		// is at the top, so counting the cost overflows it. The first limit,
+		// which admits too, must not be counted either.
+		_, err = u.At(t0).Add(ctx, "edge", -math.MaxInt64)
+		require.NoError(t, err)
+		_, err = u.At(t0.Add(time.Second)).Add(ctx, "edge", math.MaxInt64)
+		require.NoError(t, err)
+		edge, err := hook.RedisKey(u, "edge")
+		require.NoError(t, err)
+		keys = append(keys, edge)
+		before = dump(t, c, keys...)
+		_, err = store.AllowAll(ctx, 1, store.Policy{Store: u.At(at), Key: "a", Limit: 100},
+			store.Policy{Store: u.At(at), Key: "edge", Limit: 100})
+		require.ErrorIs(t, err, store.ErrOverflow, "overflow of a limit's bucket")
+		require.Equal(t, before, dump(t, c, keys...), "a failed AllowAll wrote")
 	})
 }

@@ -131,8 +131,8 @@ local function ws_group(G)
       it.B = ws_target(it.L, G.e)
       if it.B ~= nil then placed = true end
     end
-    if it.B ~= nil and (kind == WS_IT_LIMIT or kind == WS_IT_COUNT or kind == WS_IT_IFOK) then
-      it.C = ws_open(it.L, it.key, it.B)
+    if it.B ~= nil and it.C == nil and (kind == WS_IT_LIMIT or kind == WS_IT_COUNT or kind == WS_IT_IFOK) then
+      it.C = ws_open(it.L, it.key, it.B) -- (ws_limits hands over its limits opened)
     end
   end
   if not placed and #limits == 0 then
@@ -265,6 +265,67 @@ local function ws_group(G)
       end
     end
     redis.call('SET', G.idkey, rec, 'PX', G.ttl)
+  end
+  return out
+end
+
+-- ws_limits runs the commonest group, n limits and nothing else, without an
+-- event id or time (Allow of several policies: store.AllowAll on one slot,
+-- limit.Combine), at ARGV[i] (the first item's kind) and KEYS[k]. Its answer
+-- and its writes are ws_group's; on the admitted path it builds no item
+-- tables and walks ARGV twice, where ws_group parses every item into a table
+-- of sixteen fields and walks the items four times: in a group of three
+-- limits that machinery cost more than the windows' own arithmetic. A
+-- refusal, which writes nothing, is ws_group's: the counters opened here are
+-- handed over, not read again.
+local function ws_limits(H, i, k, n)
+  local Cs, allowed = {}, true
+  for j = 0, n - 1 do
+    local a = i + 4 * j
+    local L = ws_shape(H, ARGV[a + 1])
+    local C = ws_open(L, KEYS[k + j], L.target)
+    ws_checked(C.sum, C.fits)
+    local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    if not (cost <= limit and ws_le(C.sum, limit - cost)) then allowed = false end
+    Cs[j + 1] = C
+  end
+  if not allowed then
+    local G = {items = {}, H = H}
+    for j = 0, n - 1 do
+      local a = i + 4 * j
+      G.items[j + 1] = {kind = WS_IT_LIMIT, L = ws_shape(H, ARGV[a + 1]), key = KEYS[k + j],
+        limit = tonumber(ARGV[a + 2]), cost = tonumber(ARGV[a + 3]), delta = ARGV[a + 3], members = nil, K = nil,
+        B = nil, C = Cs[j + 1], S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil}
+    end
+    return ws_group(G)
+  end
+  -- Admitted: prepare every write (an overflow raises before any is made),
+  -- then make them, as ws_group does.
+  for j = 0, n - 1 do
+    local a = i + 4 * j
+    if tonumber(ARGV[a + 3]) > 0 then
+      local L = ws_shape(H, ARGV[a + 1])
+      ws_prepare(L, Cs[j + 1], ARGV[a + 3], L.target)
+    end
+  end
+  local out = {1, 0}
+  for j = 0, n - 1 do
+    local a = i + 4 * j
+    local L, key, C = ws_shape(H, ARGV[a + 1]), KEYS[k + j], Cs[j + 1]
+    local B = L.target
+    local sum, reset = C.sum, nil
+    if tonumber(ARGV[a + 3]) > 0 then
+      local _, v = ws_commit(L, key, C, B)
+      sum = C.nsum
+      if v ~= 0 then
+        reset = B.start + L.w - L.now
+      else
+        reset = ws_reset(L, ws_detail(L, key, nil))
+      end
+    else
+      reset = ws_reset(L, ws_detail(L, key, C))
+    end
+    out[j + 3] = {sum, 0, reset, 0}
   end
   return out
 end

@@ -20,6 +20,16 @@
 
 local H = ws_header(ARGV)
 
+-- ws_onlylimits reports whether the n items of a group from ARGV[i] on are
+-- all limits (and there is one at least): such a group runs as ws_limits.
+local function ws_onlylimits(i, n)
+  if n == nil or n < 1 then return false end
+  for j = 0, n - 1 do
+    if ARGV[i + 4 * j] ~= WS_IT_LIMIT then return false end
+  end
+  return true
+end
+
 -- ws_op reads the operation at ARGV[i] and KEYS[k]: where the next one starts,
 -- and the function to run with its arguments.
 local function ws_op(i, k)
@@ -32,6 +42,9 @@ local function ws_op(i, k)
     return i + 3, k + 1, ws_addnosum, L, key, ARGV[i + 2], L.target
   elseif op == WS_OP_ALLOW then
     return i + 4, k + 1, ws_allow, ws_shape(H, ARGV[i + 1]), key, tonumber(ARGV[i + 2]), ARGV[i + 3]
+  elseif op == WS_OP_GROUP and ARGV[i + 2] == '' and ARGV[i + 4] == '' and ws_onlylimits(i + 5, tonumber(ARGV[i + 1])) then
+    local n = tonumber(ARGV[i + 1])
+    return i + 5 + 4 * n, k + n, ws_limits, H, i + 5, k, n
   elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
     local ni, nk, G = ws_readgroup(H, i + 1, k)
     G.reserve = op == WS_OP_RESERVE
