@@ -5,7 +5,10 @@
 // whatever the number of windows. It runs, in one invocation and against
 // one server: the store's Allow and AllowAll of 3 policies on one key (today's
 // layout: a hash per window), and a prototype script of the one-hash layout
-// for 1 and for 3 windows. It prints server CPU per operation (INFO cpu),
+// for 1 and for 3 windows; and the floors of both layouts (floorOne,
+// floorSep: no Lua beyond one read and one write of each window's running
+// total and bucket) beside a script that only answers. It prints server CPU
+// per operation (INFO cpu),
 // medians of --runs runs with their range, and the ratios that issue 23's
 // first target is stated in.
 //
@@ -101,6 +104,47 @@ if new then redis.call('PEXPIRE', key, far) end
 return {1, W[1].sum + W[1].cost}
 `)
 
+// The floor scripts: what a window costs the server with no Lua beyond
+// reading its running total and current bucket and writing them back (no
+// sweep, no exactness, no expiry). floorOne keeps the n windows in one hash
+// (KEYS[1]; ARGV: n, then per window its field prefix and bucket ms): one
+// HMGET of 3n fields, one HSET of 2n. floorSep keeps each window in a hash of
+// its own (KEYS[1..n]; ARGV: per window its bucket ms): n of each. They
+// bound from below what any layout of these fields can reach.
+var floorOne = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n, get, cf = tonumber(ARGV[1]), {}, {}
+for j = 1, n do
+  local p, b = ARGV[2 * j], tonumber(ARGV[2 * j + 1])
+  cf[j] = p .. string.format('%d', math.floor(now / b))
+  get[3 * j - 2], get[3 * j - 1], get[3 * j] = p .. 'm', p .. 't', cf[j]
+end
+local v = redis.call('HMGET', KEYS[1], unpack(get))
+local set = {}
+for j = 1, n do
+  set[4 * j - 3], set[4 * j - 2] = ARGV[2 * j] .. 't', (tonumber(v[3 * j - 1]) or 0) + 1
+  set[4 * j - 1], set[4 * j] = cf[j], (tonumber(v[3 * j]) or 0) + 1
+end
+redis.call('HSET', KEYS[1], unpack(set))
+return 1
+`)
+
+var floorSep = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for j = 1, #KEYS do
+  local c = string.format('%d', math.floor(now / tonumber(ARGV[j])))
+  local v = redis.call('HMGET', KEYS[j], 'm', 't', c)
+  redis.call('HSET', KEYS[j], 't', (tonumber(v[2]) or 0) + 1, c, (tonumber(v[3]) or 0) + 1)
+end
+return 1
+`)
+
+// noop is a script that only answers: the part of a call's cost that no
+// layout changes.
+var noop = rueidis.NewLuaScript(`return 1`)
+
 type window struct {
 	prefix string
 	bucket time.Duration
@@ -163,6 +207,18 @@ func main() {
 					log.Fatal(err)
 				}
 			}
+			for i, w := range wins {
+				fv := c.B().Hset().Key("study:sep:" + k + ":" + w.prefix).FieldValue()
+				b := w.bucket.Milliseconds()
+				for j := *nb - 1; j >= 0; j-- {
+					fv = fv.FieldValue(strconv.FormatInt(now.Add(-time.Duration(j)*w.bucket).UnixMilli()/b, 10), "1")
+				}
+				low := (now.UnixMilli()-policies[i].Window().Length.Milliseconds())/b + 1
+				fv = fv.FieldValue("m", strconv.FormatInt(low*b, 10)).FieldValue("t", strconv.Itoa(*nb))
+				if err := c.Do(ctx, fv.Build()).Error(); err != nil {
+					log.Fatal(err)
+				}
+			}
 			if err := c.Do(ctx, c.B().Pexpire().Key("study:one:"+k).Milliseconds(wins[2].length.Milliseconds()+wins[2].bucket.Milliseconds()).Build()).Error(); err != nil {
 				log.Fatal(err)
 			}
@@ -182,6 +238,23 @@ func main() {
 			return oneHash.Exec(ctx, c, []string{"study:one:" + k}, args).Error()
 		}
 	}
+	floor := func(n int, one bool) func(context.Context, string) error {
+		return func(ctx context.Context, k string) error {
+			if one {
+				args := []string{strconv.Itoa(n)}
+				for _, w := range wins[:n] {
+					args = append(args, w.prefix, strconv.FormatInt(w.bucket.Milliseconds(), 10))
+				}
+				return floorOne.Exec(ctx, c, []string{"study:one:" + k}, args).Error()
+			}
+			var keys, args []string
+			for _, w := range wins[:n] {
+				keys = append(keys, "study:sep:"+k+":"+w.prefix)
+				args = append(args, strconv.FormatInt(w.bucket.Milliseconds(), 10))
+			}
+			return floorSep.Exec(ctx, c, keys, args).Error()
+		}
+	}
 	ops := []struct {
 		name string
 		op   func(context.Context, string) error
@@ -194,6 +267,12 @@ func main() {
 		}},
 		{"onehash1", proto(1)},
 		{"onehash3", proto(3)},
+		{"noop", func(ctx context.Context, k string) error {
+			return noop.Exec(ctx, c, []string{"study:one:" + k}, nil).Error()
+		}},
+		{"floor1", floor(1, false)},
+		{"floor3one", floor(3, true)},
+		{"floor3sep", floor(3, false)},
 	}
 	us := map[string][]float64{}
 	for r := 0; r < *runs; r++ {
@@ -209,6 +288,8 @@ func main() {
 	}
 	fmt.Printf("allow3/allow %.2fx   onehash3/allow %.2fx   onehash3/onehash1 %.2fx   onehash1/allow %.2fx\n",
 		med["allow3"]/med["allow"], med["onehash3"]/med["allow"], med["onehash3"]/med["onehash1"], med["onehash1"]/med["allow"])
+	fmt.Printf("floors: floor3one/floor1 %.2fx   floor3sep/floor1 %.2fx   noop/floor1 %.2fx\n",
+		med["floor3one"]/med["floor1"], med["floor3sep"]/med["floor1"], med["noop"]/med["floor1"])
 }
 
 // run calls op from conc goroutines for d and answers the server's CPU µs
