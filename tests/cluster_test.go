@@ -104,13 +104,7 @@ func TestCluster(t *testing.T) {
 		slot, err := c.Do(ctx, c.B().ClusterKeyslot().Key(rk).Build()).AsInt64()
 		require.NoError(t, err)
 		src := cl.Master(t, c, slot)
-		var dst *harness.Server
-		for _, n := range cl.Nodes[:3] {
-			if n != src {
-				dst = n
-				break
-			}
-		}
+		dst := cl.OtherMaster(t, src)
 		require.NotNil(t, dst)
 		var names []string
 		for i := 0; i < 60; i++ {
@@ -226,9 +220,7 @@ func TestCluster(t *testing.T) {
 				readsSplit += reads.Load() - r0
 			}
 		}
-		for _, n := range cl.Nodes[:3] {
-			n.Cmd(t, "CLUSTER", "SETSLOT", sl, "NODE", dstID)
-		}
+		cl.SetSlotNode(t, slot, dst)
 		// Keep going a little after the move: the clients' maps are stale
 		// until a MOVED tells them.
 		a0 := added.Load()
@@ -755,13 +747,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	)
 	slot := slotOf(t, c, events)
 	src := cl.Master(t, c, slot)
-	var dst *harness.Server
-	for _, n := range cl.Nodes[:3] {
-		if n != src {
-			dst = n
-			break
-		}
-	}
+	dst := cl.OtherMaster(t, src)
 
 	// The model: every event sent, and whether one of its writes succeeded.
 	var mu sync.Mutex
@@ -1024,13 +1010,7 @@ func TestClusterTryAgainResent(t *testing.T) {
 		require.NoError(t, err)
 		slot := slotOf(t, c, rk)
 		src := cl.Master(t, c, slot)
-		var dst *harness.Server
-		for _, n := range cl.Nodes[:3] {
-			if n != src {
-				dst = n
-				break
-			}
-		}
+		dst := cl.OtherMaster(t, src)
 		var n int64
 		var addErr error
 		done := make(chan struct{})

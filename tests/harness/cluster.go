@@ -224,8 +224,8 @@ func (s *Server) String() string { return fmt.Sprintf("%s %s (%s)", s.Kind, s.Ad
 // does: CLUSTER SETSLOT IMPORTING on dst and MIGRATING on src, MIGRATE of
 // the slot's keys, one by one, batch between two calls of split, in the
 // order of their names (so that a test knows which move last), until src has
-// none, then CLUSTER SETSLOT NODE on the first three nodes (the masters of a
-// cluster that has not failed over). After every MIGRATE that left keys on both nodes, split is called
+// none, then CLUSTER SETSLOT NODE on every node that is a master by then.
+// After every MIGRATE that left keys on both nodes, split is called
 // (nil: not at all) with how many each holds, so that a test can let its
 // load run against the split slot. A MIGRATE the servers refuse fails the
 // test with the key and their reply: BUSYKEY means that a write reached the
@@ -253,10 +253,42 @@ func (cl *Cluster) MigrateSlot(t testing.TB, slot int64, src, dst *Server, batch
 			split(onSrc, onDst)
 		}
 	}
-	dstID := dst.ID(t)
-	for _, n := range cl.Nodes[:3] {
-		if n.Up() {
-			n.Cmd(t, "CLUSTER", "SETSLOT", sl, "NODE", dstID)
+	cl.SetSlotNode(t, slot, dst)
+}
+
+// Masters answers the nodes that are up and masters now. Under load (a CI
+// machine's two cores) a master may stall past ClusterNodeTimeout and be
+// failed over by its replica, so the first three nodes are not always the
+// masters.
+func (cl *Cluster) Masters(t testing.TB) []*Server {
+	t.Helper()
+	var out []*Server
+	for _, n := range cl.Nodes {
+		if n.Up() && strings.Contains(n.Cmd(t, "INFO", "replication"), "role:master") {
+			out = append(out, n)
 		}
+	}
+	return out
+}
+
+// OtherMaster answers a master other than src, to move a slot to.
+func (cl *Cluster) OtherMaster(t testing.TB, src *Server) *Server {
+	t.Helper()
+	for _, n := range cl.Masters(t) {
+		if n != src {
+			return n
+		}
+	}
+	t.Fatalf("no master other than %s", src)
+	return nil
+}
+
+// SetSlotNode ends a slot's move: CLUSTER SETSLOT NODE dst on every master
+// (a replica refuses it).
+func (cl *Cluster) SetSlotNode(t testing.TB, slot int64, dst *Server) {
+	t.Helper()
+	sl, dstID := strconv.FormatInt(slot, 10), dst.ID(t)
+	for _, n := range cl.Masters(t) {
+		n.Cmd(t, "CLUSTER", "SETSLOT", sl, "NODE", dstID)
 	}
 }
