@@ -24,9 +24,10 @@ func TestACLRules(t *testing.T) {
 // field's TTL), sets every bucket's TTL with an absolute time (HPEXPIREAT: a
 // relative one would drift with the script's clock), and has no reserved
 // fields. (The distinct counts' hash of HyperLogLogs has no field TTLs: it is
-// left out.)
+// left out; so is a window extreme's write, fieldttlx.lua, which HSETs and
+// then sets the field's TTL again, checked by TestFieldTTLExtremeTTL.)
 func TestFieldTTLWrites(t *testing.T) {
-	cmds := fieldTTL.Write.CommandsOutside("backend/lua/distinct.lua", "backend/lua/lease.lua")
+	cmds := fieldTTL.Write.CommandsOutside("backend/lua/distinct.lua", "backend/lua/lease.lua", "nativehash/lua/fieldttlx.lua")
 	for _, bad := range []string{"HSET", "HSETEX", "HPEXPIRE", "HEXPIRE", "HINCRBYFLOAT"} {
 		if slices.Contains(cmds, bad) {
 			t.Errorf("the field-TTL write script calls %s", bad)
@@ -73,5 +74,22 @@ func TestPlainCommitOrder(t *testing.T) {
 func TestSpecs(t *testing.T) {
 	if plain.Name == fieldTTL.Name || plain.Family != "nativehash" || fieldTTL.Family != "nativehash" {
 		t.Errorf("names %q %q, families %q %q", plain.Name, fieldTTL.Name, plain.Family, fieldTTL.Family)
+	}
+}
+
+// TestFieldTTLExtremeTTL: a window extreme's write on the field-TTL mode
+// HSETs (which clears the field's TTL) and then sets the TTL again, in the
+// same function. (tests/stat_test.go checks the TTL on a real server.)
+func TestFieldTTLExtremeTTL(t *testing.T) {
+	src := fieldTTL.Write.Source()
+	i := strings.Index(src, "local function ws_setx(")
+	if i < 0 {
+		t.Fatal("no ws_setx in the field-TTL write script")
+	}
+	body := src[i:]
+	body = body[:strings.Index(body, "\nend\n")]
+	h, e := strings.Index(body, "'HSET'"), strings.Index(body, "'HPEXPIREAT'")
+	if h < 0 || e < h {
+		t.Errorf("ws_setx must HSET, then HPEXPIREAT:\n%s", body)
 	}
 }

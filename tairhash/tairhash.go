@@ -58,5 +58,5 @@ var tair = backend.Register(backend.New(backend.Spec{
 	Why:      "the server has TairHash (EXHINCRBY): buckets expire per field",
 	Prims:    []backend.Fragment{backend.Embedded(lua, "tairhash", "tairhash.lua")},
 	Ops:      []backend.Fragment{backend.ScanOps},
-	ACL:      backend.ACLRule{Label: "TairHash", Rule: "+time +pttl +exhgetall +exhget +exhincrby +exhpexpireat +exhdel +exhpttl"},
+	ACL:      backend.ACLRule{Label: "TairHash", Rule: "+time +pttl +exhgetall +exhget +exhincrby +exhset +exhpexpireat +exhdel +exhpttl"},
 }))

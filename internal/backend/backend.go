@@ -152,7 +152,7 @@ func New(spec Spec) *Backend {
 	lib = append(lib, spec.Prims...)
 	lib = append(lib, shared("scan.lua"))
 	lib = append(lib, spec.Ops...)
-	lib = append(lib, shared("ops.lua"), shared("distinct.lua"), shared("lease.lua"), shared("group.lua"))
+	lib = append(lib, shared("ops.lua"), shared("extreme.lua"), shared("distinct.lua"), shared("lease.lua"), shared("group.lua"))
 	body := func(name string) []Fragment { return append(append([]Fragment(nil), lib...), shared(name)) }
 	b := &Backend{
 		Spec:    spec,
@@ -208,6 +208,13 @@ const (
 	OpLink     = "L" // n group...: linked groups, all or nothing (see group.lua)
 	OpReserve  = "R" // a group's arguments: reserve a linked group
 	OpUndo     = "u" // a group's arguments: unreserve a linked group
+	OpXPut     = "x" // shape dir value time: a window extreme's write (see extreme.lua)
+)
+
+// The directions of a window extreme (OpXPut, and the Sum script's reads).
+const (
+	XMax = ">" // keep the greatest value
+	XMin = "<" // keep the least value
 )
 
 // The kinds of a group's items (see group.lua).
@@ -248,7 +255,7 @@ func constants() Fragment {
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
 		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
-		{"WS_OP_RESERVE", OpReserve},
+		{"WS_OP_RESERVE", OpReserve}, {"WS_OP_XPUT", OpXPut}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead},
 		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},

@@ -207,7 +207,7 @@ func (f *fakeRedis) call(L *lua.LState, nowMs int64) int {
 			}
 		}
 		L.Push(t)
-	case "HSET":
+	case "HSET", "EXHSET":
 		h := f.hash(args[0])
 		for i := 1; i+1 < len(args); i += 2 {
 			h[args[i]] = args[i+1]
@@ -458,7 +458,10 @@ func TestKeysDeclared(t *testing.T) {
 				{"count over 3s", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "3000"}},
 				{"batch", b.Write, append([]string{"{a}", "{b}"}, dk("{e}:h")...),
 					[]string{backend.OpAdd, shape, "1", backend.OpAllow, shape, "100", "2", backend.OpDCount, shape, "10000"}},
+				{"max", b.Write, []string{"{x}:max"}, []string{backend.OpXPut, shape, backend.XMax, strconv.Itoa(step % 9), ""}},
+				{"late first", b.Write, []string{"{x}:first"}, []string{backend.OpXPut, shape, backend.XMin, "", late}},
 				{"sum", b.Sum, []string{"{a}", "{b}"}, []string{shape, "10000", shape, "4000"}},
+				{"read extremes", b.Sum, []string{"{x}:max", "{x}:first"}, []string{shape, backend.XMax, shape, backend.XMin}},
 				{"inspect", b.Inspect, []string{"{a}"}, []string{shape}},
 			}
 			for _, c := range calls {

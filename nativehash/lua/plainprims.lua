@@ -22,3 +22,10 @@ local function ws_ttls(key, fields, pttl)
   for i = 1, #fields do out[i] = pttl end
   return out
 end
+
+-- ws_setx sets bucket B's field to v (a window extreme, see extreme.lua); a
+-- new field sets the key's expiry as a counter's new bucket does.
+local function ws_setx(L, key, B, v, new)
+  redis.call('HSET', key, B.field, v)
+  if new then ws_touch(L, key, B) end
+end

@@ -24,3 +24,10 @@ local function ws_ttls(key, fields, pttl)
   for i = 1, #fields do out[i] = redis.call('EXHPTTL', key, fields[i]) end
   return out
 end
+
+-- ws_setx sets bucket B's field to v (a window extreme, see extreme.lua), and
+-- its expiry, every time (as ws_incr does).
+local function ws_setx(L, key, B, v, new)
+  redis.call('EXHSET', key, B.field, v)
+  redis.call('EXHPEXPIREAT', key, B.field, ws_expiry(L.H, B.start + L.w))
+end

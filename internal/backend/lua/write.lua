@@ -7,6 +7,8 @@
 --   WS_OP_GROUP    (see group.lua)      several counters of one slot at once
 --   WS_OP_LINK, WS_OP_RESERVE, WS_OP_UNDO
 --                  (see group.lua)      linked groups, all or nothing
+--   WS_OP_XPUT     shape dir value time a window extreme's write: {extreme}
+--                                       (see extreme.lua)
 --   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback
 --                                       (PFCOUNT is a write to Redis, so it
 --                                       runs here, though it changes no
@@ -58,6 +60,10 @@ local function ws_op(i, k)
   elseif op == WS_OP_UNDO then
     local ni, nk, G = ws_readgroup(H, i + 1, k)
     return ni, nk, ws_undo, G
+  elseif op == WS_OP_XPUT then
+    local e = ARGV[i + 4]
+    if e == '' then e = nil else e = tonumber(e) end
+    return i + 5, k + 1, ws_xput, ws_shape(H, ARGV[i + 1]), key, ARGV[i + 2], ARGV[i + 3], e
   elseif op == WS_OP_DCOUNT then
     local L = ws_shape(H, ARGV[i + 1])
     local K, nk = ws_dk(L, k)
@@ -67,15 +73,15 @@ local function ws_op(i, k)
 end
 
 local i, k, n = WS_HEADER + 1, 1, #ARGV
-local ni, nk, fn, a1, a2, a3, a4 = ws_op(i, k)
+local ni, nk, fn, a1, a2, a3, a4, a5 = ws_op(i, k)
 if ni > n then
-  return {fn(a1, a2, a3, a4)}
+  return {fn(a1, a2, a3, a4, a5)}
 end
 local out, j = {}, 1
 while true do
-  out[j] = ws_result(pcall(fn, a1, a2, a3, a4))
+  out[j] = ws_result(pcall(fn, a1, a2, a3, a4, a5))
   j, i, k = j + 1, ni, nk
   if i > n then break end
-  ni, nk, fn, a1, a2, a3, a4 = ws_op(i, k)
+  ni, nk, fn, a1, a2, a3, a4, a5 = ws_op(i, k)
 end
 return out

@@ -1,0 +1,77 @@
+-- Window extremes: the greatest or least value of the window's events. A
+-- bucket keeps its own extreme (one field per bucket, as a counter keeps its
+-- amount); the window's is the extreme of its live buckets. Package store
+-- keeps the max and min of amounts with them, and first and last seen as the
+-- least and greatest event time. Values are int64s as canonical decimal
+-- strings (as the client sends them), compared exactly, never as doubles.
+--
+--   WS_OP_XPUT  shape dir value time    a write: {extreme} after it
+--   (read, in sum.lua: shape dir)       {extreme}, or {} when no event is live
+--
+-- dir is WS_X_MAX ('>', keep the greatest) or WS_X_MIN ('<', the least); time
+-- is the event's Unix ms, or '' for now. A value '' is the event's time (first
+-- and last seen).
+
+-- ws_xbeats reports whether a beats b in direction dir: canonical decimal
+-- int64s compared by sign, then length, then digits.
+local function ws_xbeats(dir, a, b)
+  if dir == WS_X_MIN then a, b = b, a end
+  -- now: does a > b?
+  local na, nb = string.byte(a, 1) == 45, string.byte(b, 1) == 45
+  if na ~= nb then return nb end
+  if #a ~= #b then
+    if na then return #a < #b end
+    return #a > #b
+  end
+  if na then return a < b end
+  return a > b
+end
+
+-- ws_xcheck raises WS_E_ARGS unless v is a canonical decimal int64: it
+-- guards the comparison above, which trusts the form.
+local function ws_xcheck(v)
+  if not string.find(v, '^%-?[1-9]%d*$') and v ~= '0' or #v > 20 or
+      (#v == 19 and string.byte(v, 1) ~= 45 and v > '9223372036854775807') or
+      (#v == 20 and v > '-9223372036854775808') then
+    ws_err(WS_E_ARGS, 'not an int64: ' .. v)
+  end
+end
+
+-- ws_xscan reads the whole hash: the live buckets' extreme (nil: none), the
+-- scan (S.stale: the fields to delete) and the flat reply.
+local function ws_xscan(L, key, dir)
+  local all = ws_read(key)
+  local S = ws_scan(L, all, L.now - L.w, true)
+  local best = nil
+  for i = 1, S.live do
+    local v = S.raw[i]
+    if best == nil or ws_xbeats(dir, v, best) then best = v end
+  end
+  return best, S, all
+end
+
+local function ws_xput(L, key, dir, v, e)
+  local B = ws_target(L, e)
+  if B == nil then
+    ws_err(WS_E_TOOOLD, "the event's bucket has left the window; nothing was written")
+  end
+  if v == '' then v = string.format('%d', e or L.now) end
+  ws_xcheck(v)
+  local best, S, all = ws_xscan(L, key, dir)
+  local cur = nil
+  for i = 1, #all, 2 do
+    if all[i] == B.field then cur = all[i + 1] end
+  end
+  if cur == nil or ws_xbeats(dir, v, cur) then
+    ws_setx(L, key, B, v, cur == nil)
+    if best == nil or ws_xbeats(dir, v, best) then best = v end
+  end
+  if #S.stale > 0 then ws_drop(key, S.stale) end
+  return {best}
+end
+
+local function ws_xget(L, key, dir)
+  local best = ws_xscan(L, key, dir)
+  if best == nil then return {} end
+  return {best}
+end

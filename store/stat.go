@@ -1,0 +1,316 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/internal/backend"
+)
+
+// Window statistics beyond the sum: the greatest and least amounts, the
+// average, and the times of the first and last events. Each is kept apart
+// from the key's counter, in the key's slot, with its own buckets:
+//
+//	prefix + "{" + key + "}:max:" + shape     a hash: bucket code -> the bucket's max
+//	                    ":min:", ":first:", ":last:"   the same for the others
+//	                    ":avg.sum:", ":avg.n:"         Avg: two counters, written together
+//
+// A bucket keeps its own extreme, so the window's is exact at bucket
+// granularity, like a sum: the extreme of the live buckets. A write reads the
+// key's buckets (at most a window's) and writes one field.
+
+// Stat is a window statistic kept beside sums: see Observe.
+type Stat int
+
+const (
+	// Max is the greatest amount of the window's events.
+	Max Stat = iota + 1
+	// Min is the least amount of the window's events.
+	Min
+	// First is the time of the window's oldest event ("first seen"), as Unix
+	// ms: the least event time.
+	First
+	// Last is the time of the window's newest event ("last seen"), as Unix
+	// ms: the greatest event time.
+	Last
+	// Avg is the average amount of the window's events: their sum and
+	// their number, kept together.
+	Avg
+)
+
+// Stats lists every Stat, in order.
+var Stats = []Stat{Max, Min, First, Last, Avg}
+
+func (st Stat) String() string {
+	switch st {
+	case Max:
+		return "max"
+	case Min:
+		return "min"
+	case First:
+		return "first"
+	case Last:
+		return "last"
+	case Avg:
+		return "avg"
+	}
+	return fmt.Sprintf("Stat(%d)", int(st))
+}
+
+// ParseStat returns the Stat that String names: "max", "min", "first",
+// "last" or "avg".
+func ParseStat(name string) (Stat, error) {
+	for _, st := range Stats {
+		if st.String() == name {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q is not a statistic (max, min, first, last, avg)", ErrInvalid, name)
+}
+
+// dir is the direction of an extreme in the scripts, and the name in its key.
+func (st Stat) dir() (dir, name string, ok bool) {
+	switch st {
+	case Max:
+		return backend.XMax, "max", true
+	case Min:
+		return backend.XMin, "min", true
+	case First:
+		return backend.XMin, "first", true
+	case Last:
+		return backend.XMax, "last", true
+	}
+	return "", "", false
+}
+
+// An Observation is one event for a window statistic, for Observe.
+type Observation struct {
+	// Key is the statistic's key.
+	Key string
+	// Stat is the statistic the event updates.
+	Stat Stat
+	// Value is the event's amount (any int64) for Max, Min and Avg. First and
+	// Last take the event's time instead, and ignore it.
+	Value int64
+	// Time, when not zero, is when the event happened: a late event counts in
+	// the bucket of its own time, as with Event.Time (too old: ErrTooOld;
+	// too far ahead: ErrFuture; nothing written). For First and Last it is the
+	// time kept; zero means now, on the store's clock.
+	Time time.Time
+	// ID, when not empty, makes an Avg event count once (see Event.ID). The
+	// extremes need none: an event applied twice leaves the same extreme, as
+	// long as First and Last are given its Time.
+	ID string
+}
+
+// StatValue is a window statistic's value.
+//
+// For example, with a window of 10m and the events 7, -3 and 12 in it, Max
+// answers {OK: true, Value: 12}; Avg answers {OK: true, Value: 5, Sum: 16,
+// Count: 3} (Value truncated, Mean 5.33...). A window with no event answers
+// OK false and zeros.
+type StatValue struct {
+	// OK reports whether the window has an event: without one there is no
+	// max, min, first, last or average.
+	OK bool
+	// Value is the greatest or least amount (Max, Min), the Unix ms of the
+	// first or last event (First, Last), or Sum / Count truncated toward zero
+	// (Avg).
+	Value int64
+	// Sum and Count are Avg's: the window's sum of amounts and number of
+	// events (0 for the others).
+	Sum, Count int64
+}
+
+// Mean returns Avg's exact Sum / Count as a decimal string with up to digits
+// digits after the point, trailing zeros trimmed ("5.333", "-2", "7.5"); "" when
+// the window has no event. It is for display; Value is the integer part.
+func (v StatValue) Mean(digits int) string {
+	if !v.OK || v.Count == 0 {
+		return ""
+	}
+	s := new(big.Rat).SetFrac(big.NewInt(v.Sum), big.NewInt(v.Count)).FloatString(digits)
+	for digits > 0 && s[len(s)-1] == '0' {
+		s = s[:len(s)-1]
+	}
+	s = trimDot(s)
+	if s == "-0" {
+		return "0"
+	}
+	return s
+}
+
+func trimDot(s string) string {
+	if s != "" && s[len(s)-1] == '.' {
+		return s[:len(s)-1]
+	}
+	return s
+}
+
+// statView returns the store's view for a statistic's counters: its Sub, after
+// any of the caller's.
+func (s *Store) statView(name string) *Store {
+	v := *s
+	v.sub = s.sub + ":" + name
+	return &v
+}
+
+// Observe records one event in a window statistic of its key (see Stat) and
+// returns the statistic's value over the window after it, in one script call.
+// It takes the Store's Window (tiers and Over views do not apply to
+// statistics). Its errors are those of Record: ErrInvalid, ErrTooOld,
+// ErrFuture, ErrOverflow (an Avg whose window sum would leave int64),
+// ErrNotCounter (the key holds something else).
+func (s *Store) Observe(ctx context.Context, o Observation) (_ StatValue, err error) {
+	ctx, end := s.start(ctx, "observe")
+	defer func() { end(err) }()
+	if o.Stat == Avg {
+		return s.observeAvg(ctx, o)
+	}
+	dir, name, ok := o.Stat.dir()
+	if !ok {
+		return StatValue{}, invalid("observe", o.Key, "no such statistic: "+o.Stat.String())
+	}
+	rk, err := s.statView(name).redisKey(o.Key, s.tag)
+	if err != nil {
+		return StatValue{}, rename(err, "observe")
+	}
+	val, at := strconv.FormatInt(o.Value, 10), ""
+	if o.Stat == First || o.Stat == Last {
+		val = ""
+	}
+	if !o.Time.IsZero() {
+		at = strconv.FormatInt(o.Time.UnixMilli(), 10)
+	}
+	// A write sent again after a connection error changes nothing, unless it
+	// is First or Last of now (the retry's now is later): those are not resent.
+	retry := at != "" || val != ""
+	msg, err := s.run(ctx, []string{rk}, s.header(), retry, backend.OpXPut, s.shape, dir, val, at)
+	if err != nil {
+		return StatValue{}, fail("observe", o.Key, s.be.Write, err)
+	}
+	v, err := extremeOf(msg)
+	return v, fail("observe", o.Key, nil, err)
+}
+
+func (s *Store) observeAvg(ctx context.Context, o Observation) (StatValue, error) {
+	sum, n := s.statView("avg.sum"), s.statView("avg.n")
+	sum.tiers, n.tiers = s.tiers[:1], s.tiers[:1]
+	res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, Ops: []Op{
+		{Store: sum, Key: o.Key, Kind: Count, Delta: o.Value},
+		{Store: n, Key: o.Key, Kind: Count, Delta: 1},
+	}}})
+	if err != nil {
+		return StatValue{}, rename(first(err), "observe")
+	}
+	return avgOf(res[0].Values[0].Sum, res[0].Values[1].Sum), nil
+}
+
+func avgOf(sum, count int64) StatValue {
+	if count <= 0 {
+		return StatValue{}
+	}
+	return StatValue{OK: true, Value: sum / count, Sum: sum, Count: count}
+}
+
+// ReadStat returns a window statistic of key (see Observe). Like Sum, it is a
+// read-only script: a replica can serve it, and rueidis retries it on
+// connection errors until ctx ends.
+func (s *Store) ReadStat(ctx context.Context, key string, st Stat) (StatValue, error) {
+	vs, err := s.ReadStatMany(ctx, []string{key}, st)
+	if err != nil {
+		return StatValue{}, first(err)
+	}
+	return vs[0], nil
+}
+
+// ReadStatMany returns a window statistic of many keys, in order, in one
+// round trip (as SumMany, whose *ManyError it shares).
+func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []StatValue, err error) {
+	ctx, end := s.start(ctx, "read stat")
+	defer func() { end(err) }()
+	out := make([]StatValue, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	dir, name, ok := st.dir()
+	if !ok && st != Avg {
+		return nil, invalid("read stat", keys[0], "no such statistic: "+st.String())
+	}
+	// The Redis keys to read, per key: one, or Avg's two (sum, then count).
+	per := 1
+	views := []*Store{s.statView(name)}
+	arg := dir
+	if st == Avg {
+		per, views, arg = 2, []*Store{s.statView("avg.sum"), s.statView("avg.n")}, strconv.FormatInt(s.winMs, 10)
+	}
+	errs := make([]error, len(keys))
+	failed := false
+	rks := make([]string, 0, per*len(keys))
+	idx := make([]int, 0, len(keys))
+	for i, k := range keys {
+		var mine []string
+		for _, v := range views {
+			rk, err := v.redisKey(k, s.tag)
+			if err != nil {
+				errs[i], failed = rename(err, "read stat"), true
+				break
+			}
+			mine = append(mine, rk)
+		}
+		if errs[i] == nil {
+			rks = append(rks, mine...)
+			idx = append(idx, i)
+		}
+	}
+	if len(rks) > 0 {
+		res := s.reads.many(ctx, rks, s.header(), s.shape, arg)
+		for j, i := range idx {
+			var v StatValue
+			var err error
+			if st == Avg {
+				var sum, n int64
+				if err = res[2*j].err; err == nil {
+					sum, err = sumOf(res[2*j].res)
+				}
+				if err == nil {
+					if err = res[2*j+1].err; err == nil {
+						n, err = sumOf(res[2*j+1].res)
+					}
+				}
+				v = avgOf(sum, n)
+			} else if err = res[j].err; err == nil {
+				v, err = extremeOf(res[j].res)
+			}
+			if err != nil {
+				errs[i], failed = fail("read stat", keys[i], s.be.Sum, err), true
+				continue
+			}
+			out[i] = v
+		}
+	}
+	if failed {
+		return out, &ManyError{Errs: errs}
+	}
+	return out, nil
+}
+
+// extremeOf reads a window extreme's reply: {value}, or {} for none.
+func extremeOf(msg rueidis.RedisMessage) (StatValue, error) {
+	arr, err := msg.ToArray()
+	if err != nil {
+		return StatValue{}, fmt.Errorf("unexpected reply %s", msg.String())
+	}
+	if len(arr) == 0 {
+		return StatValue{}, nil
+	}
+	n, err := sumOf(arr[0])
+	if err != nil {
+		return StatValue{}, err
+	}
+	return StatValue{OK: true, Value: n}, nil
+}

@@ -1,0 +1,277 @@
+package tests
+
+import (
+	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// statEvent is one event of a statistic's model: its time (the bucket it
+// counts in) and its value.
+type statEvent struct {
+	at time.Time
+	v  int64
+}
+
+// statLive lists the model's events live at now: at or before now, in a
+// bucket that starts after now - window.
+func statLive(c *codec.Codec, evs []statEvent, now time.Time, w time.Duration) []statEvent {
+	var out []statEvent
+	for _, e := range evs {
+		_, start, _ := c.Bounds(e.at)
+		if !e.at.After(now) && start.After(now.Add(-w)) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// statModel is the reference statistic over the live events: big integers
+// for Avg's sum, so that nothing the model says can overflow.
+func statModel(st store.Stat, live []statEvent) store.StatValue {
+	if len(live) == 0 {
+		return store.StatValue{}
+	}
+	switch st {
+	case store.Avg:
+		sum := new(big.Int)
+		for _, e := range live {
+			sum.Add(sum, big.NewInt(e.v))
+		}
+		n := int64(len(live))
+		return store.StatValue{OK: true, Value: new(big.Int).Quo(sum, big.NewInt(n)).Int64(), Sum: sum.Int64(), Count: n}
+	}
+	best := live[0].v
+	for _, e := range live[1:] {
+		if (st == store.Max || st == store.Last) == (e.v > best) && e.v != best {
+			best = e.v
+		}
+	}
+	return store.StatValue{OK: true, Value: best}
+}
+
+// statValues draws an amount: small ones, and the edges of int64 and of the
+// doubles' exact integers, where a comparison on doubles would go wrong.
+func statValue(rng *rand.Rand) int64 {
+	edges := []int64{math.MaxInt64, math.MaxInt64 - 1, math.MinInt64, math.MinInt64 + 1, 1 << 53, 1<<53 + 1,
+		-(1 << 53), -(1<<53 + 1), 0, -1, 1}
+	switch rng.IntN(3) {
+	case 0:
+		return edges[rng.IntN(len(edges))]
+	case 1:
+		return rng.Int64N(2000) - 1000
+	}
+	return int64(rng.Uint64())
+}
+
+// TestStatRandomWalk plays random streams of every statistic on every backend
+// and checks every answer against the model: late events, events too old for
+// the window (ErrTooOld, nothing written), values near ±2^63 and ±2^53, an
+// Avg whose window sum or bucket would leave int64 (ErrOverflow, nothing
+// written), across a year end after a leap year, a leap day, and a short last
+// bucket.
+func TestStatRandomWalk(t *testing.T) {
+	t.Parallel()
+	walks := []struct {
+		name string
+		w    store.Window
+		from string
+	}{
+		{"year end after leap year", store.Window{Length: 10 * time.Second, Bucket: time.Second}, "2024-12-31T23:59:40Z"},
+		{"leap day", store.Window{Length: 10 * time.Minute, Bucket: 10 * time.Second}, "2024-02-29T23:55:00Z"},
+		{"short last bucket", store.Window{Length: 70 * time.Second, Bucket: 7 * time.Second}, "2025-12-31T23:59:00Z"},
+	}
+	forEach(t, func(t *testing.T, tg target) {
+		for wi, wk := range walks {
+			t.Run(wk.name, func(t *testing.T) {
+				s, _ := newStore(t, tg, wk.w)
+				ctx := ctxT(t)
+				c := hook.Codec(s)
+				rng := rand.New(rand.NewPCG(uint64(wi), 24))
+				evs := map[store.Stat][]statEvent{}
+				at := utc(wk.from)
+				real := time.Now()
+				for i := 0; i < 300; i++ {
+					prev := at
+					if rng.IntN(3) == 0 {
+						at = at.Add(time.Duration(rng.Int64N(int64(3 * wk.w.Bucket))))
+					}
+					if rng.IntN(40) == 0 {
+						at = at.Add(wk.w.Length)
+					}
+					// The walk's clock never runs slower than the real one:
+					// see TestConformanceRandomWalk.
+					if el := time.Since(real) + 100*time.Millisecond; at.Sub(prev) < el {
+						at = prev.Add(el)
+					}
+					real = time.Now()
+					st := store.Stats[rng.IntN(len(store.Stats))]
+					key := "k" + st.String()
+					if rng.IntN(4) == 0 {
+						got, err := s.At(at).ReadStat(ctx, key, st)
+						require.NoError(t, err)
+						require.Equal(t, statModel(st, statLive(c, evs[st], at, wk.w.Length)), got, "read %v at %v (step %d)", st, at, i)
+						continue
+					}
+					o := store.Observation{Key: key, Stat: st, Value: statValue(rng)}
+					et := at
+					if rng.IntN(3) == 0 { // late, sometimes too late
+						et = at.Add(-time.Duration(rng.Int64N(int64(wk.w.Length + 2*wk.w.Bucket))))
+						o.Time = et
+					}
+					if st == store.First || st == store.Last {
+						o.Value = et.UnixMilli()
+					}
+					_, bstart, _ := c.Bounds(et)
+					tooOld := !bstart.After(at.Add(-wk.w.Length))
+					next := append(append([]statEvent(nil), evs[st]...), statEvent{et, o.Value})
+					overflow := false
+					if st == store.Avg && !tooOld {
+						overflow = avgOverflows(c, next, et, at, wk.w.Length)
+					}
+					got, err := s.At(at).Observe(ctx, o)
+					switch {
+					case tooOld:
+						require.ErrorIs(t, err, store.ErrTooOld, "observe %v of %v at %v (step %d)", st, et, at, i)
+					case overflow:
+						require.ErrorIs(t, err, store.ErrOverflow, "observe %v at %v (step %d)", st, at, i)
+					default:
+						require.NoError(t, err, "observe %v at %v (step %d)", st, at, i)
+						evs[st] = next
+						require.Equal(t, statModel(st, statLive(c, next, at, wk.w.Length)), got, "observe %v %d of %v at %v (step %d)", st, o.Value, et, at, i)
+					}
+				}
+			})
+		}
+	})
+}
+
+// avgOverflows reports whether Avg's sum counter refuses the last event of
+// evs: its window sum at now, or the sum of its bucket (of et's), leaves
+// int64.
+func avgOverflows(c *codec.Codec, evs []statEvent, et, now time.Time, w time.Duration) bool {
+	sum, bucket := new(big.Int), new(big.Int)
+	_, bs, _ := c.Bounds(et)
+	for _, e := range statLive(c, evs, now, w) {
+		sum.Add(sum, big.NewInt(e.v))
+		if _, s, _ := c.Bounds(e.at); s.Equal(bs) {
+			bucket.Add(bucket, big.NewInt(e.v))
+		}
+	}
+	return !sum.IsInt64() || !bucket.IsInt64()
+}
+
+// TestStatManyAndErrors: ReadStatMany answers every key in order, a key with
+// no event answers OK false, a bad key fails alone, and a statistic's key
+// holding another type fails with ErrWrongType, on every backend.
+func TestStatManyAndErrors(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tg target) {
+		p := harness.Prefix(t)
+		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix(p))
+		ctx := ctxT(t)
+		for i, v := range []int64{5, -7, 12} {
+			_, err := s.Observe(ctx, store.Observation{Key: "a", Stat: store.Max, Value: v + int64(i)})
+			require.NoError(t, err)
+			_, err = s.Observe(ctx, store.Observation{Key: "c", Stat: store.Avg, Value: v})
+			require.NoError(t, err)
+		}
+		got, err := s.ReadStatMany(ctx, []string{"a", "b", "a"}, store.Max)
+		require.NoError(t, err)
+		require.Equal(t, []store.StatValue{{OK: true, Value: 14}, {}, {OK: true, Value: 14}}, got)
+		avg, err := s.ReadStat(ctx, "c", store.Avg)
+		require.NoError(t, err)
+		require.Equal(t, store.StatValue{OK: true, Value: 3, Sum: 10, Count: 3}, avg)
+		require.Equal(t, "3.333", avg.Mean(3))
+
+		_, err = s.ReadStatMany(ctx, []string{"a", ""}, store.Max)
+		var me *store.ManyError
+		require.ErrorAs(t, err, &me)
+		require.NoError(t, me.Errs[0])
+		require.ErrorIs(t, me.Errs[1], store.ErrInvalid)
+
+		_, err = s.Observe(ctx, store.Observation{Key: "a", Stat: store.Stat(99)})
+		require.ErrorIs(t, err, store.ErrInvalid)
+
+		// Another type under a statistic's key: refused, untouched.
+		c := srv.Client(t)
+		keys := scanKeys(t, c, p)
+		var maxKey string
+		for _, k := range keys {
+			if strings.Contains(k, ":max:") {
+				maxKey = k
+			}
+		}
+		require.NotEmpty(t, maxKey, "keys: %v", keys)
+		require.NoError(t, c.Do(ctx, c.B().Del().Key(maxKey).Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(maxKey).Value("x").Build()).Error())
+		_, err = s.Observe(ctx, store.Observation{Key: "a", Stat: store.Max, Value: 1})
+		require.True(t, errors.Is(err, store.ErrWrongType), "%v", err)
+		v, err := c.Do(ctx, c.B().Get().Key(maxKey).Build()).ToString()
+		require.NoError(t, err)
+		require.Equal(t, "x", v)
+	})
+}
+
+// TestStatFieldExpiry: a statistic's bucket expires with its window on the
+// server's clock, on every backend: the key's TTL (plain hash) or the
+// field's (field TTL) stays within window + bucket after an overwrite.
+func TestStatFieldExpiry(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: 2 * time.Second, Bucket: 500 * time.Millisecond}
+		p := harness.Prefix(t)
+		s, srv := newStore(t, tg, w, store.WithPrefix(p))
+		ctx := ctxT(t)
+		for _, v := range []int64{1, 5, 9} { // each overwrites the bucket's max
+			_, err := s.Observe(ctx, store.Observation{Key: "e", Stat: store.Max, Value: v})
+			require.NoError(t, err)
+		}
+		got, err := s.ReadStat(ctx, "e", store.Max)
+		require.NoError(t, err)
+		require.Equal(t, store.StatValue{OK: true, Value: 9}, got)
+		c := srv.Client(t)
+		keys := scanKeys(t, c, p)
+		require.Len(t, keys, 1)
+		// A field's TTL survives the overwrites (HSET clears it on the field-TTL
+		// backend: the write sets it again), within window + bucket.
+		var ttls []int64
+		switch tg.wantBackend {
+		case "nativehash-fieldttl":
+			fields, err := c.Do(ctx, c.B().Hkeys().Key(keys[0]).Build()).AsStrSlice()
+			require.NoError(t, err)
+			require.NotEmpty(t, fields)
+			ttls, err = c.Do(ctx, c.B().Hpttl().Key(keys[0]).Fields().Numfields(int64(len(fields))).Field(fields...).Build()).AsIntSlice()
+			require.NoError(t, err)
+		case "tairhash":
+			fields, err := c.Do(ctx, c.B().Arbitrary("EXHKEYS").Keys(keys[0]).Build()).AsStrSlice()
+			require.NoError(t, err)
+			require.NotEmpty(t, fields)
+			for _, f := range fields {
+				ttl, err := c.Do(ctx, c.B().Arbitrary("EXHPTTL").Keys(keys[0]).Args(f).Build()).AsInt64()
+				require.NoError(t, err)
+				ttls = append(ttls, ttl)
+			}
+		}
+		for _, ttl := range ttls {
+			require.True(t, ttl > 0 && ttl <= (w.Length+w.Bucket).Milliseconds(), "field TTLs %v", ttls)
+		}
+		require.Eventually(t, func() bool {
+			got, err := s.ReadStat(ctx, "e", store.Max)
+			return err == nil && !got.OK
+		}, 5*time.Second, 50*time.Millisecond, "the max outlived its window")
+		// And the data is gone from the server, not only out of the window.
+		require.Eventually(t, func() bool { return len(scanKeys(t, c, p)) == 0 },
+			10*time.Second, 100*time.Millisecond, "keys left: %v", scanKeys(t, c, p))
+	})
+}
