@@ -62,7 +62,23 @@ const (
 	// Limit refuses an event when the entity's events (cost 1, or the Amount
 	// with SpendAmount) would pass a limit in any of its windows.
 	Limit
+	// Max is the greatest Amount of the entity's events in each window:
+	// "the largest payment of this card in 24 hours".
+	Max
+	// Min is the least Amount: "the smallest amount in the last hour".
+	Min
+	// Avg is the average Amount (Value.Stats has the sum and the count).
+	Avg
+	// First is the time of the entity's oldest event in each window, as
+	// Unix ms ("first seen": the window bounds how far back it looks).
+	First
+	// Last is the time of the entity's newest event, as Unix ms ("last
+	// seen"; seconds since: now minus it).
+	Last
 )
+
+// stats maps the statistic kinds to the store's.
+var stats = map[Kind]store.Stat{Max: store.Max, Min: store.Min, Avg: store.Avg, First: store.First, Last: store.Last}
 
 func (k Kind) String() string {
 	switch k {
@@ -74,6 +90,9 @@ func (k Kind) String() string {
 		return "distinct"
 	case Limit:
 		return "limit"
+	}
+	if st, ok := stats[k]; ok {
+		return st.String()
 	}
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
@@ -125,10 +144,15 @@ type Value struct {
 	Kind    Kind
 	// Sum is the value over the main window: the count, the sum, or the
 	// number of distinct values; for a Limit, the sum in the window that
-	// decides.
+	// decides; for a statistic (Max, Min, Avg, First, Last), its Value (0
+	// when the window has no event: see Stats).
 	Sum int64
 	// Sums has the value over each window, in the feature's order.
 	Sums []int64
+	// Stats has a statistic's value over each window, in the feature's
+	// order: whether the window has an event (OK), and Avg's sum and count.
+	// Nil for the other kinds.
+	Stats []store.StatValue `json:",omitempty"`
 	// Counted reports whether this event counted in the feature (false for
 	// a duplicate, a refused limit, or a late event that left every window).
 	Counted bool
@@ -182,7 +206,7 @@ type Set struct {
 type feature struct {
 	Feature
 	st    *store.Store   // its counter's store: the Sub view of its name
-	tiers []*store.Store // per window: the Over view a Limit limits
+	tiers []*store.Store // per window: the Over view a Limit limits; a statistic's own store
 }
 
 // New declares a feature set on the client's server (one backend detection
@@ -227,7 +251,20 @@ func New(ctx context.Context, client rueidis.Client, fs []Feature, opts ...store
 		}
 		ft := feature{Feature: f, st: st.Sub(f.Name)}
 		for _, w := range f.Windows {
-			ft.tiers = append(ft.tiers, ft.st.Over(w.Length))
+			if _, ok := stats[f.Kind]; !ok {
+				ft.tiers = append(ft.tiers, ft.st.Over(w.Length))
+				continue
+			}
+			// A statistic keeps each window apart: one store per window.
+			ws := stores[w.String()]
+			if ws == nil {
+				var err error
+				if ws, err = store.New(ctx, client, w, opts...); err != nil {
+					return nil, err
+				}
+				stores[w.String()] = ws
+			}
+			ft.tiers = append(ft.tiers, ws.Sub(f.Name))
 		}
 		s.feats = append(s.feats, ft)
 	}
@@ -273,7 +310,7 @@ func check(f Feature) error {
 		return invalidf("feature %s: a Distinct feature counts the values of another entity (Of)", f.Name)
 	case f.Kind == Limit && len(f.Limits) != len(f.Windows):
 		return invalidf("feature %s: %d limits for %d windows", f.Name, len(f.Limits), len(f.Windows))
-	case f.Kind < Count || f.Kind > Limit:
+	case f.Kind < Count || f.Kind > Last:
 		return invalidf("feature %s: unknown kind %d", f.Name, f.Kind)
 	}
 	return nil
@@ -382,6 +419,14 @@ func (s *Set) run(ctx context.Context, e Event, read bool) (Result, error) {
 					}
 					b.Ops = append(b.Ops, store.Op{Store: view(f.tiers[ti]), Key: key, Kind: store.Limit, Limit: lim, Delta: cost})
 				}
+			default: // a statistic, per window
+				for _, st := range f.tiers {
+					op := store.Op{Store: view(st), Key: key, Kind: store.Observe, Stat: stats[f.Kind], Delta: e.Amount}
+					if read {
+						op.Kind, op.Delta = store.Read, 0
+					}
+					b.Ops = append(b.Ops, op)
+				}
 			}
 			p.nops = len(b.Ops) - p.first
 			if p.nops > 0 {
@@ -456,9 +501,15 @@ func (s *Set) run(ctx context.Context, e Event, read bool) (Result, error) {
 			if !d.Allowed && !read {
 				out.RefusedBy = append(out.RefusedBy, f.Name)
 			}
-		default:
+		case Count, Sum, Distinct:
 			o := ops[0]
 			v.Sum, v.Sums, v.Counted = o.Sum, o.Sums, o.Counted
+		default:
+			v.Counted = ops[0].Counted
+			for _, o := range ops {
+				v.Sums, v.Stats = append(v.Sums, o.Stat.Value), append(v.Stats, o.Stat)
+			}
+			v.Sum = v.Sums[0]
 		}
 		out.Values = append(out.Values, v)
 	}

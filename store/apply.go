@@ -29,7 +29,8 @@ const (
 	// per bucket) and answers the number of distinct members in the window.
 	// With no Members it only reads the count.
 	Distinct
-	// Read answers the counter's window sums and writes nothing.
+	// Read answers the counter's window sums and writes nothing; with a
+	// Stat, the statistic's value (Value.Stat).
 	Read
 	// Acquire takes a lease on the key, a concurrency limit: at most Limit
 	// leases of the key are held at once, each until Release ends it or its
@@ -47,6 +48,11 @@ const (
 	// Release ends the held lease Lease now (Value.Counted true; false when
 	// it was not held: released before, or ended by its TTL).
 	Release
+	// Observe records an event in the window statistic Stat of the key (see
+	// Store.Observe): Delta is its amount (First and Last take the batch's
+	// Time, or now). Value.Stat is the statistic after it. Like a Count it
+	// counts whatever the Limits decide.
+	Observe
 	// countQuiet is a Count with NoSum.
 	countQuiet Kind = -1
 )
@@ -69,6 +75,8 @@ type Op struct {
 	Limit int64
 	// Members are the members a Distinct op adds: at least one.
 	Members []string
+	// Stat is the statistic an Observe op records in, or a Read reads.
+	Stat Stat
 	// Lease is the lease id of an Acquire, Refresh or Release: at most 128
 	// bytes, with no spaces.
 	Lease string
@@ -152,6 +160,8 @@ type Value struct {
 	Refused bool
 	// Lease is an Acquire's lease id: Op.Lease, or the one Apply made.
 	Lease string
+	// Stat is an Observe's statistic after the op.
+	Stat StatValue
 }
 
 // Apply runs the batches, each atomically in one script call, all in one
@@ -198,6 +208,7 @@ type plan struct {
 type planItem struct {
 	op, tier int
 	kind     string
+	count    bool // Avg's count item (its sum item is the one before)
 }
 
 func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
@@ -374,6 +385,7 @@ func makePlan(b Batch) (*plan, error) {
 	counters := map[string]*counter{} // by the counter's primary Redis key
 	limitedTiers := map[string]bool{}
 	leases := map[string]bool{} // by the leases' Redis key
+	stats := map[string]bool{}  // by the statistics' Redis keys
 	var slot uint16
 	var ttl int64
 	var items [][]string // per item: kind, shape, args
@@ -406,6 +418,21 @@ func makePlan(b Batch) (*plan, error) {
 		}
 		for _, t := range st.tiers {
 			ttl = max(ttl, t.winMs+t.bucketMs)
+		}
+		if o.Kind == Observe || (o.Kind == Read && o.Stat != 0) {
+			its, ks, err := observeItems(o)
+			if err != nil {
+				return nil, bad("op %d: %s", i, err)
+			}
+			for j, it := range its {
+				if stats[ks[j]] {
+					return nil, bad("op %d: statistic %v of %q is in the batch twice", i, o.Stat, o.Key)
+				}
+				stats[ks[j]] = true
+				items, keys = append(items, it), append(keys, ks[j])
+				p.items = append(p.items, planItem{op: i, kind: it[0], count: j == 1})
+			}
+			continue
 		}
 		if isLease(o.Kind) {
 			if err := checkLease(o); err != nil {
@@ -570,7 +597,7 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 		if o.Kind == Acquire {
 			r.Values[i].Lease = o.Lease
 		}
-		if isLease(o.Kind) {
+		if isLease(o.Kind) || o.Stat != 0 {
 			continue // see below
 		}
 		if o.Kind != Limit {
@@ -587,6 +614,12 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 		o := p.ops[it.op]
 		if isLease(o.Kind) {
 			if err := val.leaseAnswer(a, o, r.Duplicate); err != nil {
+				return r, err
+			}
+			continue
+		}
+		if o.Stat != 0 {
+			if err := val.statAnswer(a, it); err != nil {
 				return r, err
 			}
 			continue

@@ -314,3 +314,79 @@ func extremeOf(msg rueidis.RedisMessage) (StatValue, error) {
 	}
 	return StatValue{OK: true, Value: n}, nil
 }
+
+// observeItems are an Observe op's group items and their keys, or a Read's
+// of a statistic: one extreme, or Avg's sum and count.
+func observeItems(o Op) ([][]string, []string, error) {
+	s := o.Store
+	t := s.tiers[0]
+	read := o.Kind == Read
+	if o.Stat == Avg {
+		sk, err := s.statView("avg.sum").redisKey(o.Key, t.tag)
+		if err != nil {
+			return nil, nil, err
+		}
+		nk, _ := s.statView("avg.n").redisKey(o.Key, t.tag)
+		if read {
+			return [][]string{{backend.ItemRead, t.shape}, {backend.ItemRead, t.shape}}, []string{sk, nk}, nil
+		}
+		return [][]string{{backend.ItemCount, t.shape, strconv.FormatInt(o.Delta, 10)}, {backend.ItemCount, t.shape, "1"}},
+			[]string{sk, nk}, nil
+	}
+	dir, name, ok := o.Stat.dir()
+	if !ok {
+		return nil, nil, fmt.Errorf("no such statistic: %v", o.Stat)
+	}
+	rk, err := s.statView(name).redisKey(o.Key, t.tag)
+	if err != nil {
+		return nil, nil, err
+	}
+	if read {
+		return [][]string{{backend.ItemXRead, t.shape, dir}}, []string{rk}, nil
+	}
+	val := strconv.FormatInt(o.Delta, 10)
+	if o.Stat == First || o.Stat == Last {
+		val = ""
+	}
+	return [][]string{{backend.ItemExtreme, t.shape, dir, val}}, []string{rk}, nil
+}
+
+// statAnswer reads an Observe's item answer into v.Stat: an extreme's
+// {counted, value} ({counted}: none), or Avg's sum and count (a sum, or
+// {sum} when not counted: a late event).
+func (v *Value) statAnswer(a rueidis.RedisMessage, it planItem) error {
+	if it.kind == backend.ItemExtreme || it.kind == backend.ItemXRead {
+		f, err := a.ToArray()
+		if err != nil || len(f) < 1 || len(f) > 2 {
+			return fmt.Errorf("unexpected statistic answer %s", a.String())
+		}
+		if c, err := f[0].AsInt64(); err != nil || c == 0 {
+			v.Counted = false
+		}
+		v.Stat = StatValue{}
+		if len(f) == 2 {
+			n, err := sumOf(f[1])
+			if err != nil {
+				return err
+			}
+			v.Stat = StatValue{OK: true, Value: n}
+		}
+		return nil
+	}
+	if f, err := a.ToArray(); err == nil {
+		if len(f) != 1 {
+			return fmt.Errorf("unexpected statistic answer %s", a.String())
+		}
+		a, v.Counted = f[0], false
+	}
+	n, err := sumOf(a)
+	if err != nil {
+		return err
+	}
+	if it.count {
+		v.Stat = avgOf(v.Stat.Sum, n)
+	} else {
+		v.Stat.Sum = n
+	}
+	return nil
+}

@@ -5,11 +5,13 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
@@ -274,4 +276,97 @@ func TestStatFieldExpiry(t *testing.T) {
 		require.Eventually(t, func() bool { return len(scanKeys(t, c, p)) == 0 },
 			10*time.Second, 100*time.Millisecond, "keys left: %v", scanKeys(t, c, p))
 	})
+}
+
+// TestFeatureStats records random card payments through a feature set of
+// every statistic kind, two windows each, beside a spend limit, on every
+// backend, and checks every value against the model: replays (event ids)
+// count once, late events count in their own buckets, a refused payment
+// still counts in the statistics (they describe attempts, as counts do), and
+// Read answers the same values and writes nothing.
+func TestFeatureStats(t *testing.T) {
+	t.Parallel()
+	short, long := store.Window{Length: time.Minute, Bucket: 10 * time.Second}, store.Window{Length: 10 * time.Minute, Bucket: time.Minute}
+	kinds := []features.Kind{features.Max, features.Min, features.Avg, features.First, features.Last}
+	var fs []features.Feature
+	for _, k := range kinds {
+		fs = append(fs, features.Feature{Name: "card_" + k.String(), Entity: "card", Kind: k, Windows: []store.Window{short, long}})
+	}
+	fs = append(fs, features.Feature{Name: "card_limit", Entity: "card", Kind: features.Limit, SpendAmount: true,
+		Windows: []store.Window{long}, Limits: []int64{20000}})
+	forEach(t, func(t *testing.T, tg target) {
+		srv := newStoreServer(t, tg)
+		c := srv.Client(t)
+		ctx := ctxT(t)
+		prefix := prefixFor(t)
+		set, err := features.New(ctx, c, fs, store.WithPrefix(prefix), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		codecs := []*codec.Codec{hook.Codec(mustStore(t, tg, short)), hook.Codec(mustStore(t, tg, long))}
+		rng := rand.New(rand.NewPCG(7, uint64(len(tg.name))))
+		type ev struct {
+			id string
+			at time.Time
+			v  int64
+		}
+		var evs []ev // counted events
+		refused := 0
+		at := utc("2025-12-31T23:58:00Z")
+		real := time.Now()
+		for i := 0; i < 120; i++ {
+			prev := at
+			at = at.Add(time.Duration(rng.Int64N(int64(15 * time.Second))))
+			if el := time.Since(real) + 100*time.Millisecond; at.Sub(prev) < el {
+				at = prev.Add(el)
+			}
+			real = time.Now()
+			e := features.Event{ID: "p" + strconv.Itoa(i), Entities: map[string]string{"card": "c1"}, Amount: rng.Int64N(1000)}
+			if i > 0 && rng.IntN(5) == 0 { // a replay of an earlier event
+				old := evs[rng.IntN(len(evs))]
+				e.ID, e.Amount, e.Time = old.id, old.v, old.at
+			} else if rng.IntN(4) == 0 { // late, within the long window
+				e.Time = at.Add(-time.Duration(rng.Int64N(int64(5 * time.Minute))))
+			}
+			r, err := set.At(at).Record(ctx, e)
+			require.NoError(t, err, "event %d", i)
+			et := e.Time
+			if et.IsZero() {
+				et = at
+			}
+			if !r.Duplicate {
+				evs = append(evs, ev{e.ID, et, e.Amount})
+				refused += map[bool]int{true: 0, false: 1}[r.Allowed]
+			}
+			rd, err := set.At(at).Read(ctx, map[string]string{"card": "c1"})
+			require.NoError(t, err)
+			for _, k := range kinds {
+				st := map[features.Kind]store.Stat{features.Max: store.Max, features.Min: store.Min, features.Avg: store.Avg,
+					features.First: store.First, features.Last: store.Last}[k]
+				var want []store.StatValue
+				for wi, w := range []store.Window{short, long} {
+					var live []statEvent
+					for _, x := range evs {
+						v := x.v
+						if k == features.First || k == features.Last {
+							v = x.at.UnixMilli()
+						}
+						live = append(live, statEvent{x.at, v})
+					}
+					want = append(want, statModel(st, statLive(codecs[wi], live, at, w.Length)))
+				}
+				for _, res := range []features.Result{r, rd} {
+					v, ok := res.Get("card_" + k.String())
+					require.True(t, ok)
+					require.Equal(t, want, v.Stats, "%v after event %d at %v (duplicate %v)", k, i, at, r.Duplicate)
+					require.Equal(t, want[0].Value, v.Sum)
+				}
+			}
+		}
+		require.NotZero(t, refused, "no payment was refused: the walk misses that path")
+	})
+}
+
+// mustStore is a store of window w on the target, for its codec.
+func mustStore(t *testing.T, tg target, w store.Window) *store.Store {
+	s, _ := newStore(t, tg, w)
+	return s
 }

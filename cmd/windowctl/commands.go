@@ -63,7 +63,7 @@ func (e *env) onStore(fn func(ctx context.Context, c *cli) error) error {
 var commands []*command
 
 func init() {
-	commands = []*command{detectCmd, addCmd, sumCmd, allowCmd, inspectCmd, distinctCmd, leaseCmd, demoCmd, versionCmd, helpCmd}
+	commands = []*command{detectCmd, addCmd, sumCmd, allowCmd, inspectCmd, distinctCmd, aggCmd, leaseCmd, demoCmd, versionCmd, helpCmd}
 }
 
 // lookup finds a command by name.

@@ -35,21 +35,27 @@ func (e keysFailed) Error() string {
 // read's ManyError has one, its error; it fails with keysFailed (exit 1) when
 // any key failed. An error that is not a ManyError is returned as it is.
 func (c *cli) perKey(keys []string, vals []int64, err error, what string, out func(key string, v *int64, err string) any) error {
+	return perKeyOf(c.p, keys, vals, err, what, func(k string, v *int64) string { return fmt.Sprintf("%s\t%d", k, *v) }, out)
+}
+
+// perKeyOf is perKey for values of any type, printed as text by text.
+func perKeyOf[T any](p *printer, keys []string, vals []T, err error, what string, text func(key string, v *T) string,
+	out func(key string, v *T, err string) any) error {
 	var many *store.ManyError
 	if err != nil && !errors.As(err, &many) {
 		return err
 	}
 	failed := keysFailed{total: len(keys), what: what}
 	for i, k := range keys {
-		o, text := out(k, &vals[i], ""), fmt.Sprintf("%s\t%d", k, vals[i])
+		o, line := out(k, &vals[i], ""), text(k, &vals[i])
 		if many != nil && many.Errs[i] != nil {
 			e := keyError(k, many.Errs[i])
-			o, text = out(k, nil, e), fmt.Sprintf("%s\terror: %s", k, e)
+			o, line = out(k, nil, e), fmt.Sprintf("%s\terror: %s", k, e)
 			if failed.failed++; failed.failed == 1 {
 				failed.first = fmt.Sprintf("%q: %s", k, e)
 			}
 		}
-		if err := c.p.emit(o, text); err != nil {
+		if err := p.emit(o, line); err != nil {
 			return err
 		}
 	}

@@ -225,6 +225,8 @@ const (
 	ItemIfOK     = "k" // shape delta: add only when the limits admit
 	ItemDistinct = "h" // shape n members...: add to the HyperLogLog, answer the count
 	ItemRead     = "r" // shape: answer the window sum, write nothing
+	ItemExtreme  = "m" // shape dir value: keep the bucket's max or min (see extreme.lua)
+	ItemXRead    = "M" // shape dir: answer the window's extreme, write nothing
 	ItemAcquire  = "a" // max ttl id: take a lease, a limit of the group
 	ItemRefresh  = "f" // max ttl id: extend a held lease
 	ItemRelease  = "x" // max ttl id: end a held lease
@@ -257,7 +259,7 @@ func constants() Fragment {
 		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
 		{"WS_OP_RESERVE", OpReserve}, {"WS_OP_XPUT", OpXPut}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
-		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead},
+		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},
 		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},
 		{"WS_E_NOTCOUNTER", CodeNotCounter}, {"WS_E_OVERFLOW", CodeOverflow}, {"WS_E_CLOCK", CodeClock},
 		{"WS_E_ARGS", CodeArgs}, {"WS_E_TOOOLD", CodeTooOld}, {"WS_E_FUTURE", CodeFuture},

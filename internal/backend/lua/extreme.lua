@@ -6,6 +6,7 @@
 -- strings (as the client sends them), compared exactly, never as doubles.
 --
 --   WS_OP_XPUT  shape dir value time    a write: {extreme} after it
+--   WS_IT_EXTREME shape dir value       a group's item (see group.lua)
 --   (read, in sum.lua: shape dir)       {extreme}, or {} when no event is live
 --
 -- dir is WS_X_MAX ('>', keep the greatest) or WS_X_MIN ('<', the least); time
@@ -50,11 +51,11 @@ local function ws_xscan(L, key, dir)
   return best, S, all
 end
 
-local function ws_xput(L, key, dir, v, e)
-  local B = ws_target(L, e)
-  if B == nil then
-    ws_err(WS_E_TOOOLD, "the event's bucket has left the window; nothing was written")
-  end
+-- ws_xprepare reads what writing v (a value, or '' for the event's time e,
+-- nil: now) to bucket B does: X.best, the window's extreme after it; X.set,
+-- the value B's field takes (nil: unchanged); X.stale, the fields to delete.
+-- It writes nothing, and raises WRONGTYPE on a key of another type.
+local function ws_xprepare(L, key, dir, v, e, B)
   if v == '' then v = string.format('%d', e or L.now) end
   ws_xcheck(v)
   local best, S, all = ws_xscan(L, key, dir)
@@ -62,12 +63,27 @@ local function ws_xput(L, key, dir, v, e)
   for i = 1, #all, 2 do
     if all[i] == B.field then cur = all[i + 1] end
   end
+  local X = {best = best, set = nil, new = cur == nil, stale = S.stale}
   if cur == nil or ws_xbeats(dir, v, cur) then
-    ws_setx(L, key, B, v, cur == nil)
-    if best == nil or ws_xbeats(dir, v, best) then best = v end
+    X.set = v
+    if best == nil or ws_xbeats(dir, v, best) then X.best = v end
   end
-  if #S.stale > 0 then ws_drop(key, S.stale) end
-  return {best}
+  return X
+end
+
+-- ws_xcommit writes what ws_xprepare found, and answers the extreme after.
+local function ws_xcommit(L, key, X, B)
+  if X.set ~= nil then ws_setx(L, key, B, X.set, X.new) end
+  if #X.stale > 0 then ws_drop(key, X.stale) end
+  return X.best
+end
+
+local function ws_xput(L, key, dir, v, e)
+  local B = ws_target(L, e)
+  if B == nil then
+    ws_err(WS_E_TOOOLD, "the event's bucket has left the window; nothing was written")
+  end
+  return {ws_xcommit(L, key, ws_xprepare(L, key, dir, v, e, B), B)}
 end
 
 local function ws_xget(L, key, dir)

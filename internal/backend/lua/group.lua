@@ -16,6 +16,13 @@
 --                                       the distinct count (its keys: see
 --                                       ws_dk in distinct.lua)
 --   WS_IT_READ     shape                answer the window sum; write nothing
+--   WS_IT_EXTREME  shape dir value      keep the bucket's greatest (dir
+--                                       WS_X_MAX) or least value ('': the
+--                                       event's time; see extreme.lua);
+--                                       answer {1, extreme} ({1}: none),
+--                                       {0, ...} when not counted (late)
+--   WS_IT_XREAD    shape dir            answer {1, extreme} ({1}: none);
+--                                       write nothing
 --   WS_IT_ACQUIRE, WS_IT_REFRESH, WS_IT_RELEASE   max ttl id
 --                                       a lease (see lease.lua): an acquire
 --                                       is a limit of the group; answer
@@ -125,7 +132,7 @@ local function ws_group(G)
       limits[#limits + 1] = it
     elseif kind == WS_IT_IFOK then
       it.B = it.L.target -- a limited counter's cost counts now, as the limits decide
-    elseif kind == WS_IT_READ or (kind == WS_IT_DISTINCT and #it.members == 0) then
+    elseif kind == WS_IT_READ or kind == WS_IT_XREAD or (kind == WS_IT_DISTINCT and #it.members == 0) then
       it.B, it.read, placed = it.L.target, true, true
     else
       it.B = ws_target(it.L, G.e)
@@ -188,6 +195,8 @@ local function ws_group(G)
         if allowed and it.delta ~= '0' then it.d = it.delta end
       elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET then
         it.d = it.delta
+      elseif kind == WS_IT_EXTREME then
+        it.X = ws_xprepare(it.L, it.key, it.dir, it.delta, G.e, it.B)
       end
       if it.d ~= nil then
         if kind == WS_IT_QUIET then
@@ -221,6 +230,8 @@ local function ws_group(G)
       -- counted"; the value is still the window's).
       if kind == WS_IT_DISTINCT then
         ans = {ws_dcount(it.L, it.K, it.L.now - it.L.w)}
+      elseif kind == WS_IT_EXTREME then
+        ans = {0, (ws_xscan(it.L, it.key, it.dir))}
       elseif kind == WS_IT_QUIET then
         ans = {0}
       else
@@ -228,6 +239,14 @@ local function ws_group(G)
       end
     elseif kind == WS_IT_READ then
       ans = ws_sumover(it.L, it.key, it.L.w)
+    elseif kind == WS_IT_XREAD then
+      ans = {1, (ws_xscan(it.L, it.key, it.dir))}
+    elseif kind == WS_IT_EXTREME then
+      if it.X ~= nil then
+        ans, wrote = {1, ws_xcommit(it.L, it.key, it.X, it.B)}, true
+      else
+        ans = {1, (ws_xscan(it.L, it.key, it.dir))} -- a duplicate: the extreme now
+      end
     elseif kind == WS_IT_DISTINCT then
       ans = ws_dcount(it.L, it.K, it.L.now - it.L.w)
     elseif kind == WS_IT_LIMIT then
@@ -375,7 +394,7 @@ local function ws_unreserve(G, T)
       end
     elseif kind == WS_IT_ACQUIRE then
       undo[#undo + 1] = it
-    elseif kind ~= WS_IT_READ and not (kind == WS_IT_DISTINCT and #it.members == 0) then
+    elseif kind ~= WS_IT_READ and kind ~= WS_IT_XREAD and not (kind == WS_IT_DISTINCT and #it.members == 0) then
       keep = true
     end
   end
@@ -465,7 +484,8 @@ local function ws_readgroup(H, i, k)
       -- the table for them, so that it never grows (and is rehashed) field
       -- by field.
       it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k], limit = nil, cost = nil, delta = nil,
-        members = nil, K = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil}
+        members = nil, K = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil,
+        dir = nil, X = nil}
     end
     k = k + 1
     if it.lease then
@@ -484,6 +504,12 @@ local function ws_readgroup(H, i, k)
       i = i + 3
     elseif kind == WS_IT_READ then
       i = i + 2
+    elseif kind == WS_IT_XREAD then
+      it.dir = ARGV[i + 2]
+      i = i + 3
+    elseif kind == WS_IT_EXTREME then
+      it.dir, it.delta = ARGV[i + 2], ARGV[i + 3]
+      i = i + 4
     else
       ws_err(WS_E_ARGS, 'unknown group item ' .. tostring(kind))
     end

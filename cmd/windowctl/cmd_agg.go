@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"strconv"
+	"time"
+
+	"github.com/windowstore/windowstore/store"
+)
+
+var aggCmd = &command{
+	name:    "agg",
+	args:    "add --kind KIND KEY [VALUE] | read --kind KIND KEY...",
+	summary: "record or read a window's max, min, average, first or last seen",
+	details: "agg add records one event in KEY's statistic of that KIND and prints the\n" +
+		"statistic over the window after it; agg read prints each KEY's, in order, in\n" +
+		"one round trip (a key that fails gets an error line, as with sum).\n" +
+		"KIND is max or min (of the VALUEs), avg (their average: the window's sum\n" +
+		"over its number of events), first or last (the time of the window's oldest\n" +
+		"or newest event, as Unix ms: they take no VALUE). With --at, the event\n" +
+		"counts in the bucket of its own time (and first and last keep that time);\n" +
+		"one older than the window is refused (exit 1) and nothing is written.\n" +
+		"A window with no event prints none (JSON: null).\n" +
+		"Text: KEY<TAB>VALUE (first, last: KEY<TAB>MS<TAB>RFC 3339 time).",
+	json: `{"key":K,"kind":KIND,"value":N} (avg: a decimal; first, last: Unix ms; none: null), or {"key":K,"kind":KIND,"value":null,"error":"…"}`,
+	setup: func(fs *flag.FlagSet) func([]string) (action, error) {
+		kind := fs.String("kind", "", "the statistic: `KIND` max, min, avg, first or last")
+		at := fs.String("at", "", "agg add: the event's `TIME` (RFC 3339), for a late or out-of-order event")
+		return func(pos []string) (action, error) {
+			if *kind == "" {
+				return nil, cmdUsagef("agg", "agg: --kind is required (max, min, avg, first or last)")
+			}
+			st, err := store.ParseStat(*kind)
+			if err != nil {
+				return nil, cmdUsagef("agg", "agg: --kind %q is not max, min, avg, first or last", *kind)
+			}
+			switch {
+			case len(pos) >= 2 && pos[0] == "add":
+				if err := checkKeys("agg", pos[1:2]); err != nil {
+					return nil, err
+				}
+				o := store.Observation{Key: pos[1], Stat: st}
+				switch {
+				case (st == store.First || st == store.Last) && len(pos) != 2:
+					return nil, cmdUsagef("agg", "agg add --kind %s takes no VALUE: it keeps the event's time", st)
+				case st != store.First && st != store.Last && len(pos) != 3:
+					return nil, cmdUsagef("agg", "agg add --kind %s takes one VALUE, an integer", st)
+				case len(pos) == 3:
+					v, err := strconv.ParseInt(pos[2], 10, 64)
+					if err != nil {
+						return nil, cmdUsagef("agg", "agg: VALUE %q is not an integer", pos[2])
+					}
+					o.Value = v
+				}
+				if *at != "" {
+					t, err := time.Parse(time.RFC3339Nano, *at)
+					if err != nil {
+						return nil, cmdUsagef("agg", "agg: --at %q is not an RFC 3339 time (like 2026-11-23T10:04:05Z)", *at)
+					}
+					o.Time = t
+				}
+				return storeAction(func(ctx context.Context, c *cli) error { return c.aggAdd(ctx, o) }), nil
+			case len(pos) >= 2 && pos[0] == "read":
+				if *at != "" {
+					return nil, cmdUsagef("agg", "agg read takes no --at: it reads the window now")
+				}
+				if err := checkKeys("agg", pos[1:]); err != nil {
+					return nil, err
+				}
+				return storeAction(func(ctx context.Context, c *cli) error { return c.aggRead(ctx, pos[1:], st) }), nil
+			}
+			return nil, synopsisError("agg")
+		}
+	},
+}
+
+// aggOut is agg's answer for one key: the value (null: no event in the
+// window), or why the key failed.
+type aggOut struct {
+	Key   string       `json:"key"`
+	Kind  string       `json:"kind"`
+	Value *json.Number `json:"value"`
+	Error string       `json:"error,omitempty"`
+}
+
+// aggValue renders a statistic's value for JSON and text: nil and "none"
+// when the window has no event.
+func aggValue(st store.Stat, v store.StatValue) (*json.Number, string) {
+	if !v.OK {
+		return nil, "none"
+	}
+	s := strconv.FormatInt(v.Value, 10)
+	text := s
+	switch st {
+	case store.Avg:
+		s = v.Mean(6)
+		text = s
+	case store.First, store.Last:
+		text = s + "\t" + time.UnixMilli(v.Value).UTC().Format(time.RFC3339Nano)
+	}
+	n := json.Number(s)
+	return &n, text
+}
+
+func (c *cli) aggAdd(ctx context.Context, o store.Observation) error {
+	v, err := c.st.Observe(ctx, o)
+	if err != nil {
+		return err
+	}
+	n, text := aggValue(o.Stat, v)
+	return c.p.emit(aggOut{Key: o.Key, Kind: o.Stat.String(), Value: n}, o.Key+"\t"+text)
+}
+
+// aggRead prints one line per key, as sum does.
+func (c *cli) aggRead(ctx context.Context, keys []string, st store.Stat) error {
+	vals, err := c.st.ReadStatMany(ctx, keys, st)
+	return perKeyOf(c.p, keys, vals, err, "agg read", func(k string, v *store.StatValue) string {
+		_, text := aggValue(st, *v)
+		return k + "\t" + text
+	}, func(k string, v *store.StatValue, e string) any {
+		if v == nil {
+			return aggOut{Key: k, Kind: st.String(), Error: e}
+		}
+		n, _ := aggValue(st, *v)
+		return aggOut{Key: k, Kind: st.String(), Value: n}
+	})
+}
