@@ -2,11 +2,13 @@ package tests
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -369,4 +371,103 @@ func TestFeatureStats(t *testing.T) {
 func mustStore(t *testing.T, tg target, w store.Window) *store.Store {
 	s, _ := newStore(t, tg, w)
 	return s
+}
+
+// TestWindowctlAgg drives windowctl agg on every backend: each kind's JSON,
+// null for a window with no event, a late event with --at, one older than the
+// window refused with nothing written, and usage errors.
+func TestWindowctlAgg(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tg target) {
+		srv := newStoreServer(t, tg)
+		prefix := "--prefix=" + harness.Prefix(t)
+		run := func(args ...string) map[string]any {
+			out, errs, code := ctl(t, srv, append([]string{"--json", prefix, "--backend", tg.backend, "--window", "10m", "--bucket", "1m"}, args...)...)
+			require.Zero(t, code, errs)
+			return jsonLine(t, out)
+		}
+		for _, v := range []string{"5", "-9223372036854775808", "9223372036854775807", "-3"} {
+			run("agg", "add", "--kind", "max", "k", v)
+			run("agg", "add", "--kind", "min", "k", v)
+		}
+		out, errs, code := ctl(t, srv, "--json", prefix, "--backend", tg.backend, "--window", "10m", "--bucket", "1m", "agg", "read", "--kind", "max", "k")
+		require.Zero(t, code, errs)
+		require.Equal(t, `{"key":"k","kind":"max","value":9223372036854775807}`+"\n", out)
+		out, errs, code = ctl(t, srv, "--json", prefix, "--backend", tg.backend, "--window", "10m", "--bucket", "1m", "agg", "read", "--kind", "min", "k", "none")
+		require.Zero(t, code, errs)
+		require.Equal(t, `{"key":"k","kind":"min","value":-9223372036854775808}`+"\n"+`{"key":"none","kind":"min","value":null}`+"\n", out)
+		for _, v := range []string{"7", "-3", "12"} {
+			run("agg", "add", "--kind", "avg", "a", v)
+		}
+		out, _, code = ctl(t, srv, "--json", prefix, "--backend", tg.backend, "--window", "10m", "--bucket", "1m", "agg", "read", "--kind", "avg", "a")
+		require.Zero(t, code)
+		require.Equal(t, `{"key":"a","kind":"avg","value":5.333333}`+"\n", out)
+		before := time.Now().Add(-3 * time.Minute).UTC()
+		first := run("agg", "add", "--kind", "first", "--at", before.Format(time.RFC3339Nano), "f")
+		require.EqualValues(t, before.UnixMilli(), first["value"])
+		last := run("agg", "add", "--kind", "last", "f")
+		require.InDelta(t, float64(time.Now().UnixMilli()), last["value"], 60e3)
+		require.EqualValues(t, before.UnixMilli(), run("agg", "add", "--kind", "first", "f")["value"], "a later event is not first")
+		// Too old: refused, nothing written.
+		_, errs, code = ctl(t, srv, prefix, "--backend", tg.backend, "--window", "10m", "--bucket", "1m", "agg", "add", "--kind", "max", "--at",
+			time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "old", "99")
+		require.Equal(t, 1, code)
+		require.Contains(t, errs, "older than the window")
+		require.Equal(t, nil, run("agg", "read", "--kind", "max", "old")["value"])
+		// Usage errors: exit 2.
+		for _, args := range [][]string{{"agg", "add", "--kind", "first", "f", "5"}, {"agg", "add", "--kind", "max", "f"},
+			{"agg", "read", "f"}, {"agg", "add", "--kind", "median", "f", "1"}, {"agg", "add", "--kind", "max", "f", "1.5"}} {
+			_, errs, code := ctl(t, srv, append([]string{prefix}, args...)...)
+			require.Equal(t, 2, code, "%v: %s", args, errs)
+		}
+	})
+}
+
+// TestStatConcurrent: 40 callers at once on every backend. Each observes its
+// own amount in Max and Min, and records it in Avg twice with its event id:
+// the max and min are the greatest and least of the 40, each caller's answer
+// already includes its own amount, and Avg counted each event exactly once.
+func TestStatConcurrent(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	forEach(t, func(t *testing.T, tg target) {
+		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
+		ctx := ctxT(t)
+		var wg sync.WaitGroup
+		errs := make(chan error, 4*n)
+		for i := range n {
+			v := int64(i*7919%n) - n/2 // distinct amounts, in no order
+			for _, st := range []store.Stat{store.Max, store.Min} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					got, err := s.Observe(ctx, store.Observation{Key: "c", Stat: st, Value: v})
+					if err == nil && (!got.OK || (st == store.Max && got.Value < v) || (st == store.Min && got.Value > v)) {
+						err = fmt.Errorf("%v answered %+v after observing %d", st, got, v)
+					}
+					errs <- err
+				}()
+			}
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, err := s.Observe(ctx, store.Observation{Key: "c", Stat: store.Avg, Value: v, ID: "e" + strconv.Itoa(i)})
+					errs <- err
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		for st, want := range map[store.Stat]store.StatValue{
+			store.Max: {OK: true, Value: n/2 - 1}, store.Min: {OK: true, Value: -n / 2},
+			store.Avg: {OK: true, Value: -1 / 2, Sum: -n / 2, Count: n}} {
+			got, err := s.ReadStat(ctx, "c", st)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%v", st)
+		}
+	})
 }

@@ -168,13 +168,17 @@ func demoFeatures(ctx context.Context, client rueidis.Client, be, prefix string,
 		{Name: "ip_users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{hour}},
 		{Name: "spend", Entity: "card", Kind: features.Sum, Windows: []store.Window{hour}},
 		{Name: "card_ips", Entity: "card", Kind: features.Distinct, Of: "ip", Windows: []store.Window{hour}},
+		{Name: "largest_payment", Entity: "card", Kind: features.Max, Windows: []store.Window{hour}},
+		{Name: "card_first_seen", Entity: "card", Kind: features.First, Windows: []store.Window{hour}},
 	}, store.WithPrefix(prefix+"fx:"), store.WithBackend(be))
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(notes, "\nPart 2: a feature set. One call records an event in every feature of its\n")
 	fmt.Fprintf(notes, "entities (user, IP, card) and decides the limits, atomically per entity, in one\n")
-	fmt.Fprintf(notes, "round trip. Events carry ids: a redelivered one counts nothing.\n\n")
+	fmt.Fprintf(notes, "round trip. Events carry ids: a redelivered one counts nothing. Besides counts,\n")
+	fmt.Fprintf(notes, "sums and distinct counts, a feature can keep a window's max, min, average, or\n")
+	fmt.Fprintf(notes, "first and last seen (here: the card's largest payment, and when it was first seen).\n\n")
 	type ev struct {
 		sec            int
 		what, id, user string
@@ -219,8 +223,12 @@ func demoFeatures(ctx context.Context, client rueidis.Client, be, prefix string,
 		} else {
 			v, _ := r.Get("spend")
 			c, _ := r.Get("card_ips")
+			m, _ := r.Get("largest_payment")
+			f, _ := r.Get("card_first_seen")
 			sum = v.Sum
-			verdict += fmt.Sprintf("; IPs of this card %d", c.Sum)
+			at := t0.Add(time.Duration(e.sec) * time.Second)
+			verdict += fmt.Sprintf("; IPs of this card %d; largest payment %d; first seen %v ago", c.Sum, m.Sum,
+				at.Sub(time.UnixMilli(f.Sum)).Round(time.Second))
 		}
 		tw.row(3600+e.sec, e.what, sum, verdict)
 	}
