@@ -92,3 +92,40 @@ func ExampleWindow_Validate() {
 	// 1m0s/7s true store: window: invalid argument: bucket 7s does not divide window 1m0s
 	// 8760h0m0s/1h0m0s true store: window: invalid argument: window 8760h0m0s is longer than the maximum 4320h0m0s
 }
+
+// The largest payment of a card, its average, and when it was last seen, over
+// the last 24 hours in hourly buckets.
+func ExampleStore_Observe() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	day, err := store.New(ctx, client, store.Window{Length: 24 * time.Hour, Bucket: time.Hour}, store.WithPrefix("pay:"))
+	if err != nil {
+		panic(err)
+	}
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	for i, amount := range []int64{120, 15, 300} {
+		at := day.At(t0.Add(time.Duration(i) * time.Hour))
+		for _, st := range []store.Stat{store.Max, store.Avg, store.Last} {
+			if _, err := at.Observe(ctx, store.Observation{Key: "card:4242", Stat: st, Value: amount}); err != nil {
+				panic(err)
+			}
+		}
+	}
+	now := day.At(t0.Add(3 * time.Hour))
+	largest, _ := now.ReadStat(ctx, "card:4242", store.Max)
+	avg, _ := now.ReadStat(ctx, "card:4242", store.Avg)
+	last, _ := now.ReadStat(ctx, "card:4242", store.Last)
+	fmt.Println("largest", largest.Value, "average", avg.Mean(2), "of", avg.Count)
+	fmt.Println("last seen", time.UnixMilli(last.Value).UTC().Format(time.TimeOnly))
+	none, _ := now.ReadStat(ctx, "card:77", store.Max)
+	fmt.Println("card:77 has a max:", none.OK)
+	// Prints:
+	// largest 300 average 145 of 3
+	// last seen 14:00:00
+	// card:77 has a max: false
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/figures"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
@@ -470,4 +472,66 @@ func TestStatConcurrent(t *testing.T) {
 			require.Equal(t, want, got, "%v", st)
 		}
 	})
+}
+
+// TestStatMemory measures the memory of a window statistic per key, on every
+// backend: 5,000 keys with full windows of 10 buckets of each kind of
+// statistic (an extreme of amounts; of times, first and last seen; Avg's sum
+// and count), as the growth of used_memory on a fresh server. Recorded in
+// tests/figures.json, rendered in docs/counters.md.
+func TestStatMemory(t *testing.T) {
+	t.Parallel()
+	const keys, buckets = 5000, 10
+	forEach(t, func(t *testing.T, tg target) {
+		srv := harness.Fresh(t, tg.kind)
+		c := srv.Client(t)
+		server := srv.Version(t)
+		w := store.Window{Length: buckets * time.Minute, Bucket: time.Minute}
+		for i, st := range []store.Stat{store.Max, store.Last, store.Avg} {
+			s, err := store.New(ctxT(t), c, w, store.WithBackend(tg.backend), store.WithPrefix(fmt.Sprintf("s%d:", i)))
+			require.NoError(t, err)
+			now := time.Now()
+			_, err = s.At(now).Observe(ctxT(t), store.Observation{Key: "warm", Stat: st, Value: 1})
+			require.NoError(t, err)
+			before := memoryInfo(t, c)
+			for b := buckets - 1; b >= 0; b-- {
+				at := now.Add(-time.Duration(b) * time.Minute)
+				fillStat(t, s.At(at), st, keys, 1000+int64(b))
+			}
+			per := float64(dataGrowth(t, before, memoryInfo(t, c))) / keys
+			t.Logf("%s: %v: %.0f bytes per key of %d buckets", tg.name, st, per, buckets)
+			tol := usedMemoryTolerance
+			if i == 0 {
+				tol = firstStageTolerance // see TestMemoryPerCounter
+			}
+			figures.Check(t, fmt.Sprintf("stats/%s/%s/%v", tg.kind, tg.wantBackend, st), figures.Figure{Value: math.Round(per), Unit: "B",
+				How: "growth of used_memory over 5,000 keys with full windows of 10 buckets, per key", Server: server}, tol)
+		}
+	})
+}
+
+// fillStat observes v in statistic st of keys 0..n-1 of s, from 256
+// goroutines at once.
+func fillStat(t *testing.T, s *store.Store, st store.Stat, n int, v int64) {
+	t.Helper()
+	const workers = 256
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	var failed atomic.Bool
+	for g := 0; g < workers && g < n; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := g; k < n && !failed.Load(); k += workers {
+				if _, err := s.Observe(ctx, store.Observation{Key: strconv.Itoa(k), Stat: st, Value: v}); err != nil {
+					failed.Store(true)
+					t.Errorf("key %d: %v", k, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() {
+		t.FailNow()
+	}
 }
