@@ -39,31 +39,47 @@ local function ws_xcheck(v)
 end
 
 -- ws_xscan reads the whole hash: the live buckets' extreme (nil: none), the
--- scan (S.stale: the fields to delete) and the flat reply.
+-- fields of the buckets that have left the window, and the flat reply. A
+-- field that is not a bucket code, or a value that is not a number, raises
+-- WS_E_NOTCOUNTER, before anything is written. (ws_scan's loop, without the
+-- tables of starts and values a sum's answers need.)
 local function ws_xscan(L, key, dir)
   local all = ws_read(key)
-  local S = ws_scan(L, all, L.now - L.w, true)
-  local best = nil
-  for i = 1, S.live do
-    local v = S.raw[i]
-    if best == nil or ws_xbeats(dir, v, best) then best = v end
+  local lo, hi, plo, phi, nhi = L.lo, L.hi, L.plo, L.phi, L.nhi
+  local best, stale, ns = nil, {}, 0
+  for i = 1, #all, 2 do
+    local f = all[i]
+    local k = tonumber(f)
+    local b1 = string.byte(f, 1)
+    if k == nil or k < 0 or k % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
+      ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
+    end
+    if (k >= lo and k <= hi) or (k >= plo and k <= phi) or k <= nhi then
+      local v = all[i + 1]
+      if tonumber(v) == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers') end
+      if best == nil or ws_xbeats(dir, v, best) then best = v end
+    else
+      ns = ns + 1
+      stale[ns] = f
+    end
   end
-  return best, S, all
+  return best, stale, all
 end
 
 -- ws_xprepare reads what writing v (a value, or '' for the event's time e,
 -- nil: now) to bucket B does: X.best, the window's extreme after it; X.set,
--- the value B's field takes (nil: unchanged); X.stale, the fields to delete.
+-- the value B's field takes (nil: unchanged; X.new: a new field); X.stale,
+-- the fields to delete.
 -- It writes nothing, and raises WRONGTYPE on a key of another type.
 local function ws_xprepare(L, key, dir, v, e, B)
   if v == '' then v = string.format('%d', e or L.now) end
   ws_xcheck(v)
-  local best, S, all = ws_xscan(L, key, dir)
+  local best, stale, all = ws_xscan(L, key, dir)
   local cur = nil
   for i = 1, #all, 2 do
     if all[i] == B.field then cur = all[i + 1] end
   end
-  local X = {best = best, set = nil, new = cur == nil, stale = S.stale}
+  local X = {best = best, set = nil, new = cur == nil, stale = stale}
   if cur == nil or ws_xbeats(dir, v, cur) then
     X.set = v
     if best == nil or ws_xbeats(dir, v, best) then X.best = v end

@@ -21,6 +21,7 @@ import (
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/figures/render"
 	"github.com/windowstore/windowstore/tests/internal/serverstat"
 )
 
@@ -37,9 +38,8 @@ type benchConfig struct {
 	functions  bool
 }
 
-// The operations bench knows, in the order it runs them.
-var benchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "allow3", "allow3x", "refuse3x",
-	"record6", "distinct", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
+// The operations bench knows, in the order it runs them: the table's.
+var benchOps = render.BenchOps
 
 // benchDetails is the body of --help; the flags follow it (benchFlags).
 const benchDetails = `Measures every operation with --goroutines goroutines on one client, over
@@ -64,6 +64,8 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
   refuse3x    the same, refused by the third key: the first two are counted, then
               taken back, in the same script call (the limit 0 is the exception)
   record6     features.Set.Record of a 6-feature event (2 entities)
+  record8     the same, with a max (of the amount) and a last seen besides
+  observe     Store.Observe of a Max
   distinct    Store.AddDistinct of one member
   lease       limit.Concurrency: Acquire, then Release (two script calls)
   naive       the textbook hash window script (HINCRBY, EXPIRE, HGETALL, sum, HDEL)
@@ -318,14 +320,23 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		return nil, nil, err
 	}
 	one := store.Window{Length: w.Length, Bucket: w.Bucket}
-	set, err := features.New(ctx, client, []features.Feature{
+	six := []features.Feature{
 		{Name: "user_logins", Entity: "user", Kind: features.Count, Windows: []store.Window{one}},
 		{Name: "user_limit", Entity: "user", Kind: features.Limit, Windows: []store.Window{one}, Limits: []int64{1 << 40}},
 		{Name: "user_ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{one}},
 		{Name: "ip_logins", Entity: "ip", Kind: features.Count, Windows: []store.Window{one}},
 		{Name: "ip_amount", Entity: "ip", Kind: features.Sum, Windows: []store.Window{one}},
 		{Name: "ip_users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{one}},
-	}, append(opts, store.WithPrefix(prefix+"fx:"))...)
+	}
+	set, err := features.New(ctx, client, six, append(opts, store.WithPrefix(prefix+"fx:"))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	// record8: record6's features, and a max and a last seen.
+	set8, err := features.New(ctx, client, append(append([]features.Feature(nil), six...),
+		features.Feature{Name: "ip_max_amount", Entity: "ip", Kind: features.Max, Windows: []store.Window{one}},
+		features.Feature{Name: "user_last_seen", Entity: "user", Kind: features.Last, Windows: []store.Window{one}},
+	), append(opts, store.WithPrefix(prefix+"fx8:"))...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -377,6 +388,14 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		},
 		"record6": func(ctx context.Context, k string) error {
 			_, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
+			return err
+		},
+		"record8": func(ctx context.Context, k string) error {
+			_, err := set8.Record(ctx, features.Event{Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: rand.Int64N(1000)})
+			return err
+		},
+		"observe": func(ctx context.Context, k string) error {
+			_, err := st.Observe(ctx, store.Observation{Key: k, Stat: store.Max, Value: rand.Int64N(1000)})
 			return err
 		},
 		"lease": func(ctx context.Context, k string) error {
