@@ -366,6 +366,13 @@ func TestFeatureStats(t *testing.T) {
 			}
 		}
 		require.NotZero(t, refused, "no payment was refused: the walk misses that path")
+		// Read writes nothing.
+		keys := scanKeys(t, c, prefix)
+		before := dump(t, c, keys...)
+		_, err = set.At(at.Add(time.Second)).Read(ctx, map[string]string{"card": "c1"})
+		require.NoError(t, err)
+		require.Equal(t, before, dump(t, c, keys...), "Read wrote")
+		require.Equal(t, keys, scanKeys(t, c, prefix), "Read made keys")
 	})
 }
 
@@ -534,4 +541,33 @@ func fillStat(t *testing.T, s *store.Store, st store.Stat, n int, v int64) {
 	if failed.Load() {
 		t.FailNow()
 	}
+}
+
+// TestStatBatchAllOrNothing: a batch that counts and observes fails as a
+// whole when the statistic's key holds another type: the counter is not
+// written either (the extreme is read before anything is written), on every
+// backend.
+func TestStatBatchAllOrNothing(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tg target) {
+		p := harness.Prefix(t)
+		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix(p))
+		ctx := ctxT(t)
+		c := srv.Client(t)
+		_, err := s.Observe(ctx, store.Observation{Key: "k", Stat: store.Min, Value: 1})
+		require.NoError(t, err)
+		keys := scanKeys(t, c, p)
+		require.Len(t, keys, 1)
+		require.NoError(t, c.Do(ctx, c.B().Del().Key(keys[0]).Build()).Error())
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(keys[0]).Value("x").Build()).Error())
+		_, err = store.Apply(ctx, store.Batch{ID: "e1", Ops: []store.Op{
+			{Store: s, Key: "k", Kind: store.Count, Delta: 5},
+			{Store: s, Key: "k", Kind: store.Observe, Stat: store.Min, Delta: 3},
+		}})
+		require.ErrorIs(t, err, store.ErrWrongType)
+		require.Equal(t, keys, scanKeys(t, c, p), "the failed batch wrote a key")
+		n, err := s.Sum(ctx, "k")
+		require.NoError(t, err)
+		require.Zero(t, n)
+	})
 }
