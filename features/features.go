@@ -75,10 +75,14 @@ const (
 	// Last is the time of the entity's newest event, as Unix ms ("last
 	// seen"; seconds since: now minus it).
 	Last
+	// Recent is the entity's most recent Amounts with their times, newest
+	// first (the last K, K at most store.MaxRecent): Value.Stats[i].Recent.
+	Recent
 )
 
 // stats maps the statistic kinds to the store's.
-var stats = map[Kind]store.Stat{Max: store.Max, Min: store.Min, Avg: store.Avg, First: store.First, Last: store.Last}
+var stats = map[Kind]store.Stat{Max: store.Max, Min: store.Min, Avg: store.Avg, First: store.First, Last: store.Last,
+	Recent: store.Recent}
 
 func (k Kind) String() string {
 	switch k {
@@ -144,8 +148,8 @@ type Value struct {
 	Kind    Kind
 	// Sum is the value over the main window: the count, the sum, or the
 	// number of distinct values; for a Limit, the sum in the window that
-	// decides; for a statistic (Max, Min, Avg, First, Last), its Value (0
-	// when the window has no event: see Stats).
+	// decides; for a statistic (Max, Min, Avg, First, Last, Recent), its
+	// Value (0 when the window has no event: see Stats).
 	Sum int64
 	// Sums has the value over each window, in the feature's order.
 	Sums []int64
@@ -310,7 +314,7 @@ func check(f Feature) error {
 		return invalidf("feature %s: a Distinct feature counts the values of another entity (Of)", f.Name)
 	case f.Kind == Limit && len(f.Limits) != len(f.Windows):
 		return invalidf("feature %s: %d limits for %d windows", f.Name, len(f.Limits), len(f.Windows))
-	case f.Kind < Count || f.Kind > Last:
+	case f.Kind < Count || f.Kind > Recent:
 		return invalidf("feature %s: unknown kind %d", f.Name, f.Kind)
 	}
 	return nil

@@ -619,7 +619,7 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 			continue
 		}
 		if o.Stat != 0 {
-			if err := val.statAnswer(a, it); err != nil {
+			if err := val.statAnswer(a, it, o.Stat); err != nil {
 				return r, err
 			}
 			continue

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
@@ -40,10 +41,16 @@ const (
 	// Avg is the average amount of the window's events: their sum and
 	// their number, kept together.
 	Avg
+	// Recent is the window's most recent amounts with their times (the last
+	// K, K at most MaxRecent), newest first: StatValue.Recent.
+	Recent
 )
 
+// MaxRecent is how many values Recent keeps: a window's 16 most recent.
+const MaxRecent = backend.MaxRecent
+
 // Stats lists every Stat, in order.
-var Stats = []Stat{Max, Min, First, Last, Avg}
+var Stats = []Stat{Max, Min, First, Last, Avg, Recent}
 
 func (st Stat) String() string {
 	switch st {
@@ -57,19 +64,21 @@ func (st Stat) String() string {
 		return "last"
 	case Avg:
 		return "avg"
+	case Recent:
+		return "recent"
 	}
 	return fmt.Sprintf("Stat(%d)", int(st))
 }
 
 // ParseStat returns the Stat that String names: "max", "min", "first",
-// "last" or "avg".
+// "last", "avg" or "recent".
 func ParseStat(name string) (Stat, error) {
 	for _, st := range Stats {
 		if st.String() == name {
 			return st, nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %q is not a statistic (max, min, first, last, avg)", ErrInvalid, name)
+	return 0, fmt.Errorf("%w: %q is not a statistic (max, min, first, last, avg, recent)", ErrInvalid, name)
 }
 
 // dir is the direction of an extreme in the scripts, and the name in its key.
@@ -83,6 +92,8 @@ func (st Stat) dir() (dir, name string, ok bool) {
 		return backend.XMin, "first", true
 	case Last:
 		return backend.XMax, "last", true
+	case Recent:
+		return backend.XRecent, "recent", true
 	}
 	return "", "", false
 }
@@ -93,17 +104,18 @@ type Observation struct {
 	Key string
 	// Stat is the statistic the event updates.
 	Stat Stat
-	// Value is the event's amount (any int64) for Max, Min and Avg. First and
-	// Last take the event's time instead, and ignore it.
+	// Value is the event's amount (any int64) for Max, Min, Avg and Recent.
+	// First and Last take the event's time instead, and ignore it.
 	Value int64
 	// Time, when not zero, is when the event happened: a late event counts in
 	// the bucket of its own time, as with Event.Time (too old: ErrTooOld;
 	// too far ahead: ErrFuture; nothing written). For First and Last it is the
 	// time kept; zero means now, on the store's clock.
 	Time time.Time
-	// ID, when not empty, makes an Avg event count once (see Event.ID). The
-	// extremes need none: an event applied twice leaves the same extreme, as
-	// long as First and Last are given its Time.
+	// ID, when not empty, makes the event count once (see Event.ID): Avg and
+	// Recent need it for a replayed event. The extremes need none (an event
+	// applied twice leaves the same extreme, as long as First and Last are
+	// given its Time), but take it too.
 	ID string
 }
 
@@ -124,6 +136,16 @@ type StatValue struct {
 	// Sum and Count are Avg's: the window's sum of amounts and number of
 	// events (0 for the others).
 	Sum, Count int64
+	// Recent is Recent's: the window's most recent events (at most
+	// MaxRecent), newest first; Value is the newest's amount. Of two events
+	// of the same millisecond, the later recorded is the more recent.
+	Recent []Sample
+}
+
+// A Sample is one event of Recent: its time (Unix ms) and amount.
+type Sample struct {
+	At    int64
+	Value int64
 }
 
 // Mean returns Avg's exact Sum / Count as a decimal string with up to digits
@@ -168,8 +190,8 @@ func (s *Store) statView(name string) *Store {
 func (s *Store) Observe(ctx context.Context, o Observation) (_ StatValue, err error) {
 	ctx, end := s.start(ctx, "observe")
 	defer func() { end(err) }()
-	if o.Stat == Avg {
-		return s.observeAvg(ctx, o)
+	if o.Stat == Avg || o.ID != "" {
+		return s.observeBatch(ctx, o)
 	}
 	dir, name, ok := o.Stat.dir()
 	if !ok {
@@ -193,21 +215,21 @@ func (s *Store) Observe(ctx context.Context, o Observation) (_ StatValue, err er
 	if err != nil {
 		return StatValue{}, fail("observe", o.Key, s.be.Write, err)
 	}
-	v, err := extremeOf(msg)
+	v, err := extremeOf(o.Stat, msg)
 	return v, fail("observe", o.Key, nil, err)
 }
 
-func (s *Store) observeAvg(ctx context.Context, o Observation) (StatValue, error) {
-	sum, n := s.statView("avg.sum"), s.statView("avg.n")
-	sum.tiers, n.tiers = s.tiers[:1], s.tiers[:1]
-	res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, Ops: []Op{
-		{Store: sum, Key: o.Key, Kind: Count, Delta: o.Value},
-		{Store: n, Key: o.Key, Kind: Count, Delta: 1},
-	}}})
+// observeBatch is Observe as a batch of one op: for Avg (a sum and a count,
+// written together) and for an event id.
+func (s *Store) observeBatch(ctx context.Context, o Observation) (StatValue, error) {
+	if o.Stat < Max || o.Stat > Recent {
+		return StatValue{}, invalid("observe", o.Key, "no such statistic: "+o.Stat.String())
+	}
+	res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, Ops: []Op{{Store: s, Key: o.Key, Kind: Observe, Stat: o.Stat, Delta: o.Value}}}})
 	if err != nil {
 		return StatValue{}, rename(first(err), "observe")
 	}
-	return avgOf(res[0].Values[0].Sum, res[0].Values[1].Sum), nil
+	return res[0].Values[0].Stat, nil
 }
 
 func avgOf(sum, count int64) StatValue {
@@ -284,7 +306,7 @@ func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []S
 				}
 				v = avgOf(sum, n)
 			} else if err = res[j].err; err == nil {
-				v, err = extremeOf(res[j].res)
+				v, err = extremeOf(st, res[j].res)
 			}
 			if err != nil {
 				errs[i], failed = fail("read stat", keys[i], s.be.Sum, err), true
@@ -299,20 +321,44 @@ func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []S
 	return out, nil
 }
 
-// extremeOf reads a window extreme's reply: {value}, or {} for none.
-func extremeOf(msg rueidis.RedisMessage) (StatValue, error) {
+// extremeOf reads a window extreme's reply: {value}, or {} for none; for
+// Recent, {ms, value, ...}.
+func extremeOf(st Stat, msg rueidis.RedisMessage) (StatValue, error) {
 	arr, err := msg.ToArray()
 	if err != nil {
 		return StatValue{}, fmt.Errorf("unexpected reply %s", msg.String())
 	}
+	return extremeFrom(st, arr)
+}
+
+func extremeFrom(st Stat, arr []rueidis.RedisMessage) (StatValue, error) {
 	if len(arr) == 0 {
 		return StatValue{}, nil
 	}
-	n, err := sumOf(arr[0])
-	if err != nil {
-		return StatValue{}, err
+	if st != Recent {
+		if len(arr) != 1 {
+			return StatValue{}, errors.New("unexpected statistic reply")
+		}
+		n, err := sumOf(arr[0])
+		if err != nil {
+			return StatValue{}, err
+		}
+		return StatValue{OK: true, Value: n}, nil
 	}
-	return StatValue{OK: true, Value: n}, nil
+	if len(arr)%2 != 0 || len(arr) > 2*MaxRecent {
+		return StatValue{}, errors.New("unexpected recent values reply")
+	}
+	v := StatValue{OK: true, Recent: make([]Sample, len(arr)/2)}
+	for i := range v.Recent {
+		at, err1 := sumOf(arr[2*i])
+		n, err2 := sumOf(arr[2*i+1])
+		if err := errors.Join(err1, err2); err != nil {
+			return StatValue{}, err
+		}
+		v.Recent[i] = Sample{At: at, Value: n}
+	}
+	v.Value = v.Recent[0].Value
+	return v, nil
 }
 
 // observeItems are an Observe op's group items and their keys, or a Read's
@@ -354,24 +400,17 @@ func observeItems(o Op) ([][]string, []string, error) {
 // statAnswer reads an Observe's item answer into v.Stat: an extreme's
 // {counted, value} ({counted}: none), or Avg's sum and count (a sum, or
 // {sum} when not counted: a late event).
-func (v *Value) statAnswer(a rueidis.RedisMessage, it planItem) error {
+func (v *Value) statAnswer(a rueidis.RedisMessage, it planItem, st Stat) error {
 	if it.kind == backend.ItemExtreme || it.kind == backend.ItemXRead {
 		f, err := a.ToArray()
-		if err != nil || len(f) < 1 || len(f) > 2 {
+		if err != nil || len(f) < 1 {
 			return fmt.Errorf("unexpected statistic answer %s", a.String())
 		}
 		if c, err := f[0].AsInt64(); err != nil || c == 0 {
 			v.Counted = false
 		}
-		v.Stat = StatValue{}
-		if len(f) == 2 {
-			n, err := sumOf(f[1])
-			if err != nil {
-				return err
-			}
-			v.Stat = StatValue{OK: true, Value: n}
-		}
-		return nil
+		v.Stat, err = extremeFrom(st, f[1:])
+		return err
 	}
 	if f, err := a.ToArray(); err == nil {
 		if len(f) != 1 {

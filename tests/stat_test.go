@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +50,18 @@ func statModel(st store.Stat, live []statEvent) store.StatValue {
 		return store.StatValue{}
 	}
 	switch st {
+	case store.Recent: // newest first; of two at the same ms, the later recorded
+		idx := make([]int, len(live))
+		for i := range idx {
+			idx[i] = len(live) - 1 - i
+		}
+		sort.SliceStable(idx, func(a, b int) bool { return live[idx[a]].at.UnixMilli() > live[idx[b]].at.UnixMilli() })
+		out := store.StatValue{OK: true}
+		for _, i := range idx[:min(len(idx), store.MaxRecent)] {
+			out.Recent = append(out.Recent, store.Sample{At: live[i].at.UnixMilli(), Value: live[i].v})
+		}
+		out.Value = out.Recent[0].Value
+		return out
 	case store.Avg:
 		sum := new(big.Int)
 		for _, e := range live {
@@ -208,6 +221,22 @@ func TestStatManyAndErrors(t *testing.T) {
 
 		_, err = s.Observe(ctx, store.Observation{Key: "a", Stat: store.Stat(99)})
 		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = s.Observe(ctx, store.Observation{Key: "a", Stat: store.Stat(99), ID: "x"})
+		require.ErrorIs(t, err, store.ErrInvalid)
+
+		// Recent: of events of the same millisecond the later recorded is
+		// the newer; the window keeps its MaxRecent newest.
+		at := s.At(time.Now())
+		for v := int64(1); v <= 20; v++ {
+			_, err := at.Observe(ctx, store.Observation{Key: "r", Stat: store.Recent, Value: v})
+			require.NoError(t, err)
+		}
+		r, err := s.ReadStat(ctx, "r", store.Recent)
+		require.NoError(t, err)
+		require.Len(t, r.Recent, store.MaxRecent)
+		for i, x := range r.Recent {
+			require.Equal(t, int64(20-i), x.Value)
+		}
 
 		// Another type under a statistic's key: refused, untouched.
 		c := srv.Client(t)
@@ -291,7 +320,7 @@ func TestStatFieldExpiry(t *testing.T) {
 func TestFeatureStats(t *testing.T) {
 	t.Parallel()
 	short, long := store.Window{Length: time.Minute, Bucket: 10 * time.Second}, store.Window{Length: 10 * time.Minute, Bucket: time.Minute}
-	kinds := []features.Kind{features.Max, features.Min, features.Avg, features.First, features.Last}
+	kinds := []features.Kind{features.Max, features.Min, features.Avg, features.First, features.Last, features.Recent}
 	var fs []features.Feature
 	for _, k := range kinds {
 		fs = append(fs, features.Feature{Name: "card_" + k.String(), Entity: "card", Kind: k, Windows: []store.Window{short, long}})
@@ -344,7 +373,7 @@ func TestFeatureStats(t *testing.T) {
 			require.NoError(t, err)
 			for _, k := range kinds {
 				st := map[features.Kind]store.Stat{features.Max: store.Max, features.Min: store.Min, features.Avg: store.Avg,
-					features.First: store.First, features.Last: store.Last}[k]
+					features.First: store.First, features.Last: store.Last, features.Recent: store.Recent}[k]
 				var want []store.StatValue
 				for wi, w := range []store.Window{short, long} {
 					var live []statEvent
@@ -417,6 +446,11 @@ func TestWindowctlAgg(t *testing.T) {
 		last := run("agg", "add", "--kind", "last", "f")
 		require.InDelta(t, float64(time.Now().UnixMilli()), last["value"], 60e3)
 		require.EqualValues(t, before.UnixMilli(), run("agg", "add", "--kind", "first", "f")["value"], "a later event is not first")
+		run("agg", "add", "--kind", "recent", "--at", before.Format(time.RFC3339Nano), "r", "-5")
+		rec := run("agg", "add", "--kind", "recent", "r", "9223372036854775807")["value"].([]any)
+		require.Len(t, rec, 2)
+		require.EqualValues(t, before.UnixMilli(), rec[1].(map[string]any)["at"])
+		require.EqualValues(t, -5, rec[1].(map[string]any)["value"])
 		// Too old: refused, nothing written.
 		_, errs, code = ctl(t, srv, prefix, "--backend", tg.backend, "--window", "10m", "--bucket", "1m", "agg", "add", "--kind", "max", "--at",
 			time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "old", "99")
@@ -433,9 +467,10 @@ func TestWindowctlAgg(t *testing.T) {
 }
 
 // TestStatConcurrent: 40 callers at once on every backend. Each observes its
-// own amount in Max and Min, and records it in Avg twice with its event id:
-// the max and min are the greatest and least of the 40, each caller's answer
-// already includes its own amount, and Avg counted each event exactly once.
+// own amount in Max and Min, and records it in Avg and Recent twice with its
+// event id: the max and min are the greatest and least of the 40, each
+// caller's answer already includes its own amount, and Avg and Recent counted
+// each event exactly once.
 func TestStatConcurrent(t *testing.T) {
 	t.Parallel()
 	const n = 40
@@ -443,7 +478,7 @@ func TestStatConcurrent(t *testing.T) {
 		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
 		ctx := ctxT(t)
 		var wg sync.WaitGroup
-		errs := make(chan error, 4*n)
+		errs := make(chan error, 6*n)
 		for i := range n {
 			v := int64(i*7919%n) - n/2 // distinct amounts, in no order
 			for _, st := range []store.Stat{store.Max, store.Min} {
@@ -458,12 +493,14 @@ func TestStatConcurrent(t *testing.T) {
 				}()
 			}
 			for range 2 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					_, err := s.Observe(ctx, store.Observation{Key: "c", Stat: store.Avg, Value: v, ID: "e" + strconv.Itoa(i)})
-					errs <- err
-				}()
+				for _, st := range []store.Stat{store.Avg, store.Recent} {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						_, err := s.Observe(ctx, store.Observation{Key: "c", Stat: st, Value: v, ID: "e" + strconv.Itoa(i)})
+						errs <- err
+					}()
+				}
 			}
 		}
 		wg.Wait()
@@ -478,13 +515,24 @@ func TestStatConcurrent(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want, got, "%v", st)
 		}
+		// Recent: its newest, each event once (the replays by id counted
+		// nothing).
+		got, err := s.ReadStat(ctx, "c", store.Recent)
+		require.NoError(t, err)
+		require.Len(t, got.Recent, store.MaxRecent)
+		seen := map[int64]bool{}
+		for _, x := range got.Recent {
+			require.False(t, seen[x.Value], "%d twice in %v", x.Value, got.Recent)
+			seen[x.Value] = true
+		}
 	})
 }
 
 // TestStatMemory measures the memory of a window statistic per key, on every
 // backend: 5,000 keys with full windows of 10 buckets of each kind of
 // statistic (an extreme of amounts; of times, first and last seen; Avg's sum
-// and count), as the growth of used_memory on a fresh server. Recorded in
+// and count; Recent, one event per bucket), as the growth of used_memory on a
+// fresh server. Recorded in
 // tests/figures.json, rendered in docs/counters.md.
 func TestStatMemory(t *testing.T) {
 	t.Parallel()
@@ -494,7 +542,7 @@ func TestStatMemory(t *testing.T) {
 		c := srv.Client(t)
 		server := srv.Version(t)
 		w := store.Window{Length: buckets * time.Minute, Bucket: time.Minute}
-		for i, st := range []store.Stat{store.Max, store.Last, store.Avg} {
+		for i, st := range []store.Stat{store.Max, store.Last, store.Avg, store.Recent} {
 			s, err := store.New(ctxT(t), c, w, store.WithBackend(tg.backend), store.WithPrefix(fmt.Sprintf("s%d:", i)))
 			require.NoError(t, err)
 			now := time.Now()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"flag"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/windowstore/windowstore/store"
@@ -13,28 +14,30 @@ import (
 var aggCmd = &command{
 	name:    "agg",
 	args:    "add --kind KIND KEY [VALUE] | read --kind KIND KEY...",
-	summary: "record or read a window's max, min, average, first or last seen",
+	summary: "record or read a window's max, min, average, first or last seen, recent values",
 	details: "agg add records one event in KEY's statistic of that KIND and prints the\n" +
 		"statistic over the window after it; agg read prints each KEY's, in order, in\n" +
 		"one round trip (a key that fails gets an error line, as with sum).\n" +
 		"KIND is max or min (of the VALUEs), avg (their average: the window's sum\n" +
 		"over its number of events), first or last (the time of the window's oldest\n" +
-		"or newest event, as Unix ms: they take no VALUE). With --at, the event\n" +
+		"or newest event, as Unix ms: they take no VALUE), recent (the window's 16 most\n" +
+		"recent VALUEs with their times, newest first). With --at, the event\n" +
 		"counts in the bucket of its own time (and first and last keep that time);\n" +
 		"one older than the window is refused (exit 1) and nothing is written.\n" +
 		"A window with no event prints none (JSON: null).\n" +
-		"Text: KEY<TAB>VALUE (first, last: KEY<TAB>MS<TAB>RFC 3339 time).",
-	json: `{"key":K,"kind":KIND,"value":N} (avg: a decimal; first, last: Unix ms; none: null), or {"key":K,"kind":KIND,"value":null,"error":"…"}`,
+		"Text: KEY<TAB>VALUE (first, last: KEY<TAB>MS<TAB>RFC 3339 time; recent:\n" +
+		"KEY<TAB>VALUE@MS VALUE@MS ...).",
+	json: `{"key":K,"kind":KIND,"value":N} (avg: a decimal; first, last: Unix ms; recent: [{"at":MS,"value":N},…]; none: null), or {"key":K,"kind":KIND,"value":null,"error":"…"}`,
 	setup: func(fs *flag.FlagSet) func([]string) (action, error) {
-		kind := fs.String("kind", "", "the statistic: `KIND` max, min, avg, first or last")
+		kind := fs.String("kind", "", "the statistic: `KIND` max, min, avg, first, last or recent")
 		at := fs.String("at", "", "agg add: the event's `TIME` (RFC 3339), for a late or out-of-order event")
 		return func(pos []string) (action, error) {
 			if *kind == "" {
-				return nil, cmdUsagef("agg", "agg: --kind is required (max, min, avg, first or last)")
+				return nil, cmdUsagef("agg", "agg: --kind is required (max, min, avg, first, last or recent)")
 			}
 			st, err := store.ParseStat(*kind)
 			if err != nil {
-				return nil, cmdUsagef("agg", "agg: --kind %q is not max, min, avg, first or last", *kind)
+				return nil, cmdUsagef("agg", "agg: --kind %q is not max, min, avg, first, last or recent", *kind)
 			}
 			switch {
 			case len(pos) >= 2 && pos[0] == "add":
@@ -79,15 +82,21 @@ var aggCmd = &command{
 // aggOut is agg's answer for one key: the value (null: no event in the
 // window), or why the key failed.
 type aggOut struct {
-	Key   string       `json:"key"`
-	Kind  string       `json:"kind"`
-	Value *json.Number `json:"value"`
-	Error string       `json:"error,omitempty"`
+	Key   string `json:"key"`
+	Kind  string `json:"kind"`
+	Value any    `json:"value"`
+	Error string `json:"error,omitempty"`
+}
+
+// sampleOut is one of recent's values.
+type sampleOut struct {
+	At    int64 `json:"at"`
+	Value int64 `json:"value"`
 }
 
 // aggValue renders a statistic's value for JSON and text: nil and "none"
 // when the window has no event.
-func aggValue(st store.Stat, v store.StatValue) (*json.Number, string) {
+func aggValue(st store.Stat, v store.StatValue) (any, string) {
 	if !v.OK {
 		return nil, "none"
 	}
@@ -99,9 +108,14 @@ func aggValue(st store.Stat, v store.StatValue) (*json.Number, string) {
 		text = s
 	case store.First, store.Last:
 		text = s + "\t" + time.UnixMilli(v.Value).UTC().Format(time.RFC3339Nano)
+	case store.Recent:
+		out, words := make([]sampleOut, len(v.Recent)), make([]string, len(v.Recent))
+		for i, x := range v.Recent {
+			out[i], words[i] = sampleOut(x), strconv.FormatInt(x.Value, 10)+"@"+strconv.FormatInt(x.At, 10)
+		}
+		return out, strings.Join(words, " ")
 	}
-	n := json.Number(s)
-	return &n, text
+	return json.Number(s), text
 }
 
 func (c *cli) aggAdd(ctx context.Context, o store.Observation) error {

@@ -211,10 +211,15 @@ const (
 	OpXPut     = "x" // shape dir value time: a window extreme's write (see extreme.lua)
 )
 
+// MaxRecent is how many of its most recent values a window keeps (XRecent):
+// WS_RECENT in the scripts.
+const MaxRecent = 16
+
 // The directions of a window extreme (OpXPut, and the Sum script's reads).
 const (
-	XMax = ">" // keep the greatest value
-	XMin = "<" // keep the least value
+	XMax    = ">" // keep the greatest value
+	XMin    = "<" // keep the least value
+	XRecent = "*" // keep the most recent values (MaxRecent)
 )
 
 // The kinds of a group's items (see group.lua).
@@ -257,7 +262,7 @@ func constants() Fragment {
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
 		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
-		{"WS_OP_RESERVE", OpReserve}, {"WS_OP_XPUT", OpXPut}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin},
+		{"WS_OP_RESERVE", OpReserve}, {"WS_OP_XPUT", OpXPut}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},
 		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},
@@ -267,5 +272,6 @@ func constants() Fragment {
 		fmt.Fprintf(&b, "local %s = '%s'\n", c[0], c[1])
 	}
 	fmt.Fprintf(&b, "local WS_HEADER = %d\n", HeaderLen)
+	fmt.Fprintf(&b, "local WS_RECENT = %d\n", MaxRecent)
 	return Fragment{Name: "backend/constants (generated)", Src: b.String()}
 }

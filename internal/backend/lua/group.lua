@@ -19,7 +19,8 @@
 --   WS_IT_EXTREME  shape dir value      keep the bucket's greatest (dir
 --                                       WS_X_MAX) or least value ('': the
 --                                       event's time; see extreme.lua);
---                                       answer {1, extreme} ({1}: none),
+--                                       answer {1, extreme} ({1}: none;
+--                                       WS_X_RECENT: {1, ms, value, ...}),
 --                                       {0, ...} when not counted (late)
 --   WS_IT_XREAD    shape dir            answer {1, extreme} ({1}: none);
 --                                       write nothing
@@ -231,7 +232,7 @@ local function ws_group(G)
       if kind == WS_IT_DISTINCT then
         ans = {ws_dcount(it.L, it.K, it.L.now - it.L.w)}
       elseif kind == WS_IT_EXTREME then
-        ans = {0, (ws_xscan(it.L, it.key, it.dir))}
+        ans = ws_xans(0, ws_xget(it.L, it.key, it.dir))
       elseif kind == WS_IT_QUIET then
         ans = {0}
       else
@@ -240,12 +241,12 @@ local function ws_group(G)
     elseif kind == WS_IT_READ then
       ans = ws_sumover(it.L, it.key, it.L.w)
     elseif kind == WS_IT_XREAD then
-      ans = {1, (ws_xscan(it.L, it.key, it.dir))}
+      ans = ws_xans(1, ws_xget(it.L, it.key, it.dir))
     elseif kind == WS_IT_EXTREME then
       if it.X ~= nil then
-        ans, wrote = {1, ws_xcommit(it.L, it.key, it.X, it.B)}, true
+        ans, wrote = ws_xans(1, ws_xcommit(it.L, it.key, it.X, it.B)), true
       else
-        ans = {1, (ws_xscan(it.L, it.key, it.dir))} -- a duplicate: the extreme now
+        ans = ws_xans(1, ws_xget(it.L, it.key, it.dir)) -- a duplicate: the extreme now
       end
     elseif kind == WS_IT_DISTINCT then
       ans = ws_dcount(it.L, it.K, it.L.now - it.L.w)

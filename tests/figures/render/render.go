@@ -143,7 +143,7 @@ func memory(f figures.File) string {
 // stats is the memory of the window statistics, per backend and server.
 func stats(f figures.File) string {
 	var b strings.Builder
-	b.WriteString("| backend, server | max or min (amounts) | first or last seen (Unix ms) | avg (a sum and a count) |\n|---|---|---|---|\n")
+	b.WriteString("| backend, server | max or min (amounts) | first or last seen (Unix ms) | avg (a sum and a count) | recent (one event per bucket) |\n|---|---|---|---|---|\n")
 	rows := []struct{ name, key string }{
 		{"plain hash", "redis70/nativehash-plain"},
 		{"plain hash", "valkey/nativehash-plain"},
@@ -152,15 +152,16 @@ func stats(f figures.File) string {
 		{"TairHash (SORT mode)", "tairhash/tairhash"},
 	}
 	for _, r := range rows {
-		names := []string{"stats/" + r.key + "/max", "stats/" + r.key + "/last", "stats/" + r.key + "/avg"}
+		names := []string{"stats/" + r.key + "/max", "stats/" + r.key + "/last", "stats/" + r.key + "/avg", "stats/" + r.key + "/recent"}
 		if _, ok := f[names[0]]; !ok {
 			continue
 		}
-		fmt.Fprintf(&b, "| %s, %s | %s | %s | %s |\n", r.name, server(f, names...), bytes(f, names[0]), bytes(f, names[1]), bytes(f, names[2]))
+		fmt.Fprintf(&b, "| %s, %s | %s | %s | %s | %s |\n", r.name, server(f, names...), bytes(f, names[0]), bytes(f, names[1]),
+			bytes(f, names[2]), bytes(f, names[3]))
 	}
 	b.WriteString("\nMemory per key with a full window of 10 buckets: the growth of the server's `used_memory` over 5,000 keys on a " +
 		"fresh server (`TestStatMemory`). A bucket's extreme is one field, as a counter's amount; a time (13 digits) costs a few " +
-		"bytes more than a small amount; Avg is two counters. Compare with a counter of 10 buckets in docs/backends.md.\n")
+		"bytes more than a small amount; Avg is two counters; Recent keeps \"ms:value\" entries, up to 16 per bucket (a bucket with more events costs more). Compare with a counter of 10 buckets in docs/backends.md.\n")
 	return b.String()
 }
 
