@@ -707,6 +707,55 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 			require.EqualValues(t, 3*i, live, "%s: the live buckets of its snapshot", k)
 		}
 	})
+
+	t.Run("statistics", func(t *testing.T) {
+		keys := named("st:")
+		spans(t, s, keys)
+		for i, k := range keys {
+			for _, v := range []int64{int64(i), -int64(i), 2 * int64(i)} {
+				for _, st := range []store.Stat{store.Max, store.Min, store.Avg, store.Recent} {
+					_, err := s.Observe(ctx, store.Observation{Key: k, Stat: st, Value: v, ID: "e" + strconv.FormatInt(v, 10)})
+					require.NoError(t, err)
+				}
+			}
+		}
+		for st, want := range map[store.Stat]func(i int64) store.StatValue{
+			store.Max: func(i int64) store.StatValue { return store.StatValue{OK: true, Value: 2 * i} },
+			store.Min: func(i int64) store.StatValue { return store.StatValue{OK: true, Value: -i} },
+			store.Avg: func(i int64) store.StatValue {
+				if i == 0 { // 0 and -0 are one id: counted once
+					return store.StatValue{OK: true, Count: 1}
+				}
+				return store.StatValue{OK: true, Value: 2 * i / 3, Sum: 2 * i, Count: 3}
+			},
+		} {
+			vs, err := s.ReadStatMany(ctx, keys, st)
+			require.NoError(t, err)
+			for i, v := range vs {
+				require.Equal(t, want(int64(i)), v, "%v of %s", st, keys[i])
+			}
+		}
+		vs, err := s.ReadStatMany(ctx, keys, store.Recent)
+		require.NoError(t, err)
+		require.Len(t, vs[5].Recent, 3)
+		require.EqualValues(t, 10, vs[5].Value)
+		// Features: two entities of two slots, one statistic each.
+		set, err := features.New(ctx, c, []features.Feature{
+			{Name: "max_amount", Entity: "card", Kind: features.Max, Windows: []store.Window{{Length: time.Minute, Bucket: time.Second}}},
+			{Name: "last_seen", Entity: "user", Kind: features.Last, Windows: []store.Window{{Length: time.Minute, Bucket: time.Second}}},
+		}, store.WithPrefix(harness.Prefix(t)))
+		require.NoError(t, err)
+		var most int64
+		for i, amount := range []int64{5, 9, 2} {
+			most = max(most, amount)
+			r, err := set.Record(ctx, features.Event{ID: "p" + strconv.Itoa(i), Entities: map[string]string{"card": "c1", "user": "u7"}, Amount: amount})
+			require.NoError(t, err)
+			m, _ := r.Get("max_amount")
+			require.EqualValues(t, most, m.Sum)
+			l, _ := r.Get("last_seen")
+			require.InDelta(t, float64(time.Now().UnixMilli()), float64(l.Sum), 10e3)
+		}
+	})
 }
 
 // TestClusterSlotMigration moves one entity's slot to another master
