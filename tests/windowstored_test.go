@@ -499,6 +499,9 @@ features:
   - {name: login_limit, entity: user, kind: limit, windows: [1m/1s], limits: [2]}
   - {name: ip_users, entity: ip, kind: distinct, of: user, windows: [1h/1m]}
   - {name: spend, entity: card, kind: sum, windows: [24h/1h]}
+  - {name: largest, entity: card, kind: max, windows: [24h/1h]}
+  - {name: avg_spend, entity: card, kind: avg, windows: [24h/1h]}
+  - {name: last_amounts, entity: card, kind: recent, windows: [24h/1h]}
 `
 
 // TestWindowstoredFeatures drives the feature API over real HTTP.
@@ -573,6 +576,18 @@ func TestWindowstoredFeatures(t *testing.T) {
 	code, body := d.get(t, "/v1/features")
 	require.Equal(t, 200, code)
 	require.Contains(t, body, `"login_limit"`)
+	// Statistics: the card's largest amount, its average, its recent amounts.
+	d.post(t, "/v1/features/login/record", `{"id":"p2","entities":{"card":"c2"},"amount":30}`)
+	_, m = d.post(t, "/v1/features/login/record", `{"id":"p3","entities":{"card":"c2"},"amount":-5}`)
+	require.Equal(t, 30.0, feature(m, "largest")["value"])
+	require.Equal(t, []any{map[string]any{"ok": true, "value": 30.0}}, feature(m, "largest")["stats"])
+	avg := feature(m, "avg_spend")["stats"].([]any)[0].(map[string]any)
+	require.Equal(t, map[string]any{"ok": true, "value": 12.0, "sum": 25.0, "count": 2.0, "mean": "12.5"}, avg)
+	rec := feature(m, "last_amounts")["stats"].([]any)[0].(map[string]any)["recent"].([]any)
+	require.Len(t, rec, 2)
+	require.Equal(t, -5.0, rec[0].(map[string]any)["value"])
+	_, m = d.post(t, "/v1/features/login/read", `{"entities":{"card":"c9"}}`)
+	require.Equal(t, []any{map[string]any{"ok": false, "value": 0.0}}, feature(m, "largest")["stats"])
 }
 
 // TestWindowstoredReload: a changed file is put in force while calls go on; a

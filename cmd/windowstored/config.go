@@ -420,6 +420,8 @@ func loadRule(where, path string, y *yamlRateLimit, shadow bool) (*rule, error) 
 
 var featureKinds = map[string]features.Kind{
 	"count": features.Count, "sum": features.Sum, "distinct": features.Distinct, "limit": features.Limit,
+	"max": features.Max, "min": features.Min, "avg": features.Avg, "first": features.First, "last": features.Last,
+	"recent": features.Recent,
 }
 
 func (c *config) loadSet(where string, d yamlDoc) error {
@@ -440,7 +442,7 @@ func (c *config) loadSet(where string, d yamlDoc) error {
 		at := fmt.Sprintf("feature_set %s, feature %d (%s)", d.FeatureSet, i+1, y.Name)
 		k, ok := featureKinds[y.Kind]
 		if !ok {
-			return badf(where, "%s: kind %q: want count, sum, distinct or limit", at, y.Kind)
+			return badf(where, "%s: kind %q: want count, sum, distinct, limit, max, min, avg, first, last or recent", at, y.Kind)
 		}
 		f := features.Feature{Name: y.Name, Entity: y.Entity, Kind: k, Of: y.Of, Limits: y.Limits, SpendAmount: y.SpendAmount}
 		for _, w := range y.Windows {

@@ -56,7 +56,7 @@ func TestConfigErrors(t *testing.T) {
 		{"feature_set: f\n", "has no features"},
 		{"features: [{name: a}]\n", "need a feature_set name"},
 		{"feature_set: a/b\nfeatures: [{name: a}]\n", "URL path segment"},
-		{"feature_set: f\nfeatures: [{name: a, kind: max}]\n", `kind "max"`},
+		{"feature_set: f\nfeatures: [{name: a, kind: median}]\n", `kind "median"`},
 		{"feature_set: f\nfeatures: [{name: a, kind: count, windows: [1m]}]\n", `window "1m": want LENGTH/BUCKET`},
 	} {
 		_, err := load(t, c.yaml)

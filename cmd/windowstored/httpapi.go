@@ -74,6 +74,23 @@ type valueJSON struct {
 	Values  []int64       `json:"values"`
 	Counted bool          `json:"counted"`
 	Limit   *decisionJSON `json:"limit,omitempty"`
+	Stats   []statJSON    `json:"stats,omitempty"`
+}
+
+// statJSON is a statistic's value over one window (max, min, avg, first,
+// last, recent): ok is false when the window has no event.
+type statJSON struct {
+	OK     bool         `json:"ok"`
+	Value  int64        `json:"value"`
+	Sum    *int64       `json:"sum,omitempty"`
+	Count  *int64       `json:"count,omitempty"`
+	Mean   string       `json:"mean,omitempty"`
+	Recent []sampleJSON `json:"recent,omitempty"`
+}
+
+type sampleJSON struct {
+	At    int64 `json:"at"`
+	Value int64 `json:"value"`
 }
 
 type decisionJSON struct {
@@ -164,6 +181,16 @@ func (s *server) featureCall(write bool) http.HandlerFunc {
 			}
 			if d := v.Decision; d != nil {
 				vj.Limit = &decisionJSON{Allowed: d.Allowed, Limit: d.Limit, Sum: d.Sum, Remaining: d.Remaining, RetryAfterMS: ms(d.RetryAfter)}
+			}
+			for _, st := range v.Stats {
+				sj := statJSON{OK: st.OK, Value: st.Value}
+				if v.Kind == features.Avg {
+					sj.Sum, sj.Count, sj.Mean = &st.Sum, &st.Count, st.Mean(6)
+				}
+				for _, x := range st.Recent {
+					sj.Recent = append(sj.Recent, sampleJSON(x))
+				}
+				vj.Stats = append(vj.Stats, sj)
 			}
 			out.Features = append(out.Features, vj)
 		}
