@@ -160,7 +160,7 @@ type Value struct {
 	Refused bool
 	// Lease is an Acquire's lease id: Op.Lease, or the one Apply made.
 	Lease string
-	// Stat is an Observe's statistic after the op.
+	// Stat is an Observe's statistic after the op, or a Read's of a Stat.
 	Stat StatValue
 }
 
@@ -419,7 +419,7 @@ func makePlan(b Batch) (*plan, error) {
 		for _, t := range st.tiers {
 			ttl = max(ttl, t.winMs+t.bucketMs)
 		}
-		if o.Kind == Observe || (o.Kind == Read && o.Stat != 0) {
+		if isStat(o) {
 			its, ks, err := observeItems(o)
 			if err != nil {
 				return nil, bad("op %d: %s", i, err)
@@ -597,7 +597,7 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 		if o.Kind == Acquire {
 			r.Values[i].Lease = o.Lease
 		}
-		if isLease(o.Kind) || o.Stat != 0 {
+		if isLease(o.Kind) || isStat(o) {
 			continue // see below
 		}
 		if o.Kind != Limit {
@@ -618,7 +618,7 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 			}
 			continue
 		}
-		if o.Stat != 0 {
+		if isStat(o) {
 			if err := val.statAnswer(a, it, o.Stat); err != nil {
 				return r, err
 			}

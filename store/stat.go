@@ -18,6 +18,7 @@ import (
 //
 //	prefix + "{" + key + "}:max:" + shape     a hash: bucket code -> the bucket's max
 //	                    ":min:", ":first:", ":last:"   the same for the others
+//	                    ":recent:"                      bucket code -> its 16 newest "ms:value"
 //	                    ":avg.sum:", ":avg.n:"         Avg: two counters, written together
 //
 // A bucket keeps its own extreme, so the window's is exact at bucket
@@ -49,8 +50,8 @@ const (
 // MaxRecent is how many values Recent keeps: a window's 16 most recent.
 const MaxRecent = backend.MaxRecent
 
-// Stats lists every Stat, in order.
-var Stats = []Stat{Max, Min, First, Last, Avg, Recent}
+// allStats lists every Stat, in order.
+var allStats = []Stat{Max, Min, First, Last, Avg, Recent}
 
 func (st Stat) String() string {
 	switch st {
@@ -73,7 +74,7 @@ func (st Stat) String() string {
 // ParseStat returns the Stat that String names: "max", "min", "first",
 // "last", "avg" or "recent".
 func ParseStat(name string) (Stat, error) {
-	for _, st := range Stats {
+	for _, st := range allStats {
 		if st.String() == name {
 			return st, nil
 		}
@@ -148,9 +149,10 @@ type Sample struct {
 	Value int64
 }
 
-// Mean returns Avg's exact Sum / Count as a decimal string with up to digits
-// digits after the point, trailing zeros trimmed ("5.333", "-2", "7.5"); "" when
-// the window has no event. It is for display; Value is the integer part.
+// Mean returns Avg's Sum / Count as a decimal string, computed exactly and
+// rounded to digits places after the point, trailing zeros trimmed ("5.333",
+// "-2", "7.5"); "" when the window has no event. It is for display; Value is
+// the quotient truncated toward zero.
 func (v StatValue) Mean(digits int) string {
 	if !v.OK || v.Count == 0 {
 		return ""
@@ -360,6 +362,10 @@ func extremeFrom(st Stat, arr []rueidis.RedisMessage) (StatValue, error) {
 	v.Value = v.Recent[0].Value
 	return v, nil
 }
+
+// isStat reports whether op o is a statistic's: an Observe, or a Read of a
+// Stat.
+func isStat(o Op) bool { return o.Kind == Observe || (o.Kind == Read && o.Stat != 0) }
 
 // observeItems are an Observe op's group items and their keys, or a Read's
 // of a statistic: one extreme, or Avg's sum and count.

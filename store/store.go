@@ -52,8 +52,10 @@ import (
 // Allow to count only under a limit. Record is the general write they
 // shorten: event ids (exactly once), event times (late events), no-sum
 // writes, and limits together. AddDistinct and CountDistinct keep distinct
-// counts; SumMany and CountDistinctMany read many keys in one round trip;
-// Inspect shows a counter's buckets to an operator. Four views change what the
+// counts; Observe and ReadStat keep window statistics (max, min, average,
+// first and last seen, recent values); SumMany, CountDistinctMany and
+// ReadStatMany read many keys in one round trip; Inspect shows a counter's
+// buckets to an operator. Four views change what the
 // methods act on, and combine: At (a client-clock instant), Over (a shorter
 // span, or another tier of WithTiers), Entity (an entity's counters in one
 // cluster slot) and Sub (a named counter beside the key's own).
