@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -314,5 +315,48 @@ func TestTokensLink(t *testing.T) {
 	want = append(append(want, group...), group...)
 	if len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
+	}
+}
+
+// TestTokensObserve: a statistic's write is one FCALL of the write script on
+// the statistic's own key (its kind after the key, in the key's slot), with
+// the direction, the amount and the event time; a late Recent with an event
+// time; its read is the read-only script with the direction for an argument.
+func TestTokensObserve(t *testing.T) {
+	s, rec := tokenStore(t, false, func(args []string) string {
+		if args[0] == "FCALL_RO" {
+			return resptest.Arr(resptest.Arr(resptest.Str("1764000000000"), resptest.Str("-9223372036854775808")))
+		}
+		return resptest.Arr(resptest.Arr(resptest.Str("9223372036854775807")))
+	}, WithPrefix("p:"))
+	ctx := context.Background()
+	v, err := s.Observe(ctx, Observation{Key: "card:1", Stat: Max, Value: math.MaxInt64})
+	if err != nil || !v.OK || v.Value != math.MaxInt64 || v.Recent != nil {
+		t.Fatal(v, err)
+	}
+	at := time.UnixMilli(1764000000000)
+	if _, err := s.Observe(ctx, Observation{Key: "card:1", Stat: First, Time: at}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ReadStat(ctx, "card:1", Recent)
+	if err != nil || len(r.Recent) != 1 || r.Recent[0] != (Sample{At: 1764000000000, Value: math.MinInt64}) || r.Value != math.MinInt64 {
+		t.Fatal(r, err)
+	}
+	calls := scriptCalls(rec)
+	if len(calls) != 3 {
+		t.Fatalf("sent %q", calls)
+	}
+	wantTail := [][]string{
+		{"p:{card:1}:max:10s/1s", backend.OpXPut, "1000:10000", backend.XMax, "9223372036854775807", ""},
+		{"p:{card:1}:first:10s/1s", backend.OpXPut, "1000:10000", backend.XMin, "", "1764000000000"},
+		{"p:{card:1}:recent:10s/1s", "1000:10000", backend.XRecent},
+	}
+	for i, c := range calls {
+		if c[3] != wantTail[i][0] || !slices.Equal(c[len(c)-len(wantTail[i])+1:], wantTail[i][1:]) {
+			t.Errorf("call %d: sent %q, want key %s and %q", i, c, wantTail[i][0], wantTail[i][1:])
+		}
+	}
+	if calls[2][0] != "FCALL_RO" {
+		t.Errorf("a read went out as %s", calls[2][0])
 	}
 }
