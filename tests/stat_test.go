@@ -532,38 +532,62 @@ func TestStatConcurrent(t *testing.T) {
 }
 
 // TestStatMemory measures the memory of a window statistic per key, on every
-// backend: 5,000 keys with full windows of 10 buckets of each kind of
-// statistic (an extreme of amounts; of times, first and last seen; Avg's sum
-// and count; Recent, one event per bucket), as the growth of used_memory on a
-// fresh server. Recorded in
+// backend, with full windows of 10 buckets of each kind of statistic (an
+// extreme of amounts; of times, first and last seen; Avg's sum and count;
+// Recent, one event per bucket). On the native hashes it is MEMORY USAGE
+// (SAMPLES 0: exact) of 200 keys' Redis keys, which depends on nothing but
+// their content: the growth of used_memory, under the suite's load, moved by
+// up to 30% from run to run on the first stage of a fresh server. TairHash's
+// MEMORY USAGE under-reports its keys, so there it is the growth of
+// used_memory over 5,000 keys on a fresh server (run by hand). Recorded in
 // tests/figures.json, rendered in docs/counters.md.
 func TestStatMemory(t *testing.T) {
 	t.Parallel()
-	const keys, buckets = 5000, 10
+	const buckets = 10
 	forEach(t, func(t *testing.T, tg target) {
-		srv := harness.Fresh(t, tg.kind)
+		tair := tg.wantBackend == "tairhash"
+		keys, srv := 200, harness.Shared(t, tg.kind)
+		if tair {
+			keys, srv = 5000, harness.Fresh(t, tg.kind)
+		}
 		c := srv.Client(t)
+		ctx := ctxT(t)
 		server := srv.Version(t)
 		w := store.Window{Length: buckets * time.Minute, Bucket: time.Minute}
 		for i, st := range []store.Stat{store.Max, store.Last, store.Avg, store.Recent} {
-			s, err := store.New(ctxT(t), c, w, store.WithBackend(tg.backend), store.WithPrefix(fmt.Sprintf("s%d:", i)))
+			p := harness.Prefix(t) + strconv.Itoa(i) + ":"
+			s, err := store.New(ctx, c, w, store.WithBackend(tg.backend), store.WithPrefix(p))
 			require.NoError(t, err)
 			now := time.Now()
-			_, err = s.At(now).Observe(ctxT(t), store.Observation{Key: "warm", Stat: st, Value: 1})
+			// The scripts loaded before the baseline, by a write under another prefix.
+			warm, err := store.New(ctx, c, w, store.WithBackend(tg.backend), store.WithPrefix("warm:"+p))
+			require.NoError(t, err)
+			_, err = warm.Observe(ctx, store.Observation{Key: "warm", Stat: st, Value: 1})
 			require.NoError(t, err)
 			before := memoryInfo(t, c)
 			for b := buckets - 1; b >= 0; b-- {
-				at := now.Add(-time.Duration(b) * time.Minute)
-				fillStat(t, s.At(at), st, keys, 1000+int64(b))
+				fillStat(t, s.At(now.Add(-time.Duration(b)*time.Minute)), st, keys, 1000+int64(b))
 			}
-			per := float64(dataGrowth(t, before, memoryInfo(t, c))) / keys
+			var total int64
+			how := "MEMORY USAGE (SAMPLES 0) of 200 keys with full windows of 10 buckets, per key"
+			if tair {
+				total = dataGrowth(t, before, memoryInfo(t, c))
+				how = "growth of used_memory over 5,000 keys with full windows of 10 buckets on a fresh server, per key"
+			} else {
+				for _, k := range scanKeys(t, c, p) {
+					m, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(k).Args("SAMPLES", "0").Build()).AsInt64()
+					require.NoError(t, err, k)
+					total += m
+				}
+			}
+			per := float64(total) / float64(keys)
 			t.Logf("%s: %v: %.0f bytes per key of %d buckets", tg.name, st, per, buckets)
-			tol := usedMemoryTolerance
-			if i == 0 {
-				tol = firstStageTolerance // see TestMemoryPerCounter
+			tol := 0.02
+			if tair {
+				tol = firstStageTolerance
 			}
 			figures.Check(t, fmt.Sprintf("stats/%s/%s/%v", tg.kind, tg.wantBackend, st), figures.Figure{Value: math.Round(per), Unit: "B",
-				How: "growth of used_memory over 5,000 keys with full windows of 10 buckets, per key", Server: server}, tol)
+				How: how, Server: server}, tol)
 		}
 	})
 }

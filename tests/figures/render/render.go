@@ -159,9 +159,10 @@ func stats(f figures.File) string {
 		fmt.Fprintf(&b, "| %s, %s | %s | %s | %s | %s |\n", r.name, server(f, names...), bytes(f, names[0]), bytes(f, names[1]),
 			bytes(f, names[2]), bytes(f, names[3]))
 	}
-	b.WriteString("\nMemory per key with a full window of 10 buckets: the growth of the server's `used_memory` over 5,000 keys on a " +
-		"fresh server (`TestStatMemory`). A bucket's extreme is one field, as a counter's amount; a time (13 digits) costs a few " +
-		"bytes more than a small amount; Avg is two counters; Recent keeps \"ms:value\" entries, up to 16 per bucket (a bucket with more events costs more). Compare with a counter of 10 buckets in docs/backends.md.\n")
+	b.WriteString("\nMemory per key with a full window of 10 buckets (`TestStatMemory`): `MEMORY USAGE` of the statistic's keys " +
+		"on the native hashes; on TairHash, whose `MEMORY USAGE` under-reports its keys, the growth of the server's `used_memory` over " +
+		"5,000 keys on a fresh server. A bucket's extreme is one field, as a counter's amount; a time (13 digits) costs a few " +
+		"bytes more than a small amount; Avg is two counters; Recent keeps \"ms:value\" entries, up to 16 per bucket (a bucket with more events costs more). A counter of 10 buckets is about the same as a max (docs/backends.md measures counters by `used_memory`).\n")
 	return b.String()
 }
 
