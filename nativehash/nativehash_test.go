@@ -82,14 +82,19 @@ func TestSpecs(t *testing.T) {
 // same function. (tests/stat_test.go checks the TTL on a real server.)
 func TestFieldTTLExtremeTTL(t *testing.T) {
 	src := fieldTTL.Write.Source()
-	i := strings.Index(src, "local function ws_setx(")
-	if i < 0 {
-		t.Fatal("no ws_setx in the field-TTL write script")
+	body := func(fn string) string {
+		i := strings.Index(src, "local function "+fn+"(")
+		if i < 0 {
+			t.Fatalf("no %s in the field-TTL write script", fn)
+		}
+		b := src[i:]
+		return b[:strings.Index(b, "\nend\n")]
 	}
-	body := src[i:]
-	body = body[:strings.Index(body, "\nend\n")]
-	h, e := strings.Index(body, "'HSET'"), strings.Index(body, "'HPEXPIREAT'")
-	if h < 0 || e < h {
-		t.Errorf("ws_setx must HSET, then HPEXPIREAT:\n%s", body)
+	set, expire := body("ws_setx"), body("ws_fieldexpire")
+	if h, e := strings.Index(set, "'HSET'"), strings.Index(set, "ws_fieldexpire(L, key, B)"); h < 0 || e < h {
+		t.Errorf("ws_setx must HSET, then set the field's TTL again:\n%s", set)
+	}
+	if !strings.Contains(expire, "'HPEXPIREAT', key, at, 'FIELDS', 1, B.field") {
+		t.Errorf("ws_fieldexpire must set the field's TTL:\n%s", expire)
 	}
 }

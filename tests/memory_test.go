@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -124,6 +125,16 @@ func TestMemoryPerCounter(t *testing.T) {
 // so each round trip carries up to 64 of them.
 func fill(t *testing.T, s *store.Store, at time.Time, n int, delta int64) {
 	t.Helper()
+	fillKeys(t, n, func(ctx context.Context, k string) error {
+		_, err := s.At(at).Record(ctx, store.Event{Key: k, Delta: delta, NoSum: true})
+		return err
+	})
+}
+
+// fillKeys calls write for keys "0" to n-1, from 256 goroutines at once; it
+// fails the test at the first error.
+func fillKeys(t *testing.T, n int, write func(ctx context.Context, key string) error) {
+	t.Helper()
 	const workers = 256
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
@@ -133,9 +144,9 @@ func fill(t *testing.T, s *store.Store, at time.Time, n int, delta int64) {
 		go func() {
 			defer wg.Done()
 			for k := g; k < n && !failed.Load(); k += workers {
-				if _, err := s.At(at).Record(ctx, store.Event{Key: strconv.Itoa(k), Delta: delta, NoSum: true}); err != nil {
+				if err := write(ctx, strconv.Itoa(k)); err != nil {
 					failed.Store(true)
-					t.Errorf("counter %d at %v: %v", k, at, err)
+					t.Errorf("key %d: %v", k, err)
 				}
 			}
 		}()

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -10,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -596,26 +596,10 @@ func TestStatMemory(t *testing.T) {
 // goroutines at once.
 func fillStat(t *testing.T, s *store.Store, st store.Stat, n int, v int64) {
 	t.Helper()
-	const workers = 256
-	ctx := ctxT(t)
-	var wg sync.WaitGroup
-	var failed atomic.Bool
-	for g := 0; g < workers && g < n; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := g; k < n && !failed.Load(); k += workers {
-				if _, err := s.Observe(ctx, store.Observation{Key: strconv.Itoa(k), Stat: st, Value: v}); err != nil {
-					failed.Store(true)
-					t.Errorf("key %d: %v", k, err)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if failed.Load() {
-		t.FailNow()
-	}
+	fillKeys(t, n, func(ctx context.Context, k string) error {
+		_, err := s.Observe(ctx, store.Observation{Key: k, Stat: st, Value: v})
+		return err
+	})
 }
 
 // TestStatBatchAllOrNothing: a batch that counts and observes fails as a

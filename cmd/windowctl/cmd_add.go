@@ -45,16 +45,27 @@ var addCmd = &command{
 				return storeAction(func(ctx context.Context, c *cli) error { return c.add(ctx, pos[0], delta) }), nil
 			}
 			e := store.Event{Key: pos[0], Delta: delta, ID: *id}
-			if *at != "" {
-				t, err := time.Parse(time.RFC3339Nano, *at)
-				if err != nil {
-					return nil, cmdUsagef("add", "add: --at %q is not an RFC 3339 time (like 2026-11-23T10:04:05Z)", *at)
-				}
-				e.Time = t
+			t, err := eventTime("add", *at)
+			if err != nil {
+				return nil, err
 			}
+			e.Time = t
 			return storeAction(func(ctx context.Context, c *cli) error { return c.addEvent(ctx, e) }), nil
 		}
 	},
+}
+
+// eventTime parses cmd's --at flag: an RFC 3339 time, or "" for none (the
+// zero time).
+func eventTime(cmd, at string) (time.Time, error) {
+	if at == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return time.Time{}, cmdUsagef(cmd, "%s: --at %q is not an RFC 3339 time (like 2026-11-23T10:04:05Z)", cmd, at)
+	}
+	return t, nil
 }
 
 func (c *cli) add(ctx context.Context, key string, delta int64) error {

@@ -57,12 +57,8 @@ var aggCmd = &command{
 					}
 					o.Value = v
 				}
-				if *at != "" {
-					t, err := time.Parse(time.RFC3339Nano, *at)
-					if err != nil {
-						return nil, cmdUsagef("agg", "agg: --at %q is not an RFC 3339 time (like 2026-11-23T10:04:05Z)", *at)
-					}
-					o.Time = t
+				if o.Time, err = eventTime("agg", *at); err != nil {
+					return nil, err
 				}
 				return storeAction(func(ctx context.Context, c *cli) error { return c.aggAdd(ctx, o) }), nil
 			case len(pos) >= 2 && pos[0] == "read":

@@ -11,17 +11,22 @@ local WS_RESERVED = {}
 
 local function ws_get(key, field) return redis.call('HGET', key, field) end
 
+-- ws_fieldexpire makes bucket B's field expire when B leaves the window,
+-- and the key with its newest bucket (an earlier, late, one may only extend
+-- it: GT).
+local function ws_fieldexpire(L, key, B)
+  local at = ws_expiry(L.H, B.start + L.w)
+  redis.call('HPEXPIREAT', key, at, 'FIELDS', 1, B.field)
+  if B.current then
+    redis.call('PEXPIREAT', key, at)
+  else
+    redis.call('PEXPIREAT', key, at, 'GT')
+  end
+end
+
 local function ws_incr(L, key, B, delta)
   local v = redis.call('HINCRBY', key, B.field, delta)
-  if v == tonumber(delta) then
-    local at = ws_expiry(L.H, B.start + L.w)
-    redis.call('HPEXPIREAT', key, at, 'FIELDS', 1, B.field)
-    if B.current then
-      redis.call('PEXPIREAT', key, at)
-    else
-      redis.call('PEXPIREAT', key, at, 'GT')
-    end
-  end
+  if v == tonumber(delta) then ws_fieldexpire(L, key, B) end
   return v
 end
 

@@ -5,11 +5,5 @@
 -- clears a field's TTL, so every write sets it again, with the key's.
 local function ws_setx(L, key, B, v, new)
   redis.call('HSET', key, B.field, v)
-  local at = ws_expiry(L.H, B.start + L.w)
-  redis.call('HPEXPIREAT', key, at, 'FIELDS', 1, B.field)
-  if B.current then
-    redis.call('PEXPIREAT', key, at)
-  else
-    redis.call('PEXPIREAT', key, at, 'GT')
-  end
+  ws_fieldexpire(L, key, B)
 end

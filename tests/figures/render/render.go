@@ -106,18 +106,21 @@ func bytes(f figures.File, name string) string {
 	return thousands(v.Value) + " B"
 }
 
+// backendRows are the rows of the tables per backend and server: a label, and
+// the figures' key.
+var backendRows = []struct{ name, key string }{
+	{"plain hash", "redis70/nativehash-plain"},
+	{"plain hash", "valkey/nativehash-plain"},
+	{"plain hash", "redis80/nativehash-plain"},
+	{"field TTL", "redis80/nativehash-fieldttl"},
+	{"TairHash (SORT mode)", "tairhash/tairhash"},
+}
+
 // memory is the table of memory per counter, per backend and server.
 func memory(f figures.File) string {
 	var b strings.Builder
 	b.WriteString("| backend, server | 10 buckets | 60 buckets | 600 buckets |\n|---|---|---|---|\n")
-	rows := []struct{ name, key string }{
-		{"plain hash", "redis70/nativehash-plain"},
-		{"plain hash", "valkey/nativehash-plain"},
-		{"plain hash", "redis80/nativehash-plain"},
-		{"field TTL", "redis80/nativehash-fieldttl"},
-		{"TairHash (SORT mode)", "tairhash/tairhash"},
-	}
-	for _, r := range rows {
+	for _, r := range backendRows {
 		if _, ok := f["memory/"+r.key+"/10"]; !ok {
 			continue
 		}
@@ -144,14 +147,7 @@ func memory(f figures.File) string {
 func stats(f figures.File) string {
 	var b strings.Builder
 	b.WriteString("| backend, server | max or min (amounts) | first or last seen (Unix ms) | avg (a sum and a count) | recent (one event per bucket) |\n|---|---|---|---|---|\n")
-	rows := []struct{ name, key string }{
-		{"plain hash", "redis70/nativehash-plain"},
-		{"plain hash", "valkey/nativehash-plain"},
-		{"plain hash", "redis80/nativehash-plain"},
-		{"field TTL", "redis80/nativehash-fieldttl"},
-		{"TairHash (SORT mode)", "tairhash/tairhash"},
-	}
-	for _, r := range rows {
+	for _, r := range backendRows {
 		names := []string{"stats/" + r.key + "/max", "stats/" + r.key + "/last", "stats/" + r.key + "/avg", "stats/" + r.key + "/recent"}
 		if _, ok := f[names[0]]; !ok {
 			continue
