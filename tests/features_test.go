@@ -171,7 +171,8 @@ func scanKeys(t *testing.T, c rueidis.Client, prefix string) []string {
 
 // TestRiskExample runs examples/risk as a process against a real server: the
 // fourth login in a minute is refused, the redelivered event counts nothing,
-// the late payment is refused by the day's spend limit.
+// the late payment is refused by the day's spend limit, and the card's
+// largest payment of the day is still 900.
 func TestRiskExample(t *testing.T) {
 	srv := harness.Shared(t, harness.Redis70)
 	out, err := exec.Command(harness.Binary(t, "./examples/risk"), "--addr", srv.URL()).CombinedOutput()
@@ -180,5 +181,5 @@ func TestRiskExample(t *testing.T) {
 	require.Len(t, lines, 12, "%s", out)
 	require.Regexp(t, `\(4th in a minute\)\s+REFUSE .*refused by login_limit, retry in 40s`, lines[4])
 	require.Regexp(t, `redelivered\s+dup\s+logins/1m=4 `, lines[5])
-	require.Regexp(t, `arrives 4 min late\)\s+REFUSE .*spend/1h=2100 .*refused by spend_limit`, lines[11])
+	require.Regexp(t, `arrives 4 min late\)\s+REFUSE .*spend/1h=2100 .*largest_payment/1d=900; refused by spend_limit`, lines[11])
 }

@@ -1,5 +1,5 @@
 // Command risk records login and payment events through a feature set of
-// eight features over four entities (user, IP, card, device), the way a
+// nine features over four entities (user, IP, card, device), the way a
 // risk-control engine would, and prints each decision with the features it
 // read, in one round trip per event:
 //
@@ -64,6 +64,7 @@ func riskFeatures() []features.Feature {
 		{Name: "spend_limit", Entity: "card", Kind: features.Limit, SpendAmount: true, Windows: []store.Window{day}, Limits: []int64{2000}},
 		{Name: "card_devices", Entity: "card", Kind: features.Distinct, Of: "device", Windows: []store.Window{day}},
 		{Name: "device_cards", Entity: "device", Kind: features.Distinct, Of: "card", Windows: []store.Window{day}},
+		{Name: "largest_payment", Entity: "card", Kind: features.Max, Windows: []store.Window{day}},
 	}
 }
 
@@ -96,9 +97,9 @@ func run(ctx context.Context, client rueidis.Client, out io.Writer) error {
 		{25 * time.Second, "bob logs in from alice's IP", login("e5", "bob", "198.51.100.7"), 0, []string{"ip_logins", "ip_users"}},
 		{90 * time.Second, "alice logs in again", login("e6", "alice", "198.51.100.7"), 0, []string{"logins", "login_limit"}},
 		{2 * time.Minute, "card 4242 pays 800 on phone-1", pay("p1", "4242", "phone-1", 800), 0, []string{"spend", "spend_limit"}},
-		{5 * time.Minute, "card 4242 pays 900 on laptop-9", pay("p2", "4242", "laptop-9", 900), 0, []string{"spend", "card_devices"}},
+		{5 * time.Minute, "card 4242 pays 900 on laptop-9", pay("p2", "4242", "laptop-9", 900), 0, []string{"spend", "card_devices", "largest_payment"}},
 		{6 * time.Minute, "card 5555 pays 50 on laptop-9", pay("p3", "5555", "laptop-9", 50), 0, []string{"device_cards"}},
-		{7 * time.Minute, "card 4242 pays 400 (arrives 4 min late)", pay("p4", "4242", "phone-1", 400), 4 * time.Minute, []string{"spend", "spend_limit"}},
+		{7 * time.Minute, "card 4242 pays 400 (arrives 4 min late)", pay("p4", "4242", "phone-1", 400), 4 * time.Minute, []string{"spend", "spend_limit", "largest_payment"}},
 	}
 	t0 := time.Now().UTC().Truncate(24 * time.Hour).Add(-15 * time.Hour) // 09:00 yesterday
 	fmt.Fprintf(out, "%-7s  %-42s  %-8s  %s\n", "time", "event", "decision", "features read")
