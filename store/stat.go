@@ -16,14 +16,17 @@ import (
 // average, and the times of the first and last events. Each is kept apart
 // from the key's counter, in the key's slot, with its own buckets:
 //
-//	prefix + "{" + key + "}:max:" + shape     a hash: bucket code -> the bucket's max
+//	prefix + "{" + key + "}:max:" + shape     a hash: bucket code -> the bucket's max,
+//	                                           and x -> the window's max and its bucket
 //	                    ":min:", ":first:", ":last:"   the same for the others
-//	                    ":recent:"                      bucket code -> its 16 newest "ms:value"
+//	                    ":recent:"                      x -> the window's 16 newest events
 //	                    ":avg.sum:", ":avg.n:"         Avg: two counters, written together
 //
 // A bucket keeps its own extreme, so the window's is exact at bucket
-// granularity, like a sum: the extreme of the live buckets. A write reads the
-// key's buckets (at most a window's) and writes one field.
+// granularity, like a sum: the extreme of the live buckets. The hash caches
+// it, so a write reads and writes two fields; when the cached extreme's
+// bucket leaves the window, the next call reads the hash whole (see
+// internal/backend/lua/extreme.lua).
 
 // Stat is a window statistic kept beside sums: see Observe.
 type Stat int

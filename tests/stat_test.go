@@ -398,12 +398,15 @@ func TestFeatureStats(t *testing.T) {
 			}
 		}
 		require.NotZero(t, refused, "no payment was refused: the walk misses that path")
-		// Read writes nothing.
+		// Read writes nothing. (TairHash deletes a field whose TTL has passed
+		// when a read touches it, as Redis does a key: its DUMP may change.)
 		keys := scanKeys(t, c, prefix)
 		before := dump(t, c, keys...)
 		_, err = set.At(at.Add(time.Second)).Read(ctx, map[string]string{"card": "c1"})
 		require.NoError(t, err)
-		require.Equal(t, before, dump(t, c, keys...), "Read wrote")
+		if tg.wantBackend != "tairhash" {
+			require.Equal(t, before, dump(t, c, keys...), "Read wrote")
+		}
 		require.Equal(t, keys, scanKeys(t, c, prefix), "Read made keys")
 	})
 }

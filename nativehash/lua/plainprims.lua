@@ -23,6 +23,9 @@ local function ws_ttls(key, fields, pttl)
   return out
 end
 
+-- ws_get reads one field (HMGET, which the plain hash's rule allows).
+local function ws_get(key, field) return redis.call('HMGET', key, field)[1] end
+
 -- ws_setx sets bucket B's field to v (a window extreme, see extreme.lua); a
 -- new field sets the key's expiry as a counter's new bucket does.
 local function ws_setx(L, key, B, v, new)

@@ -13,14 +13,31 @@
 -- is the event's Unix ms, or '' for now. A value '' is the event's time (first
 -- and last seen).
 --
--- dir WS_X_RECENT keeps the most recent values instead (the last K): a
--- bucket's field holds its WS_RECENT most recent events as "ms:value"
--- entries, newest first, comma-separated, and the window's are the WS_RECENT
--- most recent of its live buckets, answered as {ms, value, ms, value, ...},
--- newest first. Of two events of the same ms, the later written is the more
--- recent. A bucket never needs more: the window's most recent WS_RECENT take
--- at most that many from any one bucket. (WS_RECENT is package backend's
--- MaxRecent.)
+-- The window's extreme is cached in the reserved field WS_XCACHE as
+-- "start:value", start being that of the bucket that holds it (of two that
+-- hold it, the later). While that bucket is live the cache is the window's
+-- extreme: a bucket that left held no more (the cache was the extreme of all
+-- of them), and every write since went through the cache. So a write reads
+-- two fields (the cache and its bucket) and writes at most two, and a read
+-- one; only when the cache's bucket has left the window (once per bucket at
+-- most) is the hash read whole, its extreme found again and its stale fields
+-- deleted:
+--
+--   Max, window 5m of 1m, 12:04:30   x = "12:02:00:90"
+--   12:00 7 (stale) | 12:01 12 | 12:02 90 | 12:03 5 | 12:04 40
+--   write 60 at 12:04:30: 12:02 is live, so the max is 90; bucket 12:04 = 60
+--   write 60 at 12:07:10: 12:02 has left: HGETALL, max of 12:03..12:07 = 60
+--
+-- dir WS_X_RECENT keeps the window's WS_RECENT most recent values instead
+-- (the last K), in WS_XCACHE alone, as "start:ms:value" entries (start: the
+-- start of the bucket the event counted in), newest first, comma-separated;
+-- the answer is {ms, value, ms, value, ...}, newest first. The live entries of
+-- the list are always the window's most recent: an event the list dropped is
+-- older than every entry it kept, so its bucket leaves no later than theirs.
+-- Of two events of the same ms, the later written is the more recent.
+-- (WS_RECENT is package backend's MaxRecent.)
+
+local WS_XCACHE = 'x'
 
 -- ws_xbeats reports whether a beats b in direction dir: canonical decimal
 -- int64s compared by sign, then length, then digits.
@@ -47,70 +64,104 @@ local function ws_xcheck(v)
   end
 end
 
--- ws_xscan reads the whole hash: the live buckets' extreme (nil: none; for
--- WS_X_RECENT, their fields and values, flat), the
+-- ws_xlive reports whether the bucket that starts at s is live at L's
+-- instant: no older than the oldest live bucket, and not beyond the future
+-- tolerance.
+local function ws_xlive(L, s)
+  return s >= L.low and s <= L.now + L.H.F
+end
+
+-- ws_xscan reads the whole hash: the live buckets' extreme (nil: none) and
+-- the start of the bucket that holds it (the latest of those that do), the
 -- fields of the buckets that have left the window, and the flat reply. A
--- field that is not a bucket code, or a value that is not a number, raises
--- WS_E_NOTCOUNTER, before anything is written. (ws_scan's loop, without the
--- tables of starts and values a sum's answers need.)
+-- field that is neither a bucket code nor WS_XCACHE, or a value that is not a
+-- number, raises WS_E_NOTCOUNTER, before anything is written.
 local function ws_xscan(L, key, dir)
   local all = ws_read(key)
   local lo, hi, plo, phi, nhi = L.lo, L.hi, L.plo, L.phi, L.nhi
-  local best, stale, ns = nil, {}, 0
+  local cur, prev, nxt, b = L.cur, L.prev, L.nxt, L.b
+  local best, bs, stale, ns = nil, nil, {}, 0
   for i = 1, #all, 2 do
     local f = all[i]
-    local k = tonumber(f)
-    local b1 = string.byte(f, 1)
-    if k == nil or k < 0 or k % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
-      ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
-    end
-    if (k >= lo and k <= hi) or (k >= plo and k <= phi) or k <= nhi then
-      local v = all[i + 1]
-      if dir == WS_X_RECENT then
-        if best == nil then best = {} end
-        best[#best + 1], best[#best + 2] = f, v
-      else
-        if tonumber(v) == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers') end
-        if best == nil or ws_xbeats(dir, v, best) then best = v end
+    if f ~= WS_XCACHE then
+      local k = tonumber(f)
+      local b1 = string.byte(f, 1)
+      if k == nil or k < 0 or k % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
+        ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
       end
-    else
-      ns = ns + 1
-      stale[ns] = f
+      local s
+      if k >= lo and k <= hi then
+        s = cur + k * b
+      elseif k >= plo and k <= phi then
+        s = prev + k * b
+      elseif k <= nhi then
+        s = nxt + k * b
+      end
+      if s == nil then
+        ns = ns + 1
+        stale[ns] = f
+      else
+        local v = all[i + 1]
+        if tonumber(v) == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers') end
+        if best == nil or ws_xbeats(dir, v, best) or (v == best and s > bs) then best, bs = v, s end
+      end
     end
   end
-  return best, stale, all
+  return best, bs, stale, all
 end
 
--- ws_rentries parses a bucket's recent values into entries {t, s, r}: the
--- event's ms, the entry as stored ("ms:value"), its rank in the bucket (1:
--- the newest).
-local function ws_rentries(list, out)
-  local r = 0
-  for e in string.gmatch(list, '[^,]+') do
-    local c = string.find(e, ':', 1, true)
-    local t = c and tonumber(string.sub(e, 1, c - 1))
-    if t == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not recent values') end
-    r = r + 1
-    out[#out + 1] = {t = t, s = e, r = r}
+-- ws_xcached reads the cache: the window's extreme and its bucket's start, or
+-- nil when there is none or its bucket has left the window.
+local function ws_xcached(L, key)
+  local c = ws_get(key, WS_XCACHE)
+  if not c then return nil end
+  local sep = string.find(c, ':', 1, true)
+  local s = sep and tonumber(string.sub(c, 1, sep - 1))
+  if s == nil or not ws_xlive(L, s) then return nil end
+  return string.sub(c, sep + 1), s
+end
+
+-- ws_xextreme is the window's extreme and its bucket's start (nil: none),
+-- bucket B's value (nil: none), the stale fields to delete, and whether the
+-- cache must be written again (it was not valid).
+local function ws_xextreme(L, key, dir, B)
+  local best, bs = ws_xcached(L, key)
+  if best ~= nil then
+    if B == nil then return best, bs end
+    return best, bs, ws_get(key, B.field) or nil, {}, false
+  end
+  local stale, all
+  best, bs, stale, all = ws_xscan(L, key, dir)
+  local cur = nil
+  if B ~= nil then
+    for i = 1, #all, 2 do
+      if all[i] == B.field then cur = all[i + 1] end
+    end
+  end
+  return best, bs, cur, stale, true
+end
+
+-- ws_rparse reads the recent values' list: its entries {s, t, e} (bucket
+-- start, ms, the entry as stored), newest first, the live ones only.
+local function ws_rparse(L, list)
+  local out = {}
+  for e in string.gmatch(list or '', '[^,]+') do
+    local a = string.find(e, ':', 1, true)
+    local c = a and string.find(e, ':', a + 1, true)
+    local s, t = a and tonumber(string.sub(e, 1, a - 1)), c and tonumber(string.sub(e, a + 1, c - 1))
+    if s == nil or t == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not recent values') end
+    if ws_xlive(L, s) then out[#out + 1] = {s = s, t = t, e = e} end
   end
   return out
 end
 
--- ws_ranswer is the window's WS_RECENT most recent entries of lists (the
--- live buckets' values), as {ms, value, ...}, newest first.
-local function ws_ranswer(lists)
-  local es = {}
-  for _, l in ipairs(lists) do ws_rentries(l, es) end
-  table.sort(es, function(a, b)
-    if a.t ~= b.t then return a.t > b.t end
-    return a.r < b.r
-  end)
+-- ws_ranswer is the answer of the recent values' entries: {ms, value, ...}.
+local function ws_ranswer(es)
   local out = {}
-  for i = 1, math.min(#es, WS_RECENT) do
-    local e = es[i].s
-    local c = string.find(e, ':', 1, true)
-    out[#out + 1] = string.sub(e, 1, c - 1)
-    out[#out + 1] = string.sub(e, c + 1)
+  for _, x in ipairs(es) do
+    local c = string.find(x.e, ':', string.find(x.e, ':', 1, true) + 1, true)
+    out[#out + 1] = string.format('%d', x.t)
+    out[#out + 1] = string.sub(x.e, c + 1)
   end
   return out
 end
@@ -118,39 +169,44 @@ end
 -- ws_xprepare reads what writing v (a value, or '' for the event's time e,
 -- nil: now) to bucket B does: X.best, the answer after it ({extreme}, or {}
 -- for none; WS_X_RECENT: its list); X.set, the value B's field takes (nil:
--- unchanged; X.new: a new field); X.stale, the fields to delete. It writes
--- nothing, and raises WRONGTYPE on a key of another type.
+-- unchanged; X.new: a new field); X.cache, the cache's new value (nil:
+-- unchanged), X.C its pseudo-bucket (the bucket whose start bounds its life)
+-- and X.cnew whether it sets the key's expiry; X.stale, the fields to delete. It
+-- writes nothing, and raises WRONGTYPE on a key of another type.
 local function ws_xprepare(L, key, dir, v, e, B)
   if v == '' then v = string.format('%d', e or L.now) end
   ws_xcheck(v)
-  local best, stale, all = ws_xscan(L, key, dir)
-  local cur = nil
-  for i = 1, #all, 2 do
-    if all[i] == B.field then cur = all[i + 1] end
-  end
-  local X = {best = nil, set = nil, new = cur == nil, stale = stale}
+  local X = {best = nil, set = nil, new = false, cache = nil, C = nil, cnew = false, stale = {}}
   if dir == WS_X_RECENT then
-    -- B's list with the new entry before the first that is not newer.
+    -- The new entry goes before the first that is not newer; the list keeps
+    -- WS_RECENT, and the cache field lives as long as its latest bucket.
     local t = e or L.now
-    local es, list, put = ws_rentries(cur or '', {}), {}, false
+    local es, out, put, top = ws_rparse(L, ws_get(key, WS_XCACHE)), {}, false, B.start
+    local new = {s = B.start, t = t, e = string.format('%d', B.start) .. ':' .. string.format('%d', t) .. ':' .. v}
     for _, x in ipairs(es) do
-      if not put and x.t <= t then
-        list[#list + 1], put = string.format('%d', t) .. ':' .. v, true
-      end
-      list[#list + 1] = x.s
+      if not put and x.t <= t then out[#out + 1], put = new, true end
+      out[#out + 1] = x
     end
-    if not put then list[#list + 1] = string.format('%d', t) .. ':' .. v end
-    X.set = table.concat(list, ',', 1, math.min(#list, WS_RECENT))
-    local lists, live = {X.set}, best or {}
-    for j = 1, #live, 2 do
-      if live[j] ~= B.field then lists[#lists + 1] = live[j + 1] end
+    if not put then out[#out + 1] = new end
+    local list = {}
+    for i = 1, math.min(#out, WS_RECENT) do
+      list[i] = out[i].e
+      if out[i].s > top then top = out[i].s end
     end
-    X.best = ws_ranswer(lists)
+    for i = WS_RECENT + 1, #out do out[i] = nil end
+    X.cache, X.C, X.best = table.concat(list, ','), {field = WS_XCACHE, start = top, current = top == L.cstart}, ws_ranswer(out)
+    X.cnew = true -- the only field: it sets the key's expiry
     return X
   end
-  if cur == nil or ws_xbeats(dir, v, cur) then
-    X.set = v
-    if best == nil or ws_xbeats(dir, v, best) then best = v end
+  local best, bs, cur, stale, rebuilt = ws_xextreme(L, key, dir, B)
+  X.new, X.stale = cur == nil, stale
+  if cur == nil or ws_xbeats(dir, v, cur) then X.set = v end
+  if best == nil or ws_xbeats(dir, v, best) or (v == best and B.start > bs) then
+    best, bs, rebuilt = v, B.start, true
+  end
+  if rebuilt and best ~= nil then
+    X.cache = string.format('%d', bs) .. ':' .. best
+    X.C = {field = WS_XCACHE, start = bs, current = bs == L.cstart}
   end
   X.best = {best}
   return X
@@ -159,6 +215,7 @@ end
 -- ws_xcommit writes what ws_xprepare found, and answers the value after.
 local function ws_xcommit(L, key, X, B)
   if X.set ~= nil then ws_setx(L, key, B, X.set, X.new) end
+  if X.cache ~= nil then ws_setx(L, key, X.C, X.cache, X.cnew) end
   if #X.stale > 0 then ws_drop(key, X.stale) end
   return X.best
 end
@@ -172,15 +229,10 @@ local function ws_xput(L, key, dir, v, e)
 end
 
 -- ws_xget answers the window's value: {extreme} ({}: none), or the recent
--- values.
+-- values. It writes nothing.
 local function ws_xget(L, key, dir)
-  local best = ws_xscan(L, key, dir)
-  if dir == WS_X_RECENT then
-    local lists, live = {}, best or {}
-    for j = 2, #live, 2 do lists[#lists + 1] = live[j] end
-    return ws_ranswer(lists)
-  end
-  return {best}
+  if dir == WS_X_RECENT then return ws_ranswer(ws_rparse(L, ws_get(key, WS_XCACHE))) end
+  return {(ws_xextreme(L, key, dir, nil))}
 end
 
 -- ws_xans is a group item's answer: counted (1 or 0), then the value's.

@@ -146,7 +146,7 @@ func memory(f figures.File) string {
 // stats is the memory of the window statistics, per backend and server.
 func stats(f figures.File) string {
 	var b strings.Builder
-	b.WriteString("| backend, server | max or min (amounts) | first or last seen (Unix ms) | avg (a sum and a count) | recent (one event per bucket) |\n|---|---|---|---|---|\n")
+	b.WriteString("| backend, server | max or min (amounts) | first or last seen (Unix ms) | avg (a sum and a count) | recent (10 events) |\n|---|---|---|---|---|\n")
 	for _, r := range backendRows {
 		names := []string{"stats/" + r.key + "/max", "stats/" + r.key + "/last", "stats/" + r.key + "/avg", "stats/" + r.key + "/recent"}
 		if _, ok := f[names[0]]; !ok {
@@ -157,8 +157,9 @@ func stats(f figures.File) string {
 	}
 	b.WriteString("\nMemory per key with a full window of 10 buckets (`TestStatMemory`): `MEMORY USAGE` of the statistic's keys " +
 		"on the native hashes; on TairHash, whose `MEMORY USAGE` under-reports its keys, the growth of the server's `used_memory` over " +
-		"5,000 keys on a fresh server. A bucket's extreme is one field, as a counter's amount; a time (13 digits) costs a few " +
-		"bytes more than a small amount; Avg is two counters; Recent keeps \"ms:value\" entries, up to 16 per bucket (a bucket with more events costs more). A counter of 10 buckets is about the same as a max (docs/backends.md measures counters by `used_memory`).\n")
+		"5,000 keys on a fresh server. A bucket's extreme is one field, as a counter's amount, and the window's cached extreme one more; a time " +
+		"(13 digits) costs a few bytes more than a small amount; Avg is two counters; Recent is one field of up to 16 " +
+		"\"start:ms:value\" entries (here 10). A counter of 10 buckets is about the same as a max (docs/backends.md measures counters by `used_memory`).\n")
 	return b.String()
 }
 
