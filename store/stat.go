@@ -18,14 +18,16 @@ import (
 //
 //	prefix + "{" + key + "}:max:" + shape     a hash: bucket code -> the bucket's max,
 //	                                           and x -> the window's max and its bucket
+//	                                           (past 64 buckets)
 //	                    ":min:", ":first:", ":last:"   the same for the others
 //	                    ":recent:"                      x -> the window's 16 newest events
 //	                    ":avg.sum:", ":avg.n:"         Avg: two counters, written together
 //
 // A bucket keeps its own extreme, so the window's is exact at bucket
-// granularity, like a sum: the extreme of the live buckets. The hash caches
-// it, so a write reads and writes two fields; when the cached extreme's
-// bucket leaves the window, the next call reads the hash whole (see
+// granularity, like a sum: the extreme of the live buckets. A window of more
+// than 64 buckets caches it, so a write reads and writes two fields, and the
+// next call after the cached extreme's bucket leaves the window reads the
+// hash whole; a smaller one is read whole at every call (see
 // internal/backend/lua/extreme.lua).
 
 // Stat is a window statistic kept beside sums: see Observe.

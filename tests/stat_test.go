@@ -101,7 +101,8 @@ func statValue(rng *rand.Rand) int64 {
 // the window (ErrTooOld, nothing written), values near ±2^63 and ±2^53, an
 // Avg whose window sum or bucket would leave int64 (ErrOverflow, nothing
 // written), across a year end after a leap year, a leap day, and a short last
-// bucket.
+// bucket, with windows small enough to be read whole at every call and large
+// enough to cache their extremes.
 func TestStatRandomWalk(t *testing.T) {
 	t.Parallel()
 	walks := []struct {
@@ -112,6 +113,10 @@ func TestStatRandomWalk(t *testing.T) {
 		{"year end after leap year", store.Window{Length: 10 * time.Second, Bucket: time.Second}, "2024-12-31T23:59:40Z"},
 		{"leap day", store.Window{Length: 10 * time.Minute, Bucket: 10 * time.Second}, "2024-02-29T23:55:00Z"},
 		{"short last bucket", store.Window{Length: 70 * time.Second, Bucket: 7 * time.Second}, "2025-12-31T23:59:00Z"},
+		// More than 64 buckets: the extremes are cached, and read whole when
+		// the cached bucket leaves.
+		{"cached, year end", store.Window{Length: 2 * time.Minute, Bucket: time.Second}, "2025-12-31T23:59:20Z"},
+		{"cached, leap day", store.Window{Length: 100 * time.Minute, Bucket: time.Minute}, "2024-02-29T23:20:00Z"},
 	}
 	forEach(t, func(t *testing.T, tg target) {
 		for wi, wk := range walks {

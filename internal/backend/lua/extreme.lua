@@ -13,9 +13,10 @@
 -- is the event's Unix ms, or '' for now. A value '' is the event's time (first
 -- and last seen).
 --
--- The window's extreme is cached in the reserved field WS_XCACHE as
--- "start:value", start being that of the bucket that holds it (of two that
--- hold it, the later). While that bucket is live the cache is the window's
+-- A window of more than WS_XSMALL buckets caches its extreme in the reserved
+-- field WS_XCACHE as "start:value", start being that of the bucket that
+-- holds it (of two that hold it, the later); a smaller one is read whole at
+-- every call. While that bucket is live the cache is the window's
 -- extreme: a bucket that left held no more (the cache was the extreme of all
 -- of them), and every write since went through the cache. So a write reads
 -- two fields (the cache and its bucket) and writes at most two, and a read
@@ -23,10 +24,10 @@
 -- most) is the hash read whole, its extreme found again and its stale fields
 -- deleted:
 --
---   Max, window 5m of 1m, 12:04:30   x = "12:02:00:90"
---   12:00 7 (stale) | 12:01 12 | 12:02 90 | 12:03 5 | 12:04 40
---   write 60 at 12:04:30: 12:02 is live, so the max is 90; bucket 12:04 = 60
---   write 60 at 12:07:10: 12:02 has left: HGETALL, max of 12:03..12:07 = 60
+--   Max, window 2h of 1m (120 buckets), 12:04:30   x = "10:30:00:90"
+--   10:04 7 (stale) | 10:05 12 | ... | 10:30 90 | ... | 12:04 40
+--   write 60 at 12:04:30: 10:30 is live, so the max is 90; bucket 12:04 = 60
+--   write 60 at 12:30:10: 10:30 has left: HGETALL, max of 10:31..12:30
 --
 -- dir WS_X_RECENT keeps the window's WS_RECENT most recent values instead
 -- (the last K), in WS_XCACHE alone, as "start:ms:value" entries (start: the
@@ -38,6 +39,10 @@
 -- (WS_RECENT is package backend's MaxRecent.)
 
 local WS_XCACHE = 'x'
+
+-- WS_XSMALL is the most buckets a window has whose extremes are not cached:
+-- reading a hash that small whole costs less than keeping the cache.
+local WS_XSMALL = 64
 
 -- ws_xbeats reports whether a beats b in direction dir: canonical decimal
 -- int64s compared by sign, then length, then digits.
@@ -123,22 +128,25 @@ end
 
 -- ws_xextreme is the window's extreme and its bucket's start (nil: none),
 -- bucket B's value (nil: none), the stale fields to delete, and whether the
--- cache must be written again (it was not valid).
+-- cache must be written again (it is kept, and was not valid). A window of at
+-- most WS_XSMALL buckets keeps no cache.
 local function ws_xextreme(L, key, dir, B)
-  local best, bs = ws_xcached(L, key)
-  if best ~= nil then
-    if B == nil then return best, bs end
-    return best, bs, ws_get(key, B.field) or nil, {}, false
+  local keep = L.w > WS_XSMALL * L.b
+  if keep then
+    local best, bs = ws_xcached(L, key)
+    if best ~= nil then
+      if B == nil then return best, bs end
+      return best, bs, ws_get(key, B.field) or nil, {}, false, true
+    end
   end
-  local stale, all
-  best, bs, stale, all = ws_xscan(L, key, dir)
+  local best, bs, stale, all = ws_xscan(L, key, dir)
   local cur = nil
   if B ~= nil then
     for i = 1, #all, 2 do
       if all[i] == B.field then cur = all[i + 1] end
     end
   end
-  return best, bs, cur, stale, true
+  return best, bs, cur, stale, keep, keep
 end
 
 -- ws_rparse reads the recent values' list: its entries {s, t, e} (bucket
@@ -198,13 +206,13 @@ local function ws_xprepare(L, key, dir, v, e, B)
     X.cnew = true -- the only field: it sets the key's expiry
     return X
   end
-  local best, bs, cur, stale, rebuilt = ws_xextreme(L, key, dir, B)
+  local best, bs, cur, stale, rebuilt, keep = ws_xextreme(L, key, dir, B)
   X.new, X.stale = cur == nil, stale
   if cur == nil or ws_xbeats(dir, v, cur) then X.set = v end
   if best == nil or ws_xbeats(dir, v, best) or (v == best and B.start > bs) then
     best, bs, rebuilt = v, B.start, true
   end
-  if rebuilt and best ~= nil then
+  if keep and rebuilt then
     X.cache = string.format('%d', bs) .. ':' .. best
     X.C = {field = WS_XCACHE, start = bs, current = bs == L.cstart}
   end

@@ -157,7 +157,7 @@ func stats(f figures.File) string {
 	}
 	b.WriteString("\nMemory per key with a full window of 10 buckets (`TestStatMemory`): `MEMORY USAGE` of the statistic's keys " +
 		"on the native hashes; on TairHash, whose `MEMORY USAGE` under-reports its keys, the growth of the server's `used_memory` over " +
-		"5,000 keys on a fresh server. A bucket's extreme is one field, as a counter's amount, and the window's cached extreme one more; a time " +
+		"5,000 keys on a fresh server. A bucket's extreme is one field, as a counter's amount (a window of more than 64 buckets caches its extreme in one more); a time " +
 		"(13 digits) costs a few bytes more than a small amount; Avg is two counters; Recent is one field of up to 16 " +
 		"\"start:ms:value\" entries (here 10). A counter of 10 buckets is about the same as a max (docs/backends.md measures counters by `used_memory`).\n")
 	return b.String()
