@@ -154,8 +154,8 @@ type Value struct {
 	// Sums has the value over each window, in the feature's order.
 	Sums []int64
 	// Stats has a statistic's value over each window, in the feature's
-	// order: whether the window has an event (OK), and Avg's sum and count.
-	// Nil for the other kinds.
+	// order: whether the window has an event (OK), Avg's sum and count,
+	// Recent's values. Nil for the other kinds.
 	Stats []store.StatValue `json:",omitempty"`
 	// Counted reports whether this event counted in the feature (false for
 	// a duplicate, a refused limit, or a late event that left every window).
