@@ -215,10 +215,7 @@ func (s *Store) Observe(ctx context.Context, o Observation) (_ StatValue, err er
 	if !o.Time.IsZero() {
 		at = strconv.FormatInt(o.Time.UnixMilli(), 10)
 	}
-	// A write sent again after a connection error changes nothing, unless it
-	// is First or Last of now (the retry's now is later): those are not resent.
-	retry := at != "" || val != ""
-	msg, err := s.run(ctx, []string{rk}, s.header(), retry, backend.OpXPut, s.shape, dir, val, at)
+	msg, err := s.run(ctx, []string{rk}, s.header(), resendable(o), backend.OpXPut, s.shape, dir, val, at)
 	if err != nil {
 		return StatValue{}, fail("observe", o.Key, s.be.Write, err)
 	}
@@ -366,6 +363,22 @@ func extremeFrom(st Stat, arr []rueidis.RedisMessage) (StatValue, error) {
 	}
 	v.Value = v.Recent[0].Value
 	return v, nil
+}
+
+// resendable reports whether an observation without an id may be sent again
+// after a connection error (the first may have been written): when writing it
+// twice changes nothing. Max and Min are so; First and Last when they carry
+// their event's time (a resent "now" is later); Recent never, since a second
+// write adds a second entry (give it an ID: that runs as a batch, counted
+// once).
+func resendable(o Observation) bool {
+	switch o.Stat {
+	case Max, Min:
+		return true
+	case First, Last:
+		return !o.Time.IsZero()
+	}
+	return false
 }
 
 // isStat reports whether op o is a statistic's: an Observe, or a Read of a

@@ -360,3 +360,24 @@ func TestTokensObserve(t *testing.T) {
 		t.Errorf("a read went out as %s", calls[2][0])
 	}
 }
+
+// TestObserveResendable: only an observation that changes nothing when
+// written twice is resent after a connection error.
+func TestObserveResendable(t *testing.T) {
+	at := time.UnixMilli(1764000000000)
+	for _, c := range []struct {
+		o    Observation
+		want bool
+	}{
+		{Observation{Stat: Max}, true},
+		{Observation{Stat: Min, Time: at}, true},
+		{Observation{Stat: First}, false},
+		{Observation{Stat: Last, Time: at}, true},
+		{Observation{Stat: Recent}, false},
+		{Observation{Stat: Recent, Time: at}, false},
+	} {
+		if got := resendable(c.o); got != c.want {
+			t.Errorf("resendable(%v, time %v) = %v, want %v", c.o.Stat, !c.o.Time.IsZero(), got, c.want)
+		}
+	}
+}
