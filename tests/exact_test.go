@@ -318,3 +318,53 @@ func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint6
 	require.NoError(t, err)
 	require.Zero(t, n)
 }
+
+// TestHotPathBigBuckets: a bucket near 2^53 in a window whose sum is small
+// (the other bucket holds credits) is exact on the hot paths of Add, Allow
+// and AllowAll, which count on doubles only while every number stays below
+// 2^53 (the plain hash's ws_fastopen): the bucket ends at 2^53 + 1, a value
+// a double cannot hold, and the sum is 11.
+func TestHotPathBigBuckets(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		t0 := time.Now().Truncate(time.Minute).Add(-2 * time.Minute)
+		count := map[string]func(at time.Time, key string) int64{
+			"add": func(at time.Time, key string) int64 {
+				n, err := s.At(at).Add(ctx, key, 3)
+				require.NoError(t, err)
+				return n
+			},
+			"allow": func(at time.Time, key string) int64 {
+				d, err := s.At(at).Allow(ctx, key, 100, 3)
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				return d.Sum
+			},
+			"allowall": func(at time.Time, key string) int64 {
+				d, err := allowAllAt(ctx, at, 3, store.Policy{Store: s, Key: key, Limit: 100}, store.Policy{Store: s, Key: key + ":b", Limit: 100})
+				require.NoError(t, err)
+				require.True(t, d.Allowed)
+				return d.Policies[0].Sum
+			},
+		}
+		for name, fn := range count {
+			_, err := s.At(t0).Add(ctx, name, -(1<<53 - 10))
+			require.NoError(t, err)
+			_, err = s.At(t0.Add(time.Second)).Add(ctx, name, 1<<53-2)
+			require.NoError(t, err)
+			require.EqualValues(t, 11, fn(t0.Add(1200*time.Millisecond), name), name)
+			snap, err := s.At(t0.Add(1300*time.Millisecond)).Inspect(ctx, name)
+			require.NoError(t, err)
+			var got []int64
+			for _, b := range snap.Buckets {
+				got = append(got, b.Value)
+			}
+			require.Equal(t, []int64{-(1<<53 - 10), 1<<53 + 1}, got, name)
+			n, err := s.At(t0.Add(1300*time.Millisecond)).Sum(ctx, name)
+			require.NoError(t, err)
+			require.EqualValues(t, 11, n, name)
+		}
+	})
+}

@@ -545,3 +545,105 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 		require.Equal(t, before, dump(t, c, keys...), "a failed AllowAll wrote")
 	})
 }
+
+// TestAllowAllEdges covers the paths of a group of limits that the random
+// walks rarely take, on every backend: the plain hash's fast path
+// (ws_fastopen) must hand each of them to the general one, or take it
+// exactly as the general one would.
+//   - A new bucket sets the counter's expiry: its key's PTTL is within
+//     window + bucket, also after a late event, where it moves the expiry
+//     later.
+//   - A cost above its limit never fits, even where a negative sum (credits)
+//     would leave room for it: refused, RetryAfter -1, nothing written.
+//   - A cost that brings a negative bucket back to 0 answers the reset of
+//     the buckets that are still not 0 (here an older one).
+//   - A sum at exactly limit - cost is admitted, one above is refused.
+func TestAllowAllEdges(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		ws := []store.Window{{Length: 10 * time.Second, Bucket: time.Second}, {Length: time.Minute, Bucket: 10 * time.Second}}
+		ss := policyStores(t, tg, ws...)
+		ctx := ctxT(t)
+		c := clientOf(ss[0])
+		ps := func(key string, l0, l1 int64) []store.Policy {
+			return []store.Policy{{Store: ss[0], Key: key, Limit: l0}, {Store: ss[1], Key: key, Limit: l1}}
+		}
+
+		// Expiry, on the server's clock.
+		d, err := store.AllowAll(ctx, 1, ps("exp", 5, 5)...)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		for i, s := range ss {
+			rk, _ := hook.RedisKey(s, "exp")
+			pttl, err := c.Do(ctx, c.B().Pttl().Key(rk).Build()).AsInt64()
+			require.NoError(t, err)
+			if tg.wantBackend == "tairhash" {
+				require.EqualValues(t, -1, pttl) // no key TTL on TairHash (see TestConformanceExpiry)
+				continue
+			}
+			require.Greater(t, pttl, int64(0), "policy %d: no expiry", i)
+			require.LessOrEqual(t, pttl, (ws[i].Length + ws[i].Bucket).Milliseconds(), "policy %d", i)
+		}
+
+		// A new current bucket on a counter whose last write (a late event)
+		// left it synced: the key must live until that bucket leaves.
+		tl := time.Now().Truncate(time.Second).Add(200 * time.Millisecond)
+		for _, s := range ss {
+			_, err := s.At(tl).Record(ctx, store.Event{Key: "late", Delta: 1, Time: tl.Add(-5 * time.Second)})
+			require.NoError(t, err)
+		}
+		d, err = allowAllAt(ctx, tl.Add(100*time.Millisecond), 1, ps("late", 5, 5)...)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		if tg.wantBackend != "tairhash" {
+			rk, _ := hook.RedisKey(ss[0], "late")
+			pttl, err := c.Do(ctx, c.B().Pttl().Key(rk).Build()).AsInt64()
+			require.NoError(t, err)
+			require.Greater(t, pttl, (ws[0].Length - time.Second).Milliseconds(), "the key expires before its newest bucket leaves")
+		}
+
+		t0 := time.Now().Truncate(time.Minute).Add(-3 * time.Minute)
+		// Credits do not let a cost above its limit in.
+		for _, s := range ss {
+			_, err := s.At(t0).Add(ctx, "neg", -10)
+			require.NoError(t, err)
+		}
+		k0, _ := hook.RedisKey(ss[0], "neg")
+		k1, _ := hook.RedisKey(ss[1], "neg")
+		before := dump(t, c, k0, k1)
+		d, err = allowAllAt(ctx, t0.Add(100*time.Millisecond), 5, ps("neg", 3, 100)...)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, time.Duration(-1), d.RetryAfter)
+		require.Equal(t, before, dump(t, c, k0, k1), "a refusal wrote")
+
+		// A bucket brought back to 0: the reset is the older bucket's.
+		for _, s := range ss {
+			_, err := s.At(t0).Add(ctx, "zero", 2)
+			require.NoError(t, err)
+			_, err = s.At(t0.Add(3*time.Second)).Add(ctx, "zero", -1)
+			require.NoError(t, err)
+		}
+		now := t0.Add(3*time.Second + 200*time.Millisecond)
+		d, err = allowAllAt(ctx, now, 1, ps("zero", 5, 5)...)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		require.EqualValues(t, 2, d.Policies[0].Sum)
+		// Policy 0: t0's bucket leaves 10s after t0; policy 1's two events
+		// share t0's 10s bucket (1, then 2 with the cost), so its reset is that
+		// bucket's.
+		require.Equal(t, t0.Add(ws[0].Length).Sub(now), d.Policies[0].ResetAfter)
+		require.EqualValues(t, 2, d.Policies[1].Sum)
+		require.Equal(t, t0.Add(ws[1].Length).Sub(now), d.Policies[1].ResetAfter)
+
+		// The edge: a sum of limit - cost is admitted, one more is refused.
+		for i := 0; i < 3; i++ {
+			d, err = allowAllAt(ctx, t0.Add(20*time.Second), 2, ps("edge", 6, 100)...)
+			require.NoError(t, err)
+			require.Equal(t, i < 3, d.Allowed, "call %d", i)
+		}
+		d, err = allowAllAt(ctx, t0.Add(20*time.Second), 1, ps("edge", 6, 100)...)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.EqualValues(t, 6, d.Policies[0].Sum)
+	})
+}

@@ -64,10 +64,11 @@ end
 -- ws_open reads the counter's state for a write to bucket B, or for a sum: C.sum
 -- is the window sum (C.fits: within int64); C.synced tells whether m is the clock's oldest live
 -- bucket already; C.dead lists the fields ws_put is to delete; C.cur is B's
--- value as stored (false: no such field). It writes nothing.
-local function ws_open(L, key, B)
+-- value as stored (false: no such field). It writes nothing. mt, when given,
+-- is the HMGET of m, t and B's field already made (see ws_fastopen).
+local function ws_open(L, key, B, mt)
   local low = L.low
-  local mt = redis.call('HMGET', key, 'm', 't', B.field)
+  mt = mt or redis.call('HMGET', key, 'm', 't', B.field)
   local m, t = tonumber(mt[1]), tonumber(mt[2])
   if m == nil or t == nil or m > low or t >= WS_BIG or t <= -WS_BIG then
     return ws_rebuild(L, key, B)
@@ -150,6 +151,32 @@ local function ws_quiet(L, key, delta, B)
 end
 
 local ws_quietcommit = ws_commit
+
+-- ws_fastopen is ws_limits' open of a limit (see ops.lua): when the counter
+-- is synced, the limit admits cost (> 0) and every number stays below 2^53,
+-- it answers the new total and bucket (doubles, exact) and its read (mt),
+-- and ws_fastcommit writes them as ws_commit would, without a table per
+-- counter; otherwise it answers nil, nil, nil and ws_open's state, from the
+-- same read. (ws_open(L, key, L.target, mt) is the state of a counter on
+-- the fast path, for a refusal.)
+local function ws_fastopen(L, key, limit, cost)
+  local mt = redis.call('HMGET', key, 'm', 't', L.field)
+  local t, cur = tonumber(mt[2]), mt[3]
+  if t ~= nil and tonumber(mt[1]) == L.low and cost > 0 and cost <= limit and limit < WS_BIG and
+      t > -WS_BIG and t <= limit - cost then
+    local v = 0
+    if cur then v = tonumber(cur) end
+    if v ~= nil and v > -WS_BIG and v + cost < WS_BIG and v + cost ~= 0 then
+      return t + cost, v + cost, mt
+    end
+  end
+  return nil, nil, nil, ws_open(L, key, L.target, mt)
+end
+
+local function ws_fastcommit(L, key, nt, nv, mt)
+  redis.call('HSET', key, 't', string.format('%d', nt), L.field, string.format('%d', nv))
+  if not mt[3] then ws_touch(L, key, L.target) end
+end
 
 local function ws_detail(L, key, C)
   local all = (C ~= nil and C.all) or ws_read(key)

@@ -295,57 +295,68 @@ end
 -- and its writes are ws_group's; on the admitted path it builds no item
 -- tables and walks ARGV twice, where ws_group parses every item into a table
 -- of sixteen fields and walks the items four times: in a group of three
--- limits that machinery cost more than the windows' own arithmetic. A
--- refusal, which writes nothing, is ws_group's: the counters opened here are
--- handed over, not read again.
+-- limits that machinery cost more than the windows' own arithmetic. Each
+-- counter is opened by the backend's ws_fastopen, which answers the
+-- counter's new total and bucket (nt, nv) and its read R when the backend
+-- can count the cost on a fast path of its own, and the counter's state C
+-- otherwise (see ops.lua). A refusal, which writes nothing, is ws_group's:
+-- the counters opened here are handed over (those on the fast path as
+-- ws_open's state from their read).
 local function ws_limits(H, i, k, n)
-  local Cs, allowed = {}, true
+  local W, allowed = {}, true
   for j = 0, n - 1 do
     local a = i + 4 * j
     local L = ws_shape(H, ARGV[a + 1])
-    local C = ws_open(L, KEYS[k + j], L.target)
-    ws_checked(C.sum, C.fits)
     local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    if not (cost <= limit and ws_le(C.sum, limit - cost)) then allowed = false end
-    Cs[j + 1] = C
+    local nt, nv, R, C = ws_fastopen(L, KEYS[k + j], limit, cost)
+    if nt == nil then
+      ws_checked(C.sum, C.fits)
+      if not (cost <= limit and ws_le(C.sum, limit - cost)) then allowed = false end
+    end
+    W[5 * j + 1], W[5 * j + 2], W[5 * j + 3], W[5 * j + 4], W[5 * j + 5] = L, C, nt, nv, R
   end
   if not allowed then
     local G = {items = {}, H = H}
     for j = 0, n - 1 do
-      local a = i + 4 * j
-      G.items[j + 1] = {kind = WS_IT_LIMIT, L = ws_shape(H, ARGV[a + 1]), key = KEYS[k + j],
+      local a, L, key = i + 4 * j, W[5 * j + 1], KEYS[k + j]
+      G.items[j + 1] = {kind = WS_IT_LIMIT, L = L, key = key,
         limit = tonumber(ARGV[a + 2]), cost = tonumber(ARGV[a + 3]), delta = ARGV[a + 3], members = nil, K = nil,
-        B = nil, C = Cs[j + 1], S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil}
+        B = nil, C = W[5 * j + 2] or ws_open(L, key, L.target, W[5 * j + 5]), S = nil, Q = nil, d = nil, read = nil, fits = nil,
+        refused = nil}
     end
     return ws_group(G)
   end
   -- Admitted: prepare every write (an overflow raises before any is made),
   -- then make them, as ws_group does.
   for j = 0, n - 1 do
-    local a = i + 4 * j
-    if tonumber(ARGV[a + 3]) > 0 then
-      local L = ws_shape(H, ARGV[a + 1])
-      ws_prepare(L, Cs[j + 1], ARGV[a + 3], L.target)
+    local a, C = i + 4 * j, W[5 * j + 2]
+    if C ~= nil and tonumber(ARGV[a + 3]) > 0 then
+      local L = W[5 * j + 1]
+      ws_prepare(L, C, ARGV[a + 3], L.target)
     end
   end
   local out = {1, 0}
   for j = 0, n - 1 do
-    local a = i + 4 * j
-    local L, key, C = ws_shape(H, ARGV[a + 1]), KEYS[k + j], Cs[j + 1]
+    local L, C, nt, key = W[5 * j + 1], W[5 * j + 2], W[5 * j + 3], KEYS[k + j]
     local B = L.target
-    local sum, reset = C.sum, nil
-    if tonumber(ARGV[a + 3]) > 0 then
-      local _, v = ws_commit(L, key, C, B)
-      sum = C.nsum
-      if v ~= 0 then
-        reset = B.start + L.w - L.now
-      else
-        reset = ws_reset(L, ws_detail(L, key, nil))
-      end
+    if nt ~= nil then
+      ws_fastcommit(L, key, nt, W[5 * j + 4], W[5 * j + 5])
+      out[j + 3] = {nt, 0, B.start + L.w - L.now, 0}
     else
-      reset = ws_reset(L, ws_detail(L, key, C))
+      local sum, reset = C.sum, nil
+      if tonumber(ARGV[i + 4 * j + 3]) > 0 then
+        local _, v = ws_commit(L, key, C, B)
+        sum = C.nsum
+        if v ~= 0 then
+          reset = B.start + L.w - L.now
+        else
+          reset = ws_reset(L, ws_detail(L, key, nil))
+        end
+      else
+        reset = ws_reset(L, ws_detail(L, key, C))
+      end
+      out[j + 3] = {sum, 0, reset, 0}
     end
-    out[j + 3] = {sum, 0, reset, 0}
   end
   return out
 end

@@ -21,6 +21,17 @@
 --                                    C's read if it has one, else a new read
 --   ws_addnosum(L, key, delta, B)    a write that need not return the sum
 --   ws_sumover(L, key, lb)           the read-only sum over a lookback
+--   ws_fastopen(L, key, limit, cost) -> nt, nv, R | nil, nil, nil, C
+--                                    a limit's open in a group of limits
+--                                    (ws_limits): a backend with a fast path
+--                                    answers, when the limit admits cost,
+--                                    the new window sum and bucket value and
+--                                    its read R, which
+--                                    ws_fastcommit(L, key, nt, nv, R) writes
+--                                    and ws_open(L, key, B, R) turns into a
+--                                    state without reading again; otherwise
+--                                    (or without a fast path) nil and
+--                                    ws_open's state
 --
 -- An operation either fails before it writes, or leaves every counter
 -- consistent: so a failed operation changes no count.
@@ -77,19 +88,35 @@ local function ws_retry(L, S, cost, limit)
   return -1
 end
 
+-- ws_add adds delta to bucket B and answers the new window sum. An add to the
+-- current bucket is a limit that always admits: the backend's fast path
+-- (ws_fastopen) takes a positive delta on a synced counter whose numbers stay
+-- below 2^53.
 local function ws_add(L, key, delta, B)
-  local C = ws_open(L, key, B)
-  return (ws_put(L, key, C, delta, B))
+  if B == L.target then
+    local nt, nv, R, C = ws_fastopen(L, key, WS_BIG - 1, tonumber(delta))
+    if nt ~= nil then
+      ws_fastcommit(L, key, nt, nv, R)
+      return nt
+    end
+    return (ws_put(L, key, C, delta, B))
+  end
+  return (ws_put(L, key, ws_open(L, key, B), delta, B))
 end
 
 -- ws_allow counts cost (a canonical decimal string, as the client sends it; at
 -- most 2^53, as is limit, a number) in the current bucket only if the window
 -- sum stays within limit. It answers {allowed, sum, retry ms, reset ms}. A
--- refusal writes nothing. (The cost goes on to ws_put as the client's
--- string: no string.format of it on the hot path.)
+-- refusal writes nothing. The backend's fast path (ws_fastopen) takes the
+-- common case, an admitted cost on a counter already synced. (Otherwise the
+-- cost goes on to ws_put as the client's string: no string.format of it.)
 local function ws_allow(L, key, limit, costs)
   local B, cost = L.target, tonumber(costs)
-  local C = ws_open(L, key, B)
+  local nt, nv, R, C = ws_fastopen(L, key, limit, cost)
+  if nt ~= nil then
+    ws_fastcommit(L, key, nt, nv, R)
+    return {1, nt, 0, B.start + L.w - L.now}
+  end
   ws_checked(C.sum, C.fits)
   if cost <= limit and ws_le(C.sum, limit - cost) then
     if cost == 0 then

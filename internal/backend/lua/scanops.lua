@@ -76,7 +76,13 @@ local function ws_scanaddnosum(L, key, delta, B)
   return 1
 end
 
+-- ws_limits' open of a limit (see ops.lua): no fast path here, the state.
+local function ws_scanfastopen(L, key)
+  return nil, nil, nil, ws_scanopen(L, key, L.target)
+end
+
 -- The names ops.lua and group.lua call, bound to these.
 local ws_open, ws_put, ws_prepare, ws_commit, ws_detail, ws_addnosum, ws_sumover =
   ws_scanopen, ws_scanput, ws_scanprepare, ws_scancommit, ws_scandetail, ws_scanaddnosum, ws_scanread
 local ws_quiet, ws_quietcommit = ws_scanquiet, ws_scanquietcommit
+local ws_fastopen, ws_fastcommit = ws_scanfastopen, nil
