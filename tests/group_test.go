@@ -558,6 +558,8 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 //   - A cost that brings a negative bucket back to 0 answers the reset of
 //     the buckets that are still not 0 (here an older one).
 //   - A sum at exactly limit - cost is admitted, one above is refused.
+//   - A group's retry where a credit (a negative bucket) leaving makes an
+//     admitting policy refuse again.
 func TestAllowAllEdges(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		ws := []store.Window{{Length: 10 * time.Second, Bucket: time.Second}, {Length: time.Minute, Bucket: 10 * time.Second}}
@@ -634,6 +636,28 @@ func TestAllowAllEdges(t *testing.T) {
 		require.Equal(t, t0.Add(ws[0].Length).Sub(now), d.Policies[0].ResetAfter)
 		require.EqualValues(t, 2, d.Policies[1].Sum)
 		require.Equal(t, t0.Add(ws[1].Length).Sub(now), d.Policies[1].ResetAfter)
+
+		// A credit leaving makes an admitting policy refuse again: the
+		// group's retry is when both admit at once (t0+23s), not when the
+		// refusing one first would (t0+22s, when the other's -1 leaves).
+		gs := policyStores(t, tg, store.Window{Length: 20 * time.Second, Bucket: time.Second}, ws[0])
+		_, err = gs[0].At(t0.Add(2*time.Second)).Add(ctx, "gr", 6)
+		require.NoError(t, err)
+		_, err = gs[1].At(t0.Add(12*time.Second)).Add(ctx, "gr", -1)
+		require.NoError(t, err)
+		_, err = gs[1].At(t0.Add(13*time.Second)).Add(ctx, "gr", 5)
+		require.NoError(t, err)
+		gp := []store.Policy{{Store: gs[0], Key: "gr", Limit: 5}, {Store: gs[1], Key: "gr", Limit: 5}}
+		d, err = allowAllAt(ctx, t0.Add(14*time.Second), 1, gp...)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, 9*time.Second, d.RetryAfter)
+		d, err = allowAllAt(ctx, t0.Add(23*time.Second-time.Millisecond), 1, gp...)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		d, err = allowAllAt(ctx, t0.Add(23*time.Second), 1, gp...)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
 
 		// The edge: a sum of limit - cost is admitted, one more is refused.
 		for i := 0; i < 3; i++ {

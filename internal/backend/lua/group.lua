@@ -49,48 +49,88 @@
 -- decided anew; otherwise the id is kept for its time to live, with the
 -- decision.
 
--- ws_fitsat reports whether a limit item would admit its cost after waiting
--- tau ms, if nothing else were counted: the buckets that leave by then are
--- gone. It.S is the item's live buckets (ws_detail).
-local function ws_fitsat(it, tau)
-  local L, S = it.L, it.S
-  if S.kmag < WS_BIG then
-    local rem = 0
-    for j = 1, S.live do
-      if S.starts[j] + L.w - L.now > tau then rem = rem + S.vals[j] end
-    end
-    return rem + it.cost <= it.limit
-  end
-  local hi, lo = 0, 0
-  for j = 1, S.live do
-    if S.starts[j] + L.w - L.now > tau then
-      local h, l = ws_split(S.raw[j])
-      hi, lo = hi + h, lo + l
-    end
-  end
-  local xh, xl = ws_splitnum(it.limit - it.cost)
-  return ws_sign(hi - xh, lo - xl) <= 0
-end
-
 -- ws_groupretry is the earliest wait after which every limit admits its cost,
 -- if nothing else is counted; -1 when one never will. The sums change only
--- when a bucket leaves, so the moments worth trying are now and those.
+-- when a bucket leaves, so the moments worth trying are now and those. They
+-- are walked once, in time order: each limit keeps its remaining sum as its
+-- buckets leave (oldest first, ws_leaving), and the group counts how many
+-- limits admit, since a sum may rise as well as fall (a negative bucket
+-- leaving). That is O(T log T) for T live buckets in all, where trying every
+-- moment on every limit from scratch was O(T^2). A sum is exact on doubles
+-- when its limit's live values' magnitudes add up to less than 2^53, else on
+-- pairs (see exact.lua). it.S is each limit's live buckets (ws_detail).
 local function ws_groupretry(limits)
-  local taus = {0}
+  -- When no live bucket is negative, a limit that admits keeps admitting as
+  -- buckets leave: the group's retry is the latest of the limits' own
+  -- (ws_retry, kept in it.own for the limit's answer).
+  local mono, latest = true, 0
   for _, it in ipairs(limits) do
     if it.cost > it.limit then return -1 end
-    for j = 1, it.S.live do taus[#taus + 1] = it.S.starts[j] + it.L.w - it.L.now end
+    local S = it.S
+    for j = 1, S.live do
+      if S.vals[j] < 0 then mono = false end
+    end
   end
-  table.sort(taus)
-  for _, tau in ipairs(taus) do
-    local all = true
+  if mono then
     for _, it in ipairs(limits) do
-      if not ws_fitsat(it, tau) then
-        all = false
-        break
+      if not it.fits then
+        it.own = ws_retry(it.L, it.S, it.cost, it.limit)
+        if it.own > latest then latest = it.own end
       end
     end
-    if all then return tau end
+    return latest
+  end
+  local n, fit, taus, R = #limits, 0, {}, {}
+  for q, it in ipairs(limits) do
+    local L, S = it.L, it.S
+    local r = {it = it, order = ws_leaving(S), next = 1, big = S.kmag >= WS_BIG, rem = 0, hi = 0, lo = 0,
+      xh = 0, xl = 0, fits = false}
+    for j = 1, S.live do
+      taus[#taus + 1] = S.starts[j] + L.w - L.now
+      if r.big then
+        local h, l = ws_split(S.raw[j])
+        r.hi, r.lo = r.hi + h, r.lo + l
+      else
+        r.rem = r.rem + S.vals[j]
+      end
+    end
+    if r.big then
+      r.xh, r.xl = ws_splitnum(it.limit - it.cost)
+      r.fits = ws_sign(r.hi - r.xh, r.lo - r.xl) <= 0
+    else
+      r.fits = r.rem + it.cost <= it.limit
+    end
+    if r.fits then fit = fit + 1 end
+    R[q] = r
+  end
+  if fit == n then return 0 end
+  table.sort(taus)
+  for _, tau in ipairs(taus) do
+    for q = 1, n do
+      local r = R[q]
+      local it, order = r.it, r.order
+      local L, S = it.L, it.S
+      local moved = false
+      while r.next <= #order and S.starts[order[r.next]] + L.w - L.now <= tau do
+        local j = order[r.next]
+        if r.big then
+          local h, l = ws_split(S.raw[j])
+          r.hi, r.lo = r.hi - h, r.lo - l
+        else
+          r.rem = r.rem - S.vals[j]
+        end
+        r.next, moved = r.next + 1, true
+      end
+      if moved then
+        local f
+        if r.big then f = ws_sign(r.hi - r.xh, r.lo - r.xl) <= 0 else f = r.rem + it.cost <= it.limit end
+        if f ~= r.fits then
+          r.fits = f
+          if f then fit = fit + 1 else fit = fit - 1 end
+        end
+      end
+    end
+    if fit == n then return tau end
   end
   return -1
 end
@@ -258,7 +298,7 @@ local function ws_group(G)
         if v ~= 0 then reset = it.B.start + it.L.w - it.L.now end
       end
       local r = 0
-      if it.refused then r = ws_retry(it.L, it.S, it.cost, it.limit) end
+      if it.refused then r = it.own or ws_retry(it.L, it.S, it.cost, it.limit) end
       if reset == nil then
         if it.d ~= nil then reset = ws_reset(it.L, ws_detail(it.L, it.key, nil))
         else reset = ws_reset(it.L, it.S or ws_detail(it.L, it.key, it.C)) end
@@ -322,7 +362,7 @@ local function ws_limits(H, i, k, n)
       G.items[j + 1] = {kind = WS_IT_LIMIT, L = L, key = key,
         limit = tonumber(ARGV[a + 2]), cost = tonumber(ARGV[a + 3]), delta = ARGV[a + 3], members = nil, K = nil,
         B = nil, C = W[5 * j + 2] or ws_open(L, key, L.target, W[5 * j + 5]), S = nil, Q = nil, d = nil, read = nil, fits = nil,
-        refused = nil}
+        refused = nil, own = nil}
     end
     return ws_group(G)
   end
@@ -497,7 +537,7 @@ local function ws_readgroup(H, i, k)
       -- by field.
       it = {kind = kind, L = ws_shape(H, ARGV[i + 1]), key = KEYS[k], limit = nil, cost = nil, delta = nil,
         members = nil, K = nil, B = nil, C = nil, S = nil, Q = nil, d = nil, read = nil, fits = nil, refused = nil,
-        dir = nil, X = nil}
+        dir = nil, X = nil, own = nil}
     end
     k = k + 1
     if it.lease then

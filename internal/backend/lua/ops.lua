@@ -55,6 +55,21 @@ local function ws_reset(L, S)
   return last + L.w - L.now
 end
 
+-- ws_leaving lists the indices of S's live buckets (see ws_scan, keep)
+-- oldest first: the order in which they leave the window. The starts are
+-- distinct, so they sort as numbers: table.sort with a comparator of its own
+-- calls it per comparison, which costs more than the rest of a refusal.
+local function ws_leaving(S)
+  local order, at = {}, {}
+  for i = 1, S.live do
+    local s = S.starts[i]
+    order[i], at[s] = s, i
+  end
+  table.sort(order)
+  for i = 1, S.live do order[i] = at[order[i]] end
+  return order
+end
+
 -- ws_retry is the time until enough buckets have left the window for cost to
 -- fit under limit, if nothing else is counted; -1 when it never will. The
 -- buckets leave oldest first; the first moment the rest of the sum plus cost
@@ -62,9 +77,7 @@ end
 -- magnitudes of the live values add up to less than 2^53, else on pairs.
 local function ws_retry(L, S, cost, limit)
   if cost > limit then return -1 end
-  local order = {}
-  for i = 1, S.live do order[i] = i end
-  table.sort(order, function(x, y) return S.starts[x] < S.starts[y] end)
+  local order = ws_leaving(S)
   if S.kmag < WS_BIG then
     local rem = 0
     for i = 1, S.live do rem = rem + S.vals[i] end

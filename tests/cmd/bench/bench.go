@@ -60,7 +60,9 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
   addid       Store.Record with an id    sum       Store.Sum
   sum100      Store.SumMany of 100 keys (per key: server µs/op is per call)
   allow       Store.Allow                allow3    store.AllowAll, 3 policies
-  refuse3     allow3 refused by its third policy (limit 0): nothing is written
+  refuse      Store.Allow refused (a limit of 1 on a full window): nothing is
+              written; the retry and reset read the counter whole
+  refuse3     allow3 refused by its third policy (a limit of 1 on a full window)
   allow3x     store.AllowAll, 3 policies on 3 keys of 3 slots (linked), admitted
   refuse3x    the same, refused by the third key: the first two are counted, then
               taken back, in the same script call (the limit 0 is the exception)
@@ -374,9 +376,16 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: policies[2], Key: k, Limit: 1 << 40})
 			return err
 		},
+		"refuse": func(ctx context.Context, k string) error {
+			d, err := st.Allow(ctx, k, 1, 1)
+			if err == nil && d.Allowed {
+				err = errors.New("refuse: admitted")
+			}
+			return err
+		},
 		"refuse3": func(ctx context.Context, k string) error {
 			d, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: 1 << 40},
-				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: policies[2], Key: k, Limit: 0})
+				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: policies[2], Key: k, Limit: 1})
 			if err == nil && d.Allowed {
 				err = errors.New("refuse3: admitted")
 			}
