@@ -343,7 +343,10 @@ end
 -- the counters opened here are handed over (those on the fast path as
 -- ws_open's state from their read).
 local function ws_limits(H, i, k, n)
-  local W, allowed = {}, true
+  -- (W is made at the size of four limits' slots, so that it is not rehashed
+  -- as it fills.)
+  local W, allowed = {false, false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false}, true
   for j = 0, n - 1 do
     local a = i + 4 * j
     local L = ws_shape(H, ARGV[a + 1])
