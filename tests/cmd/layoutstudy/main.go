@@ -7,10 +7,10 @@
 // layout: a hash per window), and a prototype script of the one-hash layout
 // for 1 and for 3 windows; and the floors of both layouts (floorOne,
 // floorSep: no Lua beyond one read and one write of each window's running
-// total and bucket) beside a script that only answers. It prints server CPU
-// per operation (INFO cpu),
-// medians of --runs runs with their range, and the ratios that issue 23's
-// first target is stated in.
+// total and bucket) and of a prefix-sum layout (floorCum: one field written
+// whatever the number of windows), beside a script that only answers. It
+// prints server CPU per operation (INFO cpu), medians of --runs runs with
+// their range, and the ratios that issue 23's first target is stated in.
 //
 // The prototype is a lower bound, not the design: its bucket codes are
 // absolute bucket indices (no year-stripping), its sums are doubles (no
@@ -141,6 +141,28 @@ end
 return 1
 `)
 
+// floorCum is the floor of a prefix-sum layout, where an event writes one
+// field whatever the number of windows: the key's hash keeps g, the total of
+// every event ever counted, and per window a mark (its prefix and "b"): g
+// as it was when the window's oldest live bucket started, so that the
+// window's sum is g minus its mark. (Each bucket keeps g at its start, and a
+// mark moves to the next bucket's when a bucket leaves: once per bucket, left
+// out here, as the floors leave out sweeps.) KEYS[1]; ARGV: n, then per
+// window its prefix. One HMGET of n + 1 fields, one HSET of one.
+var floorCum = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local n = tonumber(ARGV[1])
+local get = {'g'}
+for j = 1, n do get[j + 1] = ARGV[j + 1] .. 'b' end
+local v = redis.call('HMGET', KEYS[1], unpack(get))
+local g, ok = tonumber(v[1]) or 0, true
+for j = 1, n do
+  if g - (tonumber(v[j + 1]) or 0) + 1 > 1099511627776 then ok = false end
+end
+if ok then redis.call('HSET', KEYS[1], 'g', g + 1) end
+return 1
+`)
+
 // noop is a script that only answers: the part of a call's cost that no
 // layout changes.
 var noop = rueidis.NewLuaScript(`return 1`)
@@ -219,6 +241,16 @@ func main() {
 					log.Fatal(err)
 				}
 			}
+			cum := c.B().Hset().Key("study:cum:"+k).FieldValue().FieldValue("g", strconv.Itoa(3**nb))
+			for i, w := range wins {
+				cum = cum.FieldValue(w.prefix+"b", strconv.Itoa(i**nb))
+				for j := 0; j < *nb; j++ {
+					cum = cum.FieldValue(w.prefix+strconv.Itoa(j), strconv.Itoa(i**nb+j))
+				}
+			}
+			if err := c.Do(ctx, cum.Build()).Error(); err != nil {
+				log.Fatal(err)
+			}
 			if err := c.Do(ctx, c.B().Pexpire().Key("study:one:"+k).Milliseconds(wins[2].length.Milliseconds()+wins[2].bucket.Milliseconds()).Build()).Error(); err != nil {
 				log.Fatal(err)
 			}
@@ -255,6 +287,15 @@ func main() {
 			return floorSep.Exec(ctx, c, keys, args).Error()
 		}
 	}
+	cum := func(n int) func(context.Context, string) error {
+		return func(ctx context.Context, k string) error {
+			args := []string{strconv.Itoa(n)}
+			for _, w := range wins[:n] {
+				args = append(args, w.prefix)
+			}
+			return floorCum.Exec(ctx, c, []string{"study:cum:" + k}, args).Error()
+		}
+	}
 	ops := []struct {
 		name string
 		op   func(context.Context, string) error
@@ -273,6 +314,8 @@ func main() {
 		{"floor1", floor(1, false)},
 		{"floor3one", floor(3, true)},
 		{"floor3sep", floor(3, false)},
+		{"floorcum1", cum(1)},
+		{"floorcum3", cum(3)},
 	}
 	us := map[string][]float64{}
 	for r := 0; r < *runs; r++ {
@@ -288,8 +331,9 @@ func main() {
 	}
 	fmt.Printf("allow3/allow %.2fx   onehash3/allow %.2fx   onehash3/onehash1 %.2fx   onehash1/allow %.2fx\n",
 		med["allow3"]/med["allow"], med["onehash3"]/med["allow"], med["onehash3"]/med["onehash1"], med["onehash1"]/med["allow"])
-	fmt.Printf("floors: floor3one/floor1 %.2fx   floor3sep/floor1 %.2fx   noop/floor1 %.2fx\n",
-		med["floor3one"]/med["floor1"], med["floor3sep"]/med["floor1"], med["noop"]/med["floor1"])
+	fmt.Printf("floors: floor3one/floor1 %.2fx   floor3sep/floor1 %.2fx   noop/floor1 %.2fx   floorcum3/floorcum1 %.2fx   floorcum3/floor1 %.2fx\n",
+		med["floor3one"]/med["floor1"], med["floor3sep"]/med["floor1"], med["noop"]/med["floor1"],
+		med["floorcum3"]/med["floorcum1"], med["floorcum3"]/med["floor1"])
 }
 
 // run calls op from conc goroutines for d and answers the server's CPU µs
