@@ -152,8 +152,9 @@ end
 
 local ws_quietcommit = ws_commit
 
--- ws_fastopen is ws_limits' open of a limit (see ops.lua): when the counter
--- is synced, the limit admits cost (> 0) and every number stays below 2^53,
+-- ws_fastopen is the open of a write to the current bucket under a limit
+-- (Add, Allow, a group of limits; see ops.lua): when the counter is synced,
+-- the limit admits cost (> 0) and every number stays below 2^53,
 -- it answers the new total and bucket (doubles, exact) and its read (mt),
 -- and ws_fastcommit writes them as ws_commit would, without a table per
 -- counter; otherwise it answers nil, nil, nil and ws_open's state, from the

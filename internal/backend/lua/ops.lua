@@ -22,16 +22,17 @@
 --   ws_addnosum(L, key, delta, B)    a write that need not return the sum
 --   ws_sumover(L, key, lb)           the read-only sum over a lookback
 --   ws_fastopen(L, key, limit, cost) -> nt, nv, R | nil, nil, nil, C
---                                    a limit's open in a group of limits
---                                    (ws_limits): a backend with a fast path
---                                    answers, when the limit admits cost,
---                                    the new window sum and bucket value and
---                                    its read R, which
+--                                    the open of a write of cost (a number)
+--                                    to the current bucket under limit (Add,
+--                                    Allow, a group of limits): a backend
+--                                    with a fast path answers, when limit
+--                                    admits cost, the new window sum and
+--                                    bucket value and its read R, which
 --                                    ws_fastcommit(L, key, nt, nv, R) writes
 --                                    and ws_open(L, key, B, R) turns into a
 --                                    state without reading again; otherwise
 --                                    (or without a fast path) nil and
---                                    ws_open's state
+--                                    ws_open's state for the current bucket
 --
 -- An operation either fails before it writes, or leaves every counter
 -- consistent: so a failed operation changes no count.

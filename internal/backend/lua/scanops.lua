@@ -76,7 +76,7 @@ local function ws_scanaddnosum(L, key, delta, B)
   return 1
 end
 
--- ws_limits' open of a limit (see ops.lua): no fast path here, the state.
+-- ws_fastopen (see ops.lua): no fast path here, the current bucket's state.
 local function ws_scanfastopen(L, key)
   return nil, nil, nil, ws_scanopen(L, key, L.target)
 end
