@@ -600,7 +600,9 @@ func TestAllowAllEdges(t *testing.T) {
 			rk, _ := hook.RedisKey(ss[0], "late")
 			pttl, err := c.Do(ctx, c.B().Pttl().Key(rk).Build()).AsInt64()
 			require.NoError(t, err)
-			require.Greater(t, pttl, (ws[0].Length - time.Second).Milliseconds(), "the key expires before its newest bucket leaves")
+			// About 9.7s when the new bucket sets it; the late bucket's
+			// expiry alone would leave about 4.7s.
+			require.Greater(t, pttl, (ws[0].Length - 3*time.Second).Milliseconds(), "the key expires before its newest bucket leaves")
 		}
 
 		t0 := time.Now().Truncate(time.Minute).Add(-3 * time.Minute)
@@ -663,7 +665,7 @@ func TestAllowAllEdges(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			d, err = allowAllAt(ctx, t0.Add(20*time.Second), 2, ps("edge", 6, 100)...)
 			require.NoError(t, err)
-			require.Equal(t, i < 3, d.Allowed, "call %d", i)
+			require.True(t, d.Allowed, "call %d: a sum of %d, limit 6, cost 2", i, 2*i)
 		}
 		d, err = allowAllAt(ctx, t0.Add(20*time.Second), 1, ps("edge", 6, 100)...)
 		require.NoError(t, err)
