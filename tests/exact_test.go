@@ -165,7 +165,9 @@ func hugeValue(rng *rand.Rand) int64 {
 func TestExactReproduction(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
-		s, _ := newStore(t, tg, w)
+		// Two policies on one key (one slot): a group of limits, ws_limits.
+		ss := policyStores(t, tg, w, store.Window{Length: time.Minute, Bucket: 10 * time.Second})
+		s := ss[0]
 		ctx := ctxT(t)
 		t0 := utc("2026-06-01T12:00:00Z")
 		for i := 0; i < 3; i++ {
@@ -323,11 +325,14 @@ func exactWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint6
 // (the other bucket holds credits) is exact on the hot paths of Add, Allow
 // and AllowAll, which count on doubles only while every number stays below
 // 2^53 (the plain hash's ws_fastopen): the bucket ends at 2^53 + 1, a value
-// a double cannot hold, and the sum is 11.
+// a double cannot hold, and the sum is 11. (AllowAll takes two policies on
+// one key, so that they are a group of limits: ws_limits.)
 func TestHotPathBigBuckets(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
-		s, _ := newStore(t, tg, w)
+		// Two policies on one key (one slot): a group of limits, ws_limits.
+		ss := policyStores(t, tg, w, store.Window{Length: time.Minute, Bucket: 10 * time.Second})
+		s := ss[0]
 		ctx := ctxT(t)
 		t0 := time.Now().Truncate(time.Minute).Add(-2 * time.Minute)
 		count := map[string]func(at time.Time, key string) int64{
@@ -343,7 +348,7 @@ func TestHotPathBigBuckets(t *testing.T) {
 				return d.Sum
 			},
 			"allowall": func(at time.Time, key string) int64 {
-				d, err := allowAllAt(ctx, at, 3, store.Policy{Store: s, Key: key, Limit: 100}, store.Policy{Store: s, Key: key + ":b", Limit: 100})
+				d, err := allowAllAt(ctx, at, 3, store.Policy{Store: s, Key: key, Limit: 100}, store.Policy{Store: ss[1], Key: key, Limit: 100})
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 				return d.Policies[0].Sum
