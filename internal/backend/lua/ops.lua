@@ -102,20 +102,16 @@ local function ws_retry(L, S, cost, limit)
   return -1
 end
 
--- ws_add adds delta to bucket B and answers the new window sum. An add to the
--- current bucket is a limit that always admits: the backend's fast path
--- (ws_fastopen) takes a positive delta on a synced counter whose numbers stay
--- below 2^53.
-local function ws_add(L, key, delta, B)
-  if B == L.target then
-    local nt, nv, R, C = ws_fastopen(L, key, WS_BIG - 1, tonumber(delta))
-    if nt ~= nil then
-      ws_fastcommit(L, key, nt, nv, R)
-      return nt
-    end
-    return (ws_put(L, key, C, delta, B))
+-- ws_add adds delta to the current bucket and answers the new window sum.
+-- It is a limit that always admits: the backend's fast path (ws_fastopen)
+-- takes a positive delta on a synced counter whose numbers stay below 2^53.
+local function ws_add(L, key, delta)
+  local nt, nv, R, C = ws_fastopen(L, key, WS_BIG - 1, tonumber(delta))
+  if nt ~= nil then
+    ws_fastcommit(L, key, nt, nv, R)
+    return nt
   end
-  return (ws_put(L, key, ws_open(L, key, B), delta, B))
+  return (ws_put(L, key, C, delta, L.target))
 end
 
 -- ws_allow counts cost (a canonical decimal string, as the client sends it; at

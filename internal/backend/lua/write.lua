@@ -38,7 +38,7 @@ local function ws_op(i, k)
   local op, key = ARGV[i], KEYS[k]
   if op == WS_OP_ADD then
     local L = ws_shape(H, ARGV[i + 1])
-    return i + 3, k + 1, ws_add, L, key, ARGV[i + 2], L.target
+    return i + 3, k + 1, ws_add, L, key, ARGV[i + 2]
   elseif op == WS_OP_ADDNOSUM then
     local L = ws_shape(H, ARGV[i + 1])
     return i + 3, k + 1, ws_addnosum, L, key, ARGV[i + 2], L.target
