@@ -201,13 +201,13 @@ func TestShadow(t *testing.T) {
 		t.Fatal("Shadow of a shadow, of nil, or its policy")
 	}
 	d, err := s.Allow(context.Background(), "k", 1)
-	want := store.Decision{Allowed: true, WouldRefuse: true, Limit: 5, RetryAfter: 1500 * time.Millisecond, ResetAfter: 4 * time.Second, Policy: "p"}
+	want := store.Decision{Allowed: true, WouldRefuse: true, Limit: 5, Sum: 5, RetryAfter: 1500 * time.Millisecond, ResetAfter: 4 * time.Second, Policy: "p"}
 	if err != nil || !reflect.DeepEqual(d, want) {
 		t.Fatalf("got %+v %v, want %+v", d, err, want)
 	}
 	refuse = false
 	d, err = s.AllowAt(context.Background(), time.Now(), "k", 1)
-	want = store.Decision{Allowed: true, Limit: 5, Remaining: 2, ResetAfter: 4 * time.Second, Policy: "p"}
+	want = store.Decision{Allowed: true, Limit: 5, Sum: 3, Remaining: 2, ResetAfter: 4 * time.Second, Policy: "p"}
 	if err != nil || !reflect.DeepEqual(d, want) {
 		t.Fatalf("got %+v %v, want %+v", d, err, want)
 	}

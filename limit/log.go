@@ -154,7 +154,7 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 // decision is the script's reply {allowed, used, retry ms, reset ms} as a
 // Decision.
 func (l *redisLimiter) decision(v []int64) store.Decision {
-	return store.Decision{
+	d := store.Decision{
 		Policy:     l.policy.Name,
 		Allowed:    v[0] == 1,
 		Limit:      l.limit,
@@ -162,6 +162,10 @@ func (l *redisLimiter) decision(v []int64) store.Decision {
 		RetryAfter: ms(v[2]),
 		ResetAfter: ms(v[3]),
 	}
+	if l.script != gcraScript {
+		d.Sum = v[1] // the log's live events, the fixed window's count (a GCRA's state is not a sum)
+	}
+	return d
 }
 
 // exec runs the script for a cost of n on key: its reply.

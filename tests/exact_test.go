@@ -373,3 +373,51 @@ func TestHotPathBigBuckets(t *testing.T) {
 		}
 	})
 }
+
+// TestRetryAtTwoToThe53 checks the retry of a refusal whose limit is 2^53,
+// the largest Allow takes: "the rest of the sum plus the cost fits" must be
+// decided exactly where the rest plus the cost is 2^53 + 1, a sum that
+// doubles round to 2^53. Each counter holds a negative bucket, so that a
+// group walks its limits' sums (the single limit's walk is the same either
+// way), and the cost is 2^53: it fits only once the sum is 0 or less.
+func TestRetryAtTwoToThe53(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		ws := []store.Window{{Length: 10 * time.Second, Bucket: time.Second}, {Length: time.Minute, Bucket: 10 * time.Second}}
+		ss := policyStores(t, tg, ws...)
+		s := ss[0]
+		ctx := ctxT(t)
+		t0 := time.Now().Truncate(time.Minute).Add(-2 * time.Minute)
+		at := t0.Add(4100 * time.Millisecond)
+		const max = int64(1) << 53
+		calls := map[string]func(key string) (store.Decision, error){
+			"Allow": func(key string) (store.Decision, error) { return s.At(at).Allow(ctx, key, max, max) },
+			"AllowAll of two limits": func(key string) (store.Decision, error) {
+				return allowAllAt(ctx, at, max, store.Policy{Store: s, Key: key, Limit: max}, store.Policy{Store: ss[1], Key: key, Limit: max})
+			},
+			"AllowAll of one limit": func(key string) (store.Decision, error) {
+				return allowAllAt(ctx, at, max, store.Policy{Store: s, Key: key, Limit: max})
+			},
+		}
+		for _, c := range []struct {
+			name    string
+			buckets []int64 // one per second from t0
+			leaves  int     // the bucket whose leaving lets the cost in
+		}{
+			{"sum 1 after the first leaves", []int64{1, -1, 1, 1}, 3},
+			{"sum 1 now", []int64{-1, 1, 1}, 2},
+		} {
+			for name, call := range calls {
+				key := c.name + " " + name
+				for i, v := range c.buckets {
+					_, err := s.At(t0.Add(time.Duration(i)*time.Second)).Add(ctx, key, v)
+					require.NoError(t, err)
+				}
+				d, err := call(key)
+				require.NoError(t, err)
+				require.False(t, d.Allowed, key)
+				want := time.Duration(c.leaves)*time.Second + ws[0].Length - 4100*time.Millisecond
+				require.Equal(t, want, d.RetryAfter, key)
+			}
+		}
+	})
+}

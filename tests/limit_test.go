@@ -110,6 +110,34 @@ func TestLimiterExactUnderConcurrency(t *testing.T) {
 	})
 }
 
+// TestLimiterAtTwoToThe53: at the largest limit, 2^53, a cost of 2^53 on a
+// count of 1 is refused. 1 + 2^53 is a sum that doubles round to 2^53, so a
+// script that adds before it compares admits it. (The log takes costs of at
+// most 1,000 and never holds 2^53 members: it is left out.)
+func TestLimiterAtTwoToThe53(t *testing.T) {
+	t.Parallel()
+	forEachLimiter(t, func(t *testing.T, lk limiterKind, srv *harness.Server) {
+		if lk.name == "log" {
+			t.Skip("the log takes costs of at most 1,000")
+		}
+		ctx := ctxT(t)
+		const max = int64(1) << 53
+		l := lk.make(t, srv.Client(t), harness.Prefix(t), max, time.Minute)
+		at := windowStart(time.Minute)
+		d, err := lk.allow(ctx, l, at, "k", 1)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		d, err = lk.allow(ctx, l, at, "k", max)
+		require.NoError(t, err)
+		require.False(t, d.Allowed, "a count of 1 + 2^53 admitted under a limit of 2^53: %+v", d)
+		require.EqualValues(t, 1, d.Sum, "%+v", d)
+		d, err = lk.allow(ctx, l, at, "k", max-1)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+		require.Equal(t, max, d.Sum)
+	})
+}
+
 // TestLimiterRetryAfterHonest: a retry at RetryAfter succeeds, one a
 // millisecond before fails; and a cost over the limit never fits.
 func TestLimiterRetryAfterHonest(t *testing.T) {

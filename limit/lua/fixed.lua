@@ -13,7 +13,7 @@ local left = (idx + 1) * w - now
 local cur = redis.call('HMGET', key, 'w', 'n')
 local count = 0
 if cur[1] and tonumber(cur[1]) == idx then count = tonumber(cur[2]) or 0 end
-if count + n <= limit then
+if count <= limit - n then
   if n > 0 then
     if count == 0 then
       redis.call('HSET', key, 'w', string.format('%d', idx), 'n', n)

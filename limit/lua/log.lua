@@ -20,7 +20,7 @@ local function reset(c)
   return tonumber(last[2]) + w - now
 end
 
-if count + n <= limit then
+if count <= limit - n then
   if n > 0 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
     local add = {}

@@ -98,7 +98,7 @@ local function ws_groupretry(limits)
       r.xh, r.xl = ws_splitnum(it.limit - it.cost)
       r.fits = ws_sign(r.hi - r.xh, r.lo - r.xl) <= 0
     else
-      r.fits = r.rem + it.cost <= it.limit
+      r.fits = r.rem <= it.limit - it.cost
     end
     if r.fits then fit = fit + 1 end
     R[q] = r
@@ -123,7 +123,7 @@ local function ws_groupretry(limits)
       end
       if moved then
         local f
-        if r.big then f = ws_sign(r.hi - r.xh, r.lo - r.xl) <= 0 else f = r.rem + it.cost <= it.limit end
+        if r.big then f = ws_sign(r.hi - r.xh, r.lo - r.xl) <= 0 else f = r.rem <= it.limit - it.cost end
         if f ~= r.fits then
           r.fits = f
           if f then fit = fit + 1 else fit = fit - 1 end

@@ -84,7 +84,7 @@ local function ws_retry(L, S, cost, limit)
     for i = 1, S.live do rem = rem + S.vals[i] end
     for _, i in ipairs(order) do
       rem = rem - S.vals[i]
-      if rem + cost <= limit then return S.starts[i] + L.w - L.now end
+      if rem <= limit - cost then return S.starts[i] + L.w - L.now end
     end
     return -1
   end
