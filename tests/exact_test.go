@@ -421,3 +421,148 @@ func TestRetryAtTwoToThe53(t *testing.T) {
 		}
 	})
 }
+
+// TestRefusalRandomWalk plays refusals on dense windows against the exact
+// model: a key kept near its limit, as a hammered key is, so that most
+// refusals are settled by the counter's oldest and newest buckets (the plain
+// hash answers those from a few fields, ws_peek), and the rest by the whole
+// counter. Every decision (retry, reset, sum) must be the model's. The
+// amounts are small and sometimes negative (credits), or near 2^52, where the
+// magnitudes read add up past 2^53; windows of 60 and of 10 buckets, and
+// one that crosses a year's end (7 s buckets: the year's last bucket is
+// short).
+func TestRefusalRandomWalk(t *testing.T) {
+	shapes := []struct {
+		name string
+		w    store.Window
+		from string
+	}{
+		{"60s of 1s", store.Window{Length: time.Minute, Bucket: time.Second}, "2026-03-01T10:00:00Z"},
+		{"10s of 1s", store.Window{Length: 10 * time.Second, Bucket: time.Second}, "2026-03-01T10:00:00Z"},
+		{"year end, 7s buckets", store.Window{Length: 70 * time.Second, Bucket: 7 * time.Second}, "2025-12-31T23:59:00Z"},
+	}
+	forEach(t, func(t *testing.T, tg target) {
+		for si, sh := range shapes {
+			for seed := uint64(1); seed <= 3; seed++ {
+				t.Run(fmt.Sprintf("%s/seed%d", sh.name, seed), func(t *testing.T) {
+					refusalWalk(t, tg, sh.w, utc(sh.from), seed*10+uint64(si))
+				})
+			}
+		}
+	})
+}
+
+func refusalWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint64) {
+	s, _ := newStore(t, tg, w)
+	ctx := ctxT(t)
+	rng := rand.New(rand.NewPCG(seed, 60))
+	m := newExactModel(hook.Codec(s), w)
+	seen := map[string]int{}
+	defer func() { t.Logf("outcomes: %v", seen) }()
+	for i := 0; i < 400; i++ {
+		if rng.IntN(4) == 0 {
+			at = at.Add(time.Duration(rng.Int64N(int64(2 * w.Bucket))))
+		} else {
+			at = at.Add(time.Duration(rng.Int64N(int64(w.Bucket / 4))))
+		}
+		step := fmt.Sprintf("step %d at %v", i, at.Format(time.RFC3339Nano))
+		if rng.IntN(3) == 0 {
+			delta := rng.Int64N(4)
+			switch rng.IntN(12) {
+			case 0:
+				delta = -rng.Int64N(3) - 1
+			case 1:
+				delta = 1<<52 - rng.Int64N(3)
+			case 2:
+				delta = -(1 << 52) + rng.Int64N(3)
+			}
+			want, ok := m.add(at, delta)
+			got, err := s.At(at).Add(ctx, "x", delta)
+			require.True(t, ok, step)
+			require.NoError(t, err, "%s: Add %d", step, delta)
+			require.Equal(t, want.Int64(), got, "%s: Add %d", step, delta)
+			continue
+		}
+		sum := m.sum(at, w.Length)
+		cost := rng.Int64N(4)
+		limit := max(0, min(1<<53, sum.Int64()-cost+rng.Int64N(7)-4)) // near the edge, mostly refused
+		if rng.IntN(10) == 0 {
+			limit = rng.Int64N(3) // far below the sum
+		}
+		want, ok := m.allow(at, limit, cost)
+		require.True(t, ok, step)
+		got, err := s.At(at).Allow(ctx, "x", limit, cost)
+		require.NoError(t, err, "%s: Allow(%d, %d) on %v", step, limit, cost, sum)
+		seen[fmt.Sprintf("allowed %v", want.Allowed)]++
+		require.Equal(t, want, got, "%s: Allow(%d, %d) on %v", step, limit, cost, sum)
+	}
+}
+
+// TestRefusalBigBuckets: a refusal whose oldest buckets are past 2^53 in
+// magnitude while the window sum is small: -(2^53+1) and 2^53+3, then forty
+// buckets of 1, and 1 in the current bucket (a sum of 43). Doubles round the
+// big buckets to -2^53 and 2^53+4, and would let a cost of 1 under a limit of
+// 41 in when the second bucket leaves (a sum of 40 or less in doubles, 41 in
+// fact), a bucket early; the decision must be the exact model's.
+func TestRefusalBigBuckets(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: time.Minute, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		m := newExactModel(hook.Codec(s), w)
+		t0 := time.Now().Truncate(time.Minute).Add(-3 * time.Minute)
+		deltas := []int64{-(1<<53 + 1), 1<<53 + 3}
+		for range 40 {
+			deltas = append(deltas, 1)
+		}
+		deltas = append(deltas, make([]int64, 17)...) // t0+42s to t0+58s: nothing
+		deltas = append(deltas, 1)                    // the current bucket at t0+59.5s
+		for i, d := range deltas {
+			if d == 0 {
+				continue
+			}
+			at := t0.Add(time.Duration(i) * time.Second)
+			_, ok := m.add(at, d)
+			require.True(t, ok)
+			_, err := s.At(at).Add(ctx, "x", d)
+			require.NoError(t, err)
+		}
+		// At 59.5 s the big buckets are the window's oldest: the plain hash
+		// answers from them and the next two (ws_peek).
+		at := t0.Add(59500 * time.Millisecond)
+		want, ok := m.allow(at, 41, 1)
+		require.True(t, ok)
+		require.False(t, want.Allowed)
+		require.Equal(t, 2500*time.Millisecond, want.RetryAfter) // when the first bucket of 1 leaves
+		got, err := s.At(at).Allow(ctx, "x", 41, 1)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	})
+}
+
+// TestRefusalAheadBucket: a refusal's reset counts a bucket written by a
+// client whose clock is ahead (within the future tolerance): it is the newest
+// bucket, and leaves last. Buckets of 1 from t0+3s to t0+59s (a client 3 s
+// ahead swept t0 to t0+2s), 5 at t0+62s; at t0+59.5s a cost of 1 under a
+// limit of 62 fits once the bucket at t0+3s leaves, and the window is empty
+// once the bucket ahead leaves.
+func TestRefusalAheadBucket(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: time.Minute, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		t0 := time.Now().Truncate(time.Minute).Add(-3 * time.Minute)
+		for i := range 59 {
+			_, err := s.At(t0.Add(time.Duration(i)*time.Second)).Add(ctx, "x", 1)
+			require.NoError(t, err)
+		}
+		_, err := s.At(t0.Add(62200*time.Millisecond)).Add(ctx, "x", 5) // a client 3 s ahead
+		require.NoError(t, err)
+		_, err = s.At(t0.Add(59300*time.Millisecond)).Add(ctx, "x", 1)
+		require.NoError(t, err)
+		d, err := s.At(t0.Add(59500*time.Millisecond)).Allow(ctx, "x", 62, 1)
+		require.NoError(t, err)
+		require.Equal(t, store.Decision{Limit: 62, Sum: 62, RetryAfter: 3500 * time.Millisecond,
+			ResetAfter: 62500 * time.Millisecond}, d)
+	})
+}

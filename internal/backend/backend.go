@@ -30,8 +30,8 @@
 //	ws_ttls(key, fields, pttl)  -> each field's remaining life in ms (-1: none)
 //
 // Ops must define ws_open, ws_put, ws_prepare, ws_commit, ws_quiet,
-// ws_quietcommit, ws_detail, ws_addnosum, ws_sumover, ws_fastopen and
-// ws_fastcommit (see ops.lua); or be
+// ws_quietcommit, ws_detail, ws_addnosum, ws_sumover, ws_fastopen,
+// ws_fastcommit and ws_peek (see ops.lua); or be
 // ScanOps (scanops.lua), which answers every operation from ws_read and needs
 // two more primitives:
 //

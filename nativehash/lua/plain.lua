@@ -179,6 +179,94 @@ local function ws_fastcommit(L, key, nt, nv, mt)
   if not mt[3] then ws_touch(L, key, L.target) end
 end
 
+-- WS_PEEK is how many of a refused counter's oldest live buckets ws_peek
+-- reads for the retry, and WS_PEEKUP how many from the current bucket on
+-- (the current one and those ahead within the future tolerance) it may read
+-- for the reset.
+local WS_PEEK, WS_PEEKUP = 4, 8
+
+-- ws_codes appends to codes and starts the buckets that start in [from, to),
+-- in time order, at most n of them: it answers true when it got to `to`,
+-- false when it stopped at n, nil when from is not a bucket start of the
+-- last, this or the next year.
+local function ws_codes(L, from, to, n, codes, starts)
+  local s, got = from, 0
+  while s < to do
+    if got == n then return false end
+    local y, ny
+    if s >= L.nxt then
+      y, ny = L.nxt, math.huge
+    elseif s >= L.cur then
+      y, ny = L.cur, L.nxt
+    elseif s >= L.prev then
+      y, ny = L.prev, L.cur
+    else
+      return nil
+    end
+    local k = (s - y) / L.b
+    if k % 1 ~= 0 then return nil end
+    codes[#codes + 1], starts[#starts + 1], got = string.format('%d', k), s, got + 1
+    s = math.min(s + L.b, ny)
+  end
+  return true
+end
+
+-- ws_peek answers a refusal's retry and reset (see ws_retry, ws_reset) from
+-- a few buckets rather than the whole counter: the WS_PEEK oldest live ones,
+-- which leave first, and those from the current bucket on, the newest. A key
+-- kept at its limit, as a hammered key is, is let in again when its oldest
+-- buckets leave, and its newest bucket is the current one: one HMGET of a
+-- few fields answers it, where the general path reads every field and sorts
+-- them. It answers nil when these buckets do not settle both (the cost
+-- fits only after a later bucket leaves, the newest buckets are 0, more than
+-- WS_PEEKUP buckets lie ahead), when the sum is not a double (past 2^53) or
+-- the magnitudes read could add up to 2^53, and when C already read the
+-- counter whole: the general path then answers. The walk starts from the
+-- window sum C.sum, the running total the decision used. It is not tried
+-- when what must leave for the cost to fit is more than twice what WS_PEEK
+-- buckets of a window as full as this one on average hold (a limit far below
+-- the sum): the few buckets would not settle it, and the read would be
+-- wasted.
+local function ws_peek(L, key, C, cost, limit)
+  local sum = C.sum
+  if C.all ~= nil or type(sum) ~= 'number' then return nil end
+  if cost <= limit and (sum - (limit - cost)) * L.w > 2 * WS_PEEK * L.b * sum then return nil end
+  local codes, starts = {}, {}
+  local whole = ws_codes(L, L.low, L.cstart, WS_PEEK, codes, starts)
+  local nold = #codes
+  if whole == nil or not ws_codes(L, L.cstart, L.now + L.H.F + 1, WS_PEEKUP, codes, starts) then return nil end
+  local raw = redis.call('HMGET', key, unpack(codes))
+  local vals, mag = {}, sum < 0 and -sum or sum
+  for i = 1, #codes do
+    local v = 0
+    if raw[i] then
+      v = tonumber(raw[i])
+      if v == nil then return nil end
+    end
+    vals[i], mag = v, mag + (v < 0 and -v or v)
+  end
+  if mag >= WS_BIG then return nil end
+  local reset, last = nil, nold
+  if whole then last = #codes end
+  for i = #codes, 1, -1 do
+    if i <= nold and not whole then return nil end -- the newest that is not 0 may lie between
+    if vals[i] ~= 0 then
+      reset = starts[i] + L.w - L.now
+      break
+    end
+  end
+  if reset == nil then reset = 0 end
+  if cost > limit then return -1, reset end
+  local rem = sum
+  for i = 1, last do
+    if raw[i] then
+      rem = rem - vals[i]
+      if rem <= limit - cost then return starts[i] + L.w - L.now, reset end
+    end
+  end
+  return nil
+end
+
 local function ws_detail(L, key, C)
   local all = (C ~= nil and C.all) or ws_read(key)
   return ws_scan(L, all, L.now - L.w, true)

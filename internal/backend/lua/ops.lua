@@ -33,6 +33,12 @@
 --                                    state without reading again; otherwise
 --                                    (or without a fast path) nil and
 --                                    ws_open's state for the current bucket
+--   ws_peek(L, key, C, cost, limit) -> retry, reset | nil
+--                                    a refusal's retry and reset (ws_retry,
+--                                    ws_reset) from a few buckets, when a
+--                                    backend can read them so and they
+--                                    settle both; nil sends the refusal to
+--                                    the general path (ws_detail)
 --
 -- An operation either fails before it writes, or leaves every counter
 -- consistent: so a failed operation changes no count.
@@ -136,6 +142,8 @@ local function ws_allow(L, key, limit, costs)
     if v ~= 0 then return {1, sum, 0, B.start + L.w - L.now} end
     return {1, sum, 0, ws_reset(L, ws_detail(L, key, nil))}
   end
+  local retry, reset = ws_peek(L, key, C, cost, limit)
+  if retry ~= nil then return {0, C.sum, retry, reset} end
   local S = ws_detail(L, key, C)
   return {0, C.sum, ws_retry(L, S, cost, limit), ws_reset(L, S)}
 end

@@ -62,6 +62,10 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
   allow       Store.Allow                allow3    store.AllowAll, 3 policies
   refuse      Store.Allow refused (a limit of 1 on a full window): nothing is
               written; the retry and reset read the counter whole
+  refuseat    Store.Allow refused at its limit: a window of 1-minute buckets,
+              each holding 1 and the newest 2, and a limit of one bucket each:
+              a key kept one over its limit, as a hammered key is; the retry
+              comes when the second-oldest bucket leaves
   refuse3     allow3 refused by its third policy (a limit of 1 on a full window)
   allow3x     store.AllowAll, 3 policies on 3 keys of 3 slots (linked), admitted
   refuse3x    the same, refused by the third key: the first two are counted, then
@@ -350,6 +354,17 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	if err := benchFill(ctx, client, policies, prefix, nb, keys); err != nil {
 		return nil, nil, err
 	}
+	// refuseat: nb buckets of a minute, filled only when asked for.
+	atLimit, err := store.New(ctx, client, store.Window{Length: time.Duration(nb) * time.Minute, Bucket: time.Minute},
+		append(opts, store.WithPrefix(prefix+"ra:"))...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if slices.Contains(cfg.ops, "refuseat") {
+		if err := benchFillAtLimit(ctx, atLimit, nb, keys); err != nil {
+			return nil, nil, err
+		}
+	}
 	sum100 := make([]string, 100)
 	for i := range sum100 {
 		sum100[i] = strconv.Itoa(i * 97 % keys)
@@ -381,6 +396,12 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 			if err == nil && d.Allowed {
 				err = errors.New("refuse: admitted")
 			}
+			return err
+		},
+		"refuseat": func(ctx context.Context, k string) error {
+			// (Once two buckets have left, a call is admitted, and the key is
+			// one over again.)
+			_, err := atLimit.Allow(ctx, k, int64(nb), 1)
 			return err
 		},
 		"refuse3": func(ctx context.Context, k string) error {
@@ -446,32 +467,57 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	}, st, nil
 }
 
-// benchFill gives every key's counters (of each store) and naive counter a
-// full window, oldest bucket first, many writes at a time.
+// benchFill fills the counters of every key: nb buckets of 1 in each store,
+// and the naive script's hash.
 func benchFill(ctx context.Context, c rueidis.Client, stores []*store.Store, prefix string, nb, keys int) error {
 	now := time.Now()
+	return forKeys(keys, func(key string) error {
+		for _, st := range stores {
+			b := st.Window().Bucket
+			for i := nb - 1; i >= 0; i-- {
+				if _, err := st.At(now.Add(-time.Duration(i)*b)).Record(ctx, store.Event{Key: key, Delta: 1, NoSum: true}); err != nil {
+					return err
+				}
+			}
+		}
+		return c.Do(ctx, baseline.NaiveFill(c, prefix+"naive:"+key, nb, now)).Error()
+	})
+}
+
+// benchFillAtLimit gives every key of st (a window of nb buckets) 1 in each
+// bucket and 2 in the newest: one over a limit of nb.
+func benchFillAtLimit(ctx context.Context, st *store.Store, nb, keys int) error {
+	now := time.Now()
+	b := st.Window().Bucket
+	return forKeys(keys, func(key string) error {
+		for i := nb - 1; i >= 0; i-- {
+			delta := int64(1)
+			if i == 0 {
+				delta = 2
+			}
+			if _, err := st.At(now.Add(-time.Duration(i)*b)).Record(ctx, store.Event{Key: key, Delta: delta, NoSum: true}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// forKeys runs fill for the keys "0" to keys-1, 256 at a time, and answers
+// the first error.
+func forKeys(keys int, fill func(key string) error) error {
 	var failed atomic.Value
 	sem := make(chan struct{}, 256)
 	var wg sync.WaitGroup
 	for k := 0; k < keys; k++ {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(k int) {
+		go func(key string) {
 			defer func() { <-sem; wg.Done() }()
-			key := strconv.Itoa(k)
-			for _, st := range stores {
-				b := st.Window().Bucket
-				for i := nb - 1; i >= 0; i-- {
-					if _, err := st.At(now.Add(-time.Duration(i)*b)).Record(ctx, store.Event{Key: key, Delta: 1, NoSum: true}); err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			}
-			if err := c.Do(ctx, baseline.NaiveFill(c, prefix+"naive:"+key, nb, now)).Error(); err != nil {
+			if err := fill(key); err != nil {
 				failed.Store(err)
 			}
-		}(k)
+		}(strconv.Itoa(k))
 	}
 	wg.Wait()
 	if err, ok := failed.Load().(error); ok {
