@@ -23,17 +23,19 @@
 -- WS_SWEEP is how many buckets a write may sweep one by one (see ws_dead).
 local WS_SWEEP = 32
 
--- ws_dead lists the codes of the buckets that start in [from, to): those that
--- left the window between a write whose oldest live bucket started at from,
--- and now (to = L.low). A year's last bucket may be short, so the walk steps
--- to the next year's start when it gets there. It answers nil when there are
--- more than WS_SWEEP, or when from is not a bucket start of this year or the
--- last.
-local function ws_dead(L, from, to)
-  local codes, s = {}, from
+-- ws_codes appends to codes and starts the buckets that start in [from, to),
+-- in time order, at most n of them (a year's last bucket may be short, so
+-- the walk steps to the next year's start when it gets there). It answers
+-- true when it got to `to`, false when it stopped at n, nil when from is not
+-- a bucket start of the last, this or the next year.
+local function ws_codes(L, from, to, n, codes, starts)
+  local s, got = from, 0
   while s < to do
+    if got == n then return false end
     local y, ny
-    if s >= L.cur then
+    if s >= L.nxt then
+      y, ny = L.nxt, math.huge
+    elseif s >= L.cur then
       y, ny = L.cur, L.nxt
     elseif s >= L.prev then
       y, ny = L.prev, L.cur
@@ -41,11 +43,21 @@ local function ws_dead(L, from, to)
       return nil
     end
     local k = (s - y) / L.b
-    if k % 1 ~= 0 or #codes == WS_SWEEP then return nil end
-    codes[#codes + 1] = string.format('%d', k)
+    if k % 1 ~= 0 then return nil end
+    codes[#codes + 1], starts[#starts + 1], got = string.format('%d', k), s, got + 1
     s = math.min(s + L.b, ny)
   end
-  return codes
+  return true
+end
+
+-- ws_dead lists the codes of the buckets that start in [from, to): those that
+-- left the window between a write whose oldest live bucket started at from,
+-- and now (to = L.low). It answers nil when there are more than WS_SWEEP, or
+-- when from is not a bucket start of this year or the last.
+local function ws_dead(L, from, to)
+  local codes = {}
+  if ws_codes(L, from, to, WS_SWEEP, codes, {}) then return codes end
+  return nil
 end
 
 -- ws_rebuild is ws_open's answer from a full read: t and m are to be written
@@ -184,32 +196,6 @@ end
 -- (the current one and those ahead within the future tolerance) it may read
 -- for the reset.
 local WS_PEEK, WS_PEEKUP = 4, 8
-
--- ws_codes appends to codes and starts the buckets that start in [from, to),
--- in time order, at most n of them: it answers true when it got to `to`,
--- false when it stopped at n, nil when from is not a bucket start of the
--- last, this or the next year.
-local function ws_codes(L, from, to, n, codes, starts)
-  local s, got = from, 0
-  while s < to do
-    if got == n then return false end
-    local y, ny
-    if s >= L.nxt then
-      y, ny = L.nxt, math.huge
-    elseif s >= L.cur then
-      y, ny = L.cur, L.nxt
-    elseif s >= L.prev then
-      y, ny = L.prev, L.cur
-    else
-      return nil
-    end
-    local k = (s - y) / L.b
-    if k % 1 ~= 0 then return nil end
-    codes[#codes + 1], starts[#starts + 1], got = string.format('%d', k), s, got + 1
-    s = math.min(s + L.b, ny)
-  end
-  return true
-end
 
 -- ws_peek answers a refusal's retry and reset (see ws_retry, ws_reset) from
 -- a few buckets rather than the whole counter: the WS_PEEK oldest live ones,
