@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -671,5 +672,161 @@ func TestAllowAllEdges(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, d.Allowed)
 		require.EqualValues(t, 6, d.Policies[0].Sum)
+	})
+}
+
+// TestAllowAllRefusalWalk plays refused groups of three limits on one key's
+// dense windows against the exact model: limits near each window's sum, so
+// that most refusals are settled by each counter's oldest and newest buckets
+// (the plain hash answers those from a few fields, ws_limitspeek), with
+// credits (negative buckets) that can make an admitting limit refuse again
+// as they leave. The group's retry must be the model's earliest moment, and
+// every policy's decision (sum, remaining, its own retry, reset) the
+// model's.
+func TestAllowAllRefusalWalk(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		ws := []store.Window{{Length: time.Minute, Bucket: time.Second}, {Length: 10 * time.Minute, Bucket: 10 * time.Second},
+			{Length: time.Hour, Bucket: time.Minute}}
+		ss := policyStores(t, tg, ws...)
+		ctx := ctxT(t)
+		for seed := uint64(1); seed <= 4; seed++ {
+			m := &multiModel{}
+			for i, s := range ss {
+				m.models = append(m.models, newExactModel(hook.Codec(s), ws[i]))
+			}
+			key := fmt.Sprintf("r%d", seed)
+			rng := rand.New(rand.NewPCG(seed, 77))
+			at := utc("2026-04-01T08:00:00Z").Add(time.Duration(seed) * 3 * time.Hour)
+			seen := map[string]int{}
+			for step := 0; step < 300; step++ {
+				at = at.Add(time.Duration(rng.Int64N(int64(700 * time.Millisecond))))
+				where := fmt.Sprintf("seed %d step %d at %v", seed, step, at.Format(time.RFC3339Nano))
+				if rng.IntN(3) == 0 {
+					delta := rng.Int64N(4)
+					if rng.IntN(5) == 0 {
+						delta = -rng.Int64N(4) - 1
+					}
+					for i, s := range ss {
+						if rng.IntN(4) == 0 {
+							continue // this window alone misses the event
+						}
+						want, ok := m.models[i].add(at, delta)
+						require.True(t, ok)
+						got, err := s.At(at).Add(ctx, key, delta)
+						require.NoError(t, err, where)
+						require.Equal(t, want.Int64(), got, where)
+					}
+					continue
+				}
+				cost := rng.Int64N(3)
+				limits := make([]int64, len(ws))
+				var ps []store.Policy
+				for i, mm := range m.models {
+					limits[i] = max(0, min(1<<53, mm.sum(at, ws[i].Length).Int64()-cost+rng.Int64N(5)-2))
+					if rng.IntN(3) == 0 {
+						limits[i] = 1 << 40 // a policy far from its limit
+					}
+					ps = append(ps, store.Policy{Store: ss[i], Key: key, Limit: limits[i]})
+				}
+				r, err := allowAllAt(ctx, at, cost, ps...)
+				require.NoError(t, err, where)
+				want := m.fits(at, cost, limits)
+				require.Equal(t, want, r.Allowed, "%s: cost %d limits %v", where, cost, limits)
+				if want {
+					for _, mm := range m.models {
+						_, ok := mm.add(at, cost)
+						require.True(t, ok)
+					}
+					seen["admitted"]++
+					continue
+				}
+				seen["refused"]++
+				require.Equal(t, groupRetry(m.models, at, cost, limits), r.RetryAfter, "%s: the group's retry, cost %d limits %v", where, cost, limits)
+				for i, mm := range m.models {
+					c := cost
+					if mm.sum(at, ws[i].Length).Cmp(big.NewInt(limits[i]-cost)) <= 0 && cost <= limits[i] {
+						c = 0 // an admitting policy: its state, nothing counted
+					}
+					pw, ok := mm.clone().allow(at, limits[i], c)
+					require.True(t, ok)
+					got := r.Policies[i]
+					require.Equal(t, []any{pw.Allowed, pw.Sum, pw.Remaining, pw.RetryAfter, pw.ResetAfter},
+						[]any{got.Allowed, got.Sum, got.Remaining, got.RetryAfter, got.ResetAfter},
+						"%s: policy %d, cost %d limits %v", where, i, cost, limits)
+				}
+			}
+			t.Logf("seed %d: %v", seed, seen)
+			require.Greater(t, seen["refused"], 50)
+		}
+	})
+}
+
+// TestAllowAllPeekCredits: refused groups whose answer depends on a credit
+// (a negative bucket) that makes an admitting limit refuse again as it
+// leaves, on windows of 1 s buckets where the plain hash reads only each
+// counter's oldest and newest buckets (ws_limitspeek). Each case is checked
+// against the exact model, and against the figures worked out here:
+//
+//   - horizon: the 1-minute policy admits (1 at t0, -4 at t0+10s, 8 now);
+//     the 10-minute one refuses until its oldest bucket leaves, in 20.5 s.
+//     By then the credit has left (at 10.5 s) and the 1-minute policy
+//     refuses until its newest bucket leaves: 59.5 s. The credit lies past
+//     the four oldest buckets that were read.
+//   - flip: the same with the credit among the oldest (1 at t0, -2 at
+//     t0+1s, 6 now), and a 61 s policy that admits once its bucket of 3
+//     leaves, in 2.5 s, after the credit: 59.5 s again.
+func TestAllowAllPeekCredits(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		ws := []store.Window{{Length: time.Minute, Bucket: time.Second}, {Length: 61 * time.Second, Bucket: time.Second},
+			{Length: 10 * time.Minute, Bucket: 10 * time.Second}}
+		ss := policyStores(t, tg, ws...)
+		ctx := ctxT(t)
+		t0 := time.Now().Truncate(time.Hour).Add(-2 * time.Hour)
+		now := t0.Add(59500 * time.Millisecond)
+		type ev struct {
+			at    time.Duration // from t0
+			delta int64
+		}
+		for _, c := range []struct {
+			name     string
+			other    int // the store of the second policy
+			short    []ev
+			long     []ev
+			limits   []int64
+			retry    time.Duration
+			ownRetry time.Duration
+			shortSum int64
+			otherSum int64
+		}{
+			{"horizon", 2, []ev{{0, 1}, {10 * time.Second, -4}, {59 * time.Second, 8}},
+				[]ev{{-520 * time.Second, 2}, {40 * time.Second, 14}}, []int64{6, 15}, 59500 * time.Millisecond, 20500 * time.Millisecond, 5, 16},
+			{"flip", 1, []ev{{0, 1}, {time.Second, -2}, {59 * time.Second, 6}},
+				[]ev{{time.Second, 3}, {57 * time.Second, 25}}, []int64{6, 26}, 59500 * time.Millisecond, 2500 * time.Millisecond, 5, 28},
+		} {
+			models := []*exactModel{newExactModel(hook.Codec(ss[0]), ws[0]), newExactModel(hook.Codec(ss[c.other]), ws[c.other])}
+			for i, evs := range [][]ev{c.short, c.long} {
+				s := ss[0]
+				if i == 1 {
+					s = ss[c.other]
+				}
+				for _, e := range evs {
+					_, ok := models[i].add(t0.Add(e.at), e.delta)
+					require.True(t, ok)
+					_, err := s.At(t0.Add(e.at)).Add(ctx, c.name, e.delta)
+					require.NoError(t, err, c.name)
+				}
+			}
+			require.Equal(t, c.retry, groupRetry(models, now, 1, c.limits), c.name)
+			d, err := allowAllAt(ctx, now, 1, store.Policy{Store: ss[0], Key: c.name, Limit: c.limits[0]},
+				store.Policy{Store: ss[c.other], Key: c.name, Limit: c.limits[1]})
+			require.NoError(t, err, c.name)
+			require.False(t, d.Allowed, c.name)
+			require.Equal(t, c.retry, d.RetryAfter, c.name)
+			require.True(t, d.Policies[0].Allowed, c.name)
+			require.Equal(t, c.shortSum, d.Policies[0].Sum, c.name)
+			require.False(t, d.Policies[1].Allowed, c.name)
+			require.Equal(t, c.otherSum, d.Policies[1].Sum, c.name)
+			require.Equal(t, c.ownRetry, d.Policies[1].RetryAfter, c.name)
+		}
 	})
 }

@@ -27,11 +27,12 @@ local WS_SWEEP = 32
 -- in time order, at most n of them (a year's last bucket may be short, so
 -- the walk steps to the next year's start when it gets there). It answers
 -- true when it got to `to`, false when it stopped at n, nil when from is not
--- a bucket start of the last, this or the next year.
+-- a bucket start of the last, this or the next year; and the start where it
+-- stopped.
 local function ws_codes(L, from, to, n, codes, starts)
   local s, got = from, 0
   while s < to do
-    if got == n then return false end
+    if got == n then return false, s end
     local y, ny
     if s >= L.nxt then
       y, ny = L.nxt, math.huge
@@ -47,7 +48,7 @@ local function ws_codes(L, from, to, n, codes, starts)
     codes[#codes + 1], starts[#starts + 1], got = string.format('%d', k), s, got + 1
     s = math.min(s + L.b, ny)
   end
-  return true
+  return true, s
 end
 
 -- ws_dead lists the codes of the buckets that start in [from, to): those that
@@ -197,30 +198,36 @@ end
 -- for the reset.
 local WS_PEEK, WS_PEEKUP = 4, 8
 
--- ws_peek answers a refusal's retry and reset (see ws_retry, ws_reset) from
--- a few buckets rather than the whole counter: the WS_PEEK oldest live ones,
--- which leave first, and those from the current bucket on, the newest. A key
--- kept at its limit, as a hammered key is, is let in again when its oldest
--- buckets leave, and its newest bucket is the current one: one HMGET of a
--- few fields answers it, where the general path reads every field and sorts
--- them. It answers nil when these buckets do not settle both (the cost
--- fits only after a later bucket leaves, the newest buckets are 0, more than
--- WS_PEEKUP buckets lie ahead), when the sum is not a double (past 2^53) or
--- the magnitudes read could add up to 2^53, and when C already read the
--- counter whole: the general path then answers. The walk starts from the
--- window sum C.sum, the running total the decision used. It is not tried
+-- ws_peek reads a few of a refused counter's buckets (see ops.lua): the
+-- WS_PEEK oldest live ones, which leave first, and the newest: those from
+-- the current bucket on, and, when the current bucket holds nothing, the
+-- WS_PEEK before it. A key kept at its limit, as a hammered key is, is let
+-- in again when its oldest buckets leave, and one of its newest buckets
+-- holds its last admission: one HMGET of a few fields answers its retry and
+-- reset, where the general path reads every field and sorts them. (Near a
+-- year's end, whose last bucket may be short, the buckets before the
+-- current one may not be found: the peek then gives up.) It answers nil when
+-- C already read the counter whole, when the window sum is not a double
+-- (past 2^53) or the magnitudes read could add up to 2^53, when more than
+-- WS_PEEKUP buckets lie ahead, and, given the cost and limit of a refusal,
 -- when what must leave for the cost to fit is more than twice what WS_PEEK
--- buckets of a window as full as this one on average hold (a limit far below
--- the sum): the few buckets would not settle it, and the read would be
+-- buckets of a window as full as this one hold on average (a limit far
+-- below the sum): the few buckets would not settle it, and the read would be
 -- wasted.
 local function ws_peek(L, key, C, cost, limit)
   local sum = C.sum
   if C.all ~= nil or type(sum) ~= 'number' then return nil end
-  if cost <= limit and (sum - (limit - cost)) * L.w > 2 * WS_PEEK * L.b * sum then return nil end
+  if cost ~= nil and cost <= limit and (sum - (limit - cost)) * L.w > 2 * WS_PEEK * L.b * sum then return nil end
   local codes, starts = {}, {}
-  local whole = ws_codes(L, L.low, L.cstart, WS_PEEK, codes, starts)
+  local whole, s = ws_codes(L, L.low, L.cstart, WS_PEEK, codes, starts)
+  if whole == nil then return nil end
   local nold = #codes
-  if whole == nil or not ws_codes(L, L.cstart, L.now + L.H.F + 1, WS_PEEKUP, codes, starts) then return nil end
+  if not whole and (not C.cur or tonumber(C.cur) == 0) then
+    local from = L.cstart - WS_PEEK * L.b
+    if from <= s then from, whole = s, true end
+    if ws_codes(L, from, L.cstart, WS_PEEK, codes, starts) ~= true then return nil end
+  end
+  if not ws_codes(L, L.cstart, L.now + L.H.F + 1, WS_PEEKUP, codes, starts) then return nil end
   local raw = redis.call('HMGET', key, unpack(codes))
   local vals, mag = {}, sum < 0 and -sum or sum
   for i = 1, #codes do
@@ -232,25 +239,16 @@ local function ws_peek(L, key, C, cost, limit)
     vals[i], mag = v, mag + (v < 0 and -v or v)
   end
   if mag >= WS_BIG then return nil end
-  local reset, last = nil, nold
-  if whole then last = #codes end
-  for i = #codes, 1, -1 do
-    if i <= nold and not whole then return nil end -- the newest that is not 0 may lie between
-    if vals[i] ~= 0 then
-      reset = starts[i] + L.w - L.now
-      break
-    end
-  end
-  if reset == nil then reset = 0 end
-  if cost > limit then return -1, reset end
-  local rem = sum
-  for i = 1, last do
-    if raw[i] then
-      rem = rem - vals[i]
-      if rem <= limit - cost then return starts[i] + L.w - L.now, reset end
-    end
-  end
-  return nil
+  return {starts = starts, vals = vals, raw = raw, nold = nold, whole = whole}
+end
+
+-- ws_peekreach bounds the moments up to which a peek (ws_peek) of a counter
+-- of shape L sees every bucket that leaves: past it, a bucket it did not
+-- read may leave. Unbounded when the oldest buckets it reads reach the
+-- current one.
+local function ws_peekreach(L)
+  if L.cstart - L.low <= WS_PEEK * L.b then return math.huge end
+  return L.low + (WS_PEEK - 1) * L.b + L.w - L.now
 end
 
 local function ws_detail(L, key, C)

@@ -329,6 +329,80 @@ local function ws_group(G)
   return out
 end
 
+-- ws_limitspeek answers a refused group of n limits (see ws_limits: W holds
+-- each limit's L, C, and its read R) from peeks of its counters (ws_peek),
+-- when they settle every answer: each limit's own retry and reset, and the
+-- group's retry. That is the earliest moment at which every limit admits,
+-- found as ws_groupretry finds it, by walking the moments the peeked buckets
+-- leave in time order, but only up to the horizon: the moment the last of a
+-- limit's oldest peeked buckets leaves, after which a bucket it did not read
+-- may leave (and, negative, make a limit refuse again). It answers nil when
+-- a peek is missing or does not settle an answer (a cost above its limit
+-- too: the group's retry is then -1, from the general path); the counters'
+-- states are left in W for it. It reads nothing when a refusing limit's
+-- oldest bucket leaves past another limit's reach (ws_peekreach), as when a
+-- window of minutes refuses beside one of seconds: no limit can admit
+-- before its oldest bucket leaves, so the walk could not get there.
+local function ws_limitspeek(W, i, k, n)
+  local first, reach = -math.huge, math.huge
+  for j = 0, n - 1 do
+    local L, C = W[5 * j + 1], W[5 * j + 2]
+    reach = math.min(reach, ws_peekreach(L))
+    local a = i + 4 * j
+    local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    if W[5 * j + 3] == nil and not (cost <= limit and ws_le(C.sum, limit - cost)) then
+      first = math.max(first, L.low + L.w - L.now)
+    end
+  end
+  if first > reach then return nil end
+  local out, R, taus, fit, horizon = {0, 0}, {}, {}, 0, math.huge
+  for j = 0, n - 1 do
+    local a, L, key = i + 4 * j, W[5 * j + 1], KEYS[k + j]
+    local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local C = W[5 * j + 2] or ws_open(L, key, L.target, W[5 * j + 5])
+    W[5 * j + 2] = C
+    if cost > limit or type(C.sum) ~= 'number' then return nil end
+    local fits, P = C.sum <= limit - cost, nil
+    if fits then P = ws_peek(L, key, C) else P = ws_peek(L, key, C, cost, limit) end
+    if P == nil then return nil end
+    local reset, own = ws_peekreset(L, P), 0
+    if not fits then own = ws_peekretry(L, P, C.sum, cost, limit) end
+    if reset == nil or own == nil then return nil end
+    out[j + 3] = {C.sum, own, reset, fits and 0 or 1}
+    local r = {L = L, P = P, last = #P.vals, next = 1, rem = C.sum, x = limit - cost, fits = fits}
+    if not P.whole then
+      r.last = P.nold
+      horizon = math.min(horizon, P.starts[P.nold] + L.w - L.now)
+    end
+    for m = 1, r.last do
+      if P.raw[m] then taus[#taus + 1] = P.starts[m] + L.w - L.now end
+    end
+    if fits then fit = fit + 1 end
+    R[j + 1] = r
+  end
+  table.sort(taus)
+  for _, tau in ipairs(taus) do
+    if tau > horizon then return nil end
+    for q = 1, n do
+      local r = R[q]
+      local P, L, moved = r.P, r.L, false
+      while r.next <= r.last and P.starts[r.next] + L.w - L.now <= tau do
+        if P.raw[r.next] then r.rem, moved = r.rem - P.vals[r.next], true end
+        r.next = r.next + 1
+      end
+      if moved and (r.rem <= r.x) ~= r.fits then
+        r.fits = not r.fits
+        if r.fits then fit = fit + 1 else fit = fit - 1 end
+      end
+    end
+    if fit == n then
+      out[2] = tau
+      return out
+    end
+  end
+  return nil
+end
+
 -- ws_limits runs the commonest group, n limits and nothing else, without an
 -- event id or time (Allow of several policies: store.AllowAll on one slot,
 -- limit.Combine), at ARGV[i] (the first item's kind) and KEYS[k]. Its answer
@@ -359,6 +433,8 @@ local function ws_limits(H, i, k, n)
     W[5 * j + 1], W[5 * j + 2], W[5 * j + 3], W[5 * j + 4], W[5 * j + 5] = L, C, nt, nv, R
   end
   if not allowed then
+    local out = ws_limitspeek(W, i, k, n)
+    if out ~= nil then return out end
     local G = {items = {}, H = H}
     for j = 0, n - 1 do
       local a, L, key = i + 4 * j, W[5 * j + 1], KEYS[k + j]

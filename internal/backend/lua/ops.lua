@@ -33,12 +33,20 @@
 --                                    state without reading again; otherwise
 --                                    (or without a fast path) nil and
 --                                    ws_open's state for the current bucket
---   ws_peek(L, key, C, cost, limit) -> retry, reset | nil
---                                    a refusal's retry and reset (ws_retry,
---                                    ws_reset) from a few buckets, when a
---                                    backend can read them so and they
---                                    settle both; nil sends the refusal to
---                                    the general path (ws_detail)
+--   ws_peek(L, key, C[, cost, limit]) -> P | nil
+--                                    a few of a refused counter's buckets:
+--                                    P.starts, P.vals (doubles), P.raw (the
+--                                    fields as read, false where none) hold
+--                                    the P.nold oldest live ones, then the
+--                                    newest, in time order; P.whole says
+--                                    that they are every live bucket. nil
+--                                    when the backend has no such read, or
+--                                    the few buckets would not do (see
+--                                    ws_peekretry, ws_peekreset): the
+--                                    refusal reads the counter whole
+--   ws_peekreach(L) -> ms           how far (from now) a peek of a counter
+--                                    of shape L sees every bucket that
+--                                    leaves (-math.huge: no peek)
 --
 -- An operation either fails before it writes, or leaves every counter
 -- consistent: so a failed operation changes no count.
@@ -108,6 +116,37 @@ local function ws_retry(L, S, cost, limit)
   return -1
 end
 
+-- ws_peekreset is ws_reset from a peek P (see ws_peek), or nil when the
+-- newest bucket that is not 0 may lie between P's oldest and newest ones.
+-- (ws_peek reads the newest buckets far enough back, when it can, for a
+-- counter whose current bucket holds nothing.)
+local function ws_peekreset(L, P)
+  local vals = P.vals
+  for i = #vals, 1, -1 do
+    if i <= P.nold and not P.whole then return nil end
+    if vals[i] ~= 0 then return P.starts[i] + L.w - L.now end
+  end
+  return 0
+end
+
+-- ws_peekretry is ws_retry from a peek P of a counter whose window sum is
+-- sum, or nil when the cost fits only after a bucket P did not read leaves.
+-- The walk starts from the window sum, the running total the decision used.
+-- It is exact: ws_peek saw to it that sum and the magnitudes it read add up
+-- to less than 2^53.
+local function ws_peekretry(L, P, sum, cost, limit)
+  if cost > limit then return -1 end
+  local last, raw, vals = P.nold, P.raw, P.vals
+  if P.whole then last = #vals end
+  for i = 1, last do
+    if raw[i] then
+      sum = sum - vals[i]
+      if sum <= limit - cost then return P.starts[i] + L.w - L.now end
+    end
+  end
+  return nil
+end
+
 -- ws_add adds delta to the current bucket and answers the new window sum.
 -- It is a limit that always admits: the backend's fast path (ws_fastopen)
 -- takes a positive delta on a synced counter whose numbers stay below 2^53.
@@ -142,8 +181,11 @@ local function ws_allow(L, key, limit, costs)
     if v ~= 0 then return {1, sum, 0, B.start + L.w - L.now} end
     return {1, sum, 0, ws_reset(L, ws_detail(L, key, nil))}
   end
-  local retry, reset = ws_peek(L, key, C, cost, limit)
-  if retry ~= nil then return {0, C.sum, retry, reset} end
+  local P = ws_peek(L, key, C, cost, limit)
+  if P ~= nil then
+    local retry, reset = ws_peekretry(L, P, C.sum, cost, limit), ws_peekreset(L, P)
+    if retry ~= nil and reset ~= nil then return {0, C.sum, retry, reset} end
+  end
   local S = ws_detail(L, key, C)
   return {0, C.sum, ws_retry(L, S, cost, limit), ws_reset(L, S)}
 end

@@ -81,12 +81,13 @@ local function ws_scanfastopen(L, key)
   return nil, nil, nil, ws_scanopen(L, key, L.target)
 end
 
--- ws_peek (see ops.lua): every operation here reads the counter whole, so
--- a refusal's retry and reset come from that read.
+-- ws_peek (see ops.lua): none; every operation here reads the counter
+-- whole, so a refusal's retry and reset come from that read.
 local function ws_scanpeek() return nil end
+local function ws_scanpeekreach() return -math.huge end
 
 -- The names ops.lua and group.lua call, bound to these.
 local ws_open, ws_put, ws_prepare, ws_commit, ws_detail, ws_addnosum, ws_sumover =
   ws_scanopen, ws_scanput, ws_scanprepare, ws_scancommit, ws_scandetail, ws_scanaddnosum, ws_scanread
 local ws_quiet, ws_quietcommit = ws_scanquiet, ws_scanquietcommit
-local ws_fastopen, ws_fastcommit, ws_peek = ws_scanfastopen, nil, ws_scanpeek
+local ws_fastopen, ws_fastcommit, ws_peek, ws_peekreach = ws_scanfastopen, nil, ws_scanpeek, ws_scanpeekreach

@@ -67,6 +67,7 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
               a key kept one over its limit, as a hammered key is; the retry
               comes when the second-oldest bucket leaves
   refuse3     allow3 refused by its third policy (a limit of 1 on a full window)
+  refuse3at   allow3 refused by its third policy, refuseat's (the first two admit)
   allow3x     store.AllowAll, 3 policies on 3 keys of 3 slots (linked), admitted
   refuse3x    the same, refused by the third key: the first two are counted, then
               taken back, in the same script call (the limit 0 is the exception)
@@ -360,7 +361,7 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	if err != nil {
 		return nil, nil, err
 	}
-	if slices.Contains(cfg.ops, "refuseat") {
+	if slices.Contains(cfg.ops, "refuseat") || slices.Contains(cfg.ops, "refuse3at") {
 		if err := benchFillAtLimit(ctx, atLimit, nb, keys); err != nil {
 			return nil, nil, err
 		}
@@ -402,6 +403,11 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 			// (Once two buckets have left, a call is admitted, and the key is
 			// one over again.)
 			_, err := atLimit.Allow(ctx, k, int64(nb), 1)
+			return err
+		},
+		"refuse3at": func(ctx context.Context, k string) error {
+			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: 1 << 40},
+				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: atLimit, Key: k, Limit: int64(nb)})
 			return err
 		},
 		"refuse3": func(ctx context.Context, k string) error {
