@@ -214,19 +214,27 @@ func TestExactReproduction(t *testing.T) {
 // SumWithin, SumMany and Allow answer (sum, remaining, retry-after,
 // reset-after, overflow) against big-integer arithmetic, on every backend.
 func TestExactRandomWalk(t *testing.T) {
-	shapes := []struct {
-		name string
-		w    store.Window
-		from string
-	}{
+	forEachWalk(t, []walkShape{
 		{"10s of 1s", store.Window{Length: 10 * time.Second, Bucket: time.Second}, "2026-03-01T10:00:00Z"},
 		{"year end, 7s buckets", store.Window{Length: 70 * time.Second, Bucket: 7 * time.Second}, "2025-12-31T23:58:00Z"},
-	}
+	}, exactWalk)
+}
+
+// walkShape is a window a random walk plays on, from an instant (RFC 3339).
+type walkShape struct {
+	name string
+	w    store.Window
+	from string
+}
+
+// forEachWalk runs walk on every backend, for each shape and the seeds 1 to
+// 3 (each shape's seeds its own).
+func forEachWalk(t *testing.T, shapes []walkShape, walk func(t *testing.T, tg target, w store.Window, at time.Time, seed uint64)) {
 	forEach(t, func(t *testing.T, tg target) {
 		for si, sh := range shapes {
 			for seed := uint64(1); seed <= 3; seed++ {
 				t.Run(fmt.Sprintf("%s/seed%d", sh.name, seed), func(t *testing.T) {
-					exactWalk(t, tg, sh.w, utc(sh.from), seed*10+uint64(si))
+					walk(t, tg, sh.w, utc(sh.from), seed*10+uint64(si))
 				})
 			}
 		}
@@ -432,24 +440,11 @@ func TestRetryAtTwoToThe53(t *testing.T) {
 // one that crosses a year's end (7 s buckets: the year's last bucket is
 // short).
 func TestRefusalRandomWalk(t *testing.T) {
-	shapes := []struct {
-		name string
-		w    store.Window
-		from string
-	}{
+	forEachWalk(t, []walkShape{
 		{"60s of 1s", store.Window{Length: time.Minute, Bucket: time.Second}, "2026-03-01T10:00:00Z"},
 		{"10s of 1s", store.Window{Length: 10 * time.Second, Bucket: time.Second}, "2026-03-01T10:00:00Z"},
 		{"year end, 7s buckets", store.Window{Length: 70 * time.Second, Bucket: 7 * time.Second}, "2025-12-31T23:59:00Z"},
-	}
-	forEach(t, func(t *testing.T, tg target) {
-		for si, sh := range shapes {
-			for seed := uint64(1); seed <= 3; seed++ {
-				t.Run(fmt.Sprintf("%s/seed%d", sh.name, seed), func(t *testing.T) {
-					refusalWalk(t, tg, sh.w, utc(sh.from), seed*10+uint64(si))
-				})
-			}
-		}
-	})
+	}, refusalWalk)
 }
 
 func refusalWalk(t *testing.T, tg target, w store.Window, at time.Time, seed uint64) {

@@ -344,12 +344,11 @@ end
 -- window of minutes refuses beside one of seconds: no limit can admit
 -- before its oldest bucket leaves, so the walk could not get there.
 local function ws_limitspeek(W, i, k, n)
-  local first, reach = -math.huge, math.huge
+  local first, reach, limits, costs = -math.huge, math.huge, {}, {}
   for j = 0, n - 1 do
-    local L, C = W[5 * j + 1], W[5 * j + 2]
-    reach = math.min(reach, ws_peekreach(L))
-    local a = i + 4 * j
+    local L, C, a = W[5 * j + 1], W[5 * j + 2], i + 4 * j
     local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    limits[j], costs[j], reach = limit, cost, math.min(reach, ws_peekreach(L))
     if W[5 * j + 3] == nil and not (cost <= limit and ws_le(C.sum, limit - cost)) then
       first = math.max(first, L.low + L.w - L.now)
     end
@@ -357,8 +356,7 @@ local function ws_limitspeek(W, i, k, n)
   if first > reach then return nil end
   local out, R, taus, fit, horizon = {0, 0}, {}, {}, 0, math.huge
   for j = 0, n - 1 do
-    local a, L, key = i + 4 * j, W[5 * j + 1], KEYS[k + j]
-    local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local L, key, limit, cost = W[5 * j + 1], KEYS[k + j], limits[j], costs[j]
     local C = W[5 * j + 2] or ws_open(L, key, L.target, W[5 * j + 5])
     W[5 * j + 2] = C
     if cost > limit or type(C.sum) ~= 'number' then return nil end

@@ -182,10 +182,9 @@ local function ws_allow(L, key, limit, costs)
     return {1, sum, 0, ws_reset(L, ws_detail(L, key, nil))}
   end
   local P = ws_peek(L, key, C, cost, limit)
-  if P ~= nil then
-    local retry, reset = ws_peekretry(L, P, C.sum, cost, limit), ws_peekreset(L, P)
-    if retry ~= nil and reset ~= nil then return {0, C.sum, retry, reset} end
-  end
+  local retry = P and ws_peekretry(L, P, C.sum, cost, limit)
+  local reset = retry and ws_peekreset(L, P)
+  if reset then return {0, C.sum, retry, reset} end
   local S = ws_detail(L, key, C)
   return {0, C.sum, ws_retry(L, S, cost, limit), ws_reset(L, S)}
 end
