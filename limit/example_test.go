@@ -88,3 +88,38 @@ func ExampleNewConcurrency() {
 	// true false
 	// true 0
 }
+
+// Three limits of one user, kept as one counter: 3 a minute, 20 an hour and
+// 100 a day. The fourth login of a minute is refused by "perminute", with
+// its retry: when the minute's first login leaves the window. (It needs a
+// server, so it is compiled but not run; tests/windows_test.go runs such
+// calls on real servers against an exact model.)
+func ExampleNewWindows() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	logins, err := limit.NewWindows(client, "login", []limit.Rule{
+		{Name: "perminute", Limit: 3, Window: store.Window{Length: time.Minute, Bucket: time.Second}},
+		{Name: "perhour", Limit: 20, Window: store.Window{Length: time.Hour, Bucket: time.Minute}},
+		{Name: "perday", Limit: 100, Window: store.Window{Length: 24 * time.Hour, Bucket: time.Hour}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for i := 0; i < 4; i++ {
+		d, err := logins.AllowAt(ctx, t0.Add(time.Duration(i)*10*time.Second), "user:42", 1)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(d.Allowed, d.Policy, d.Remaining, d.RetryAfter, d.Policies[1].Sum)
+	}
+	// Prints:
+	// true perminute 2 0s 1
+	// true perminute 1 0s 2
+	// true perminute 0 0s 3
+	// false perminute 0 30s 3
+}

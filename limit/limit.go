@@ -1,5 +1,5 @@
 // Package limit is rate limiting on top of windowstore: one Limiter
-// interface, four algorithms behind it, each atomic in one round trip on the
+// interface, five algorithms behind it, each atomic in one round trip on the
 // server's clock.
 //
 //   - SlidingWindow: the bucketed window of package store. Memory is one hash
@@ -15,6 +15,9 @@
 //   - GCRA: the generic cell rate algorithm, a token bucket kept as one
 //     timestamp per key: a smooth rate with bursts up to a burst size,
 //     exact to the ms, in constant memory.
+//   - Windows: several sliding windows of one key ("5 a minute, 100 an
+//     hour") kept as one counter: a running total, and per window a mark,
+//     so an event reads and writes one total whatever the number of windows.
 //
 // Two wrappers change how a limiter enforces: Shadow watches without
 // refusing, and Degrade decides in process, on an instance's share of the
@@ -32,8 +35,9 @@
 // the last leaves at 12:01:20, when all 3 are free again). The trade-offs,
 // measured, are in docs/ratelimiting.md.
 //
-// Most callers need one constructor (NewSlidingWindow, or NewGCRA for a smooth
-// rate) and Limiter.Allow; Combine for several limits at once, Degrade to
+// Most callers need one constructor (NewSlidingWindow, NewWindows for several
+// windows of one key, or NewGCRA for a smooth rate) and Limiter.Allow;
+// Combine for sliding windows whose counters are also a store's, Degrade to
 // survive a server outage, Shadow to try a limit before enforcing it.
 //
 // Keys come from user input and go through package keyspace, as the store's
@@ -43,6 +47,7 @@
 // several limiters can share a prefix and a key:
 //
 //	Log, FixedWindow, GCRA  prefix + "{" + escape(key) + "}:" + name
+//	Windows                 prefix + "{" + escape(key) + "}:" + name + ":" + shapes, then ":2"...
 //	SlidingWindow           the store's prefix + "{" + escape(key) + "}:" + name + ":" + shape
 //
 // Limiters are safe for concurrent use. Their zero values are not usable;
@@ -103,15 +108,15 @@ type options struct {
 	degrade  bool // a Degrade option was given
 }
 
-// WithPrefix sets the key prefix of a Log, FixedWindow or GCRA limiter (the default
-// is "rl:"). A SlidingWindow keeps its counters under its
+// WithPrefix sets the key prefix of a Log, FixedWindow, GCRA or Windows
+// limiter (the default is "rl:"). A SlidingWindow keeps its counters under its
 // store's prefix and refuses this option.
 func WithPrefix(p string) Option { return func(o *options) { o.prefix, o.limiter = p, true } }
 
-// WithObserver has a Log, FixedWindow or GCRA limiter tell o of every decision
-// (operation "allow") and script call (script "log", "fixed-window" or "gcra"), as a
-// store tells its observer (store.WithObserver). A SlidingWindow's store
-// tells its own.
+// WithObserver has a Log, FixedWindow, GCRA or Windows limiter tell o of
+// every decision (operation "allow") and script call (script "log",
+// "fixed-window", "gcra" or "windows"), as a store tells its observer
+// (store.WithObserver). A SlidingWindow's store tells its own.
 func WithObserver(o store.Observer) Option {
 	return func(opts *options) { opts.observer, opts.limiter = o, true }
 }

@@ -171,11 +171,11 @@ func TestGCRATokens(t *testing.T) {
 	}
 }
 
-// TestACLRules: the README's rules for the log and the fixed window allow
+// TestACLRules: the README's rules for each limiter allow
 // every command their scripts call, and nothing they do not.
 func TestACLRules(t *testing.T) {
 	rules := acldoc.Parse(aclRules...)
-	for label, s := range map[string]*backend.Script{"log": logScript, "fixed window": fixedScript, "gcra": gcraScript} {
+	for label, s := range map[string]*backend.Script{"log": logScript, "fixed window": fixedScript, "gcra": gcraScript, "windows": windowsScript} {
 		if err := acldoc.Check(rules, label, nil, s); err != nil {
 			t.Error(err)
 		}

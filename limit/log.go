@@ -24,13 +24,14 @@ func script(name string) *backend.Script {
 }
 
 var (
-	logScript   = script("log")
-	fixedScript = script("fixed")
-	gcraScript  = script("gcra")
+	logScript     = script("log")
+	fixedScript   = script("fixed")
+	gcraScript    = script("gcra")
+	windowsScript = script("windows")
 	// The scripts as one Functions library: a limiter runs FCALL, which
 	// skips the shared definitions EVALSHA runs on every call, and falls
 	// back to EVALSHA where functions are refused (see backend.Runner).
-	_ = backend.NewLibrary("ws_limit", logScript, fixedScript, gcraScript)
+	_ = backend.NewLibrary("ws_limit", logScript, fixedScript, gcraScript, windowsScript)
 )
 
 // maxLogCost is the largest cost of one Log call: the log adds one member per unit.
@@ -188,10 +189,26 @@ func (l *redisLimiter) exec(ctx context.Context, clock backend.Clock, key string
 		err = errors.New("unexpected reply")
 	}
 	if err != nil {
-		err = l.script.AsScriptError(err)
-		return nil, callError(l.policy.Name, key, nil, err.Error(), err)
+		return nil, scriptError(l.policy.Name, key, l.script, err)
 	}
 	return v, nil
+}
+
+// scriptError is the error of a call for key whose script failed: of the
+// store's kinds where the server's error has one (WRONGTYPE:
+// store.ErrWrongType, NOPERM: store.ErrNoPermission, OOM:
+// store.ErrOutOfMemory).
+func scriptError(policy, key string, sc *backend.Script, err error) error {
+	err = sc.AsScriptError(err)
+	var se *backend.ScriptError
+	if errors.As(err, &se) {
+		kind, detail := hook.ClassifyScript(se)
+		if detail == "" {
+			detail = se.Error()
+		}
+		return callError(policy, key, kind, detail, err)
+	}
+	return callError(policy, key, nil, err.Error(), err)
 }
 
 // reason is a keyspace error's text without its package's words.
@@ -218,10 +235,11 @@ var aclRules = []backend.ACLRule{
 	{Label: "log", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +zcount +zremrangebyscore +zadd +zrange +pexpireat"},
 	{Label: "fixed window", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +hmget +hset +hincrby +pexpireat"},
 	{Label: "gcra", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +get +set +del"},
+	{Label: "windows", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +hmget +hset +hdel +hgetall +pexpireat +del"},
 }
 
 func init() {
-	hook.LimitScripts = func() []*backend.Script { return []*backend.Script{logScript, fixedScript, gcraScript} }
+	hook.LimitScripts = func() []*backend.Script { return []*backend.Script{logScript, fixedScript, gcraScript, windowsScript} }
 	hook.LimitACL = func() []backend.ACLRule { return aclRules }
 	hook.GCRARefund = func(ctx context.Context, l any, at time.Time, key string, n int64) (any, error) {
 		rl, ok := l.(*redisLimiter)

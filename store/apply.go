@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/batch"
 	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
@@ -237,13 +238,13 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 	if hdr := joinable(ps); hdr != nil {
 		// A server that is not a cluster: every batch in one script call.
 		b := calls[0].p.st.writes
-		ops := make([]*op, len(calls))
+		ops := make([]*batch.Op, len(calls))
 		for i, c := range calls {
-			ops[i] = b.newOp(ctx, c.p.keys, hdr, c.p.args)
+			ops[i] = b.NewOp(ctx, c.p.keys, hdr, c.p.args)
 		}
-		b.run(ops)
+		b.Run(ops)
 		for i, c := range calls {
-			c.msg, c.err = ops[i].res, ops[i].err
+			c.msg, c.err = ops[i].Res, ops[i].Err
 			if c.err != nil && c.p.st.retries > 0 && ctx.Err() == nil && resend(c.err, c.p.retry) {
 				// Resent on its own, as Store.run resends.
 				c.msg, c.err = c.p.st.run(ctx, c.p.keys, hdr, c.p.retry, c.p.args...)
@@ -283,7 +284,7 @@ func joinable(ps []*plan) []string {
 		return nil
 	}
 	f := ps[0].st
-	if f.writes.cluster {
+	if f.writes.Cluster {
 		return nil
 	}
 	hdr := f.header()
@@ -303,7 +304,7 @@ func joinable(ps []*plan) []string {
 // nothing ran (a cluster slot is moving).
 func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ...string) (rueidis.RedisMessage, error) {
 	for attempt := 0; ; attempt++ {
-		msg, err := s.writes.do(ctx, keys, hdr, args...)
+		msg, err := s.writes.Do(ctx, keys, hdr, args...)
 		if err == nil || attempt >= s.retries || ctx.Err() != nil || !resend(err, retry) {
 			return msg, err
 		}

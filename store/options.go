@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/batch"
 	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
@@ -11,11 +12,9 @@ import (
 
 // The defaults of the options.
 const (
-	defaultPrefix     = "ws:"
-	defaultFuture     = 5 * time.Second
-	defaultRetries    = 3
-	defaultBatchOps   = 64
-	defaultBatchCalls = 4
+	defaultPrefix  = "ws:"
+	defaultFuture  = 5 * time.Second
+	defaultRetries = 3
 )
 
 // Option configures New.
@@ -36,7 +35,7 @@ type config struct {
 }
 
 func defaults() config {
-	return config{prefix: defaultPrefix, backend: "auto", batchOps: defaultBatchOps, batchCalls: defaultBatchCalls,
+	return config{prefix: defaultPrefix, backend: "auto", batchOps: batch.DefaultOps, batchCalls: batch.DefaultCalls,
 		future: defaultFuture, retries: defaultRetries, functions: true}
 }
 
@@ -133,6 +132,7 @@ func init() {
 		return &Error{Op: op, Key: key, Kind: kind, Detail: detail, Err: cause, pkg: pkg, keyed: keyed}
 	}
 	hook.FirstError = first
+	hook.ClassifyScript = classify
 	hook.AllowAllWith = func(ctx context.Context, cost int64, policies, lead any) (any, any, error) {
 		ps, op := policies.([]Policy), lead.(Op)
 		ctx, end := observePolicies(ctx, ps) // observed as AllowAll is

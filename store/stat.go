@@ -294,23 +294,23 @@ func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []S
 		}
 	}
 	if len(rks) > 0 {
-		res := s.reads.many(ctx, rks, s.header(), s.shape, arg)
+		res := s.reads.Many(ctx, rks, s.header(), s.shape, arg)
 		for j, i := range idx {
 			var v StatValue
 			var err error
 			if st == Avg {
 				var sum, n int64
-				if err = res[2*j].err; err == nil {
-					sum, err = sumOf(res[2*j].res)
+				if err = res[2*j].Err; err == nil {
+					sum, err = sumOf(res[2*j].Res)
 				}
 				if err == nil {
-					if err = res[2*j+1].err; err == nil {
-						n, err = sumOf(res[2*j+1].res)
+					if err = res[2*j+1].Err; err == nil {
+						n, err = sumOf(res[2*j+1].Res)
 					}
 				}
 				v = avgOf(sum, n)
-			} else if err = res[j].err; err == nil {
-				v, err = extremeOf(st, res[j].res)
+			} else if err = res[j].Err; err == nil {
+				v, err = extremeOf(st, res[j].Res)
 			}
 			if err != nil {
 				errs[i], failed = fail("read stat", keys[i], s.be.Sum, err), true

@@ -42,6 +42,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/batch"
 	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/keyspace"
 )
@@ -82,8 +83,8 @@ type Store struct {
 	retries  int
 	obs      Observer
 	hdr      *backend.HeaderCache
-	writes   *batcher
-	reads    *batcher
+	writes   *batch.Batcher
+	reads    *batch.Batcher
 	at       *time.Time    // an At view's instant; nil: the store's clock
 	over     time.Duration // an Over view's span; 0: the Window
 }
@@ -156,8 +157,8 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 		client: client, runner: run, win: w, codec: codec, be: be, det: det, space: space, now: cfg.now,
 		tag: tiers[0].tag, shape: tiers[0].shape, bucketMs: tiers[0].bucketMs, winMs: tiers[0].winMs,
 		futureMs: cfg.future.Milliseconds(), tiers: tiers, retries: cfg.retries, obs: cfg.observer, hdr: &backend.HeaderCache{},
-		writes: newBatcher(client, run, be.Write, "write", cfg.observer, cfg.batchOps, cfg.batchCalls),
-		reads:  newBatcher(client, run, be.Sum, "sum", cfg.observer, cfg.batchOps, cfg.batchCalls),
+		writes: batch.New(client, run, be.Write, "write", cfg.observer, cfg.batchOps, cfg.batchCalls),
+		reads:  batch.New(client, run, be.Sum, "sum", cfg.observer, cfg.batchOps, cfg.batchCalls),
 	}
 	return s, nil
 }

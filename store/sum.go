@@ -25,7 +25,7 @@ func (s *Store) sum(ctx context.Context, key string, lookback int64) (n int64, e
 	if err != nil {
 		return 0, rename(err, "sum")
 	}
-	msg, err := s.reads.do(ctx, []string{rk}, s.header(), s.shape, strconv.FormatInt(lookback, 10))
+	msg, err := s.reads.Do(ctx, []string{rk}, s.header(), s.shape, strconv.FormatInt(lookback, 10))
 	if err != nil {
 		return 0, fail("sum", key, s.be.Sum, err)
 	}
@@ -93,10 +93,10 @@ func (s *Store) SumMany(ctx context.Context, keys []string) (_ []int64, err erro
 	}
 	if len(rks) > 0 {
 		lb := strconv.FormatInt(lookback, 10)
-		for j, o := range s.reads.many(ctx, rks, s.header(), t.shape, lb) {
-			err := o.err
+		for j, o := range s.reads.Many(ctx, rks, s.header(), t.shape, lb) {
+			err := o.Err
 			if err == nil {
-				out[idx[j]], err = sumOf(o.res)
+				out[idx[j]], err = sumOf(o.Res)
 				err = fail("sum", keys[idx[j]], nil, err)
 			} else {
 				err = fail("sum", keys[idx[j]], s.be.Sum, err)
@@ -123,7 +123,7 @@ func (s *Store) sumOver(ctx context.Context, key string, d time.Duration) (_ int
 	if err != nil {
 		return 0, rename(err, "sum")
 	}
-	msg, err := s.reads.do(ctx, []string{rk}, s.header(), t.shape, strconv.FormatInt(d.Milliseconds(), 10))
+	msg, err := s.reads.Do(ctx, []string{rk}, s.header(), t.shape, strconv.FormatInt(d.Milliseconds(), 10))
 	if err != nil {
 		return 0, fail("sum", key, s.be.Sum, err)
 	}

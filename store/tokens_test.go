@@ -155,10 +155,7 @@ func TestTokensBatch(t *testing.T) {
 	// b, then c, queue behind a: wait until each is in the queue.
 	queued := func(n int) {
 		for {
-			s.writes.mu.Lock()
-			l := len(s.writes.queue)
-			s.writes.mu.Unlock()
-			if l == n {
+			if s.writes.Queued() == n {
 				return
 			}
 			time.Sleep(time.Millisecond)

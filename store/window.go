@@ -2,10 +2,10 @@ package store
 
 import (
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 // Window is the shape of a sliding window: its length, cut into buckets.
@@ -57,18 +57,4 @@ func (w Window) String() string { return w.Length.String() + "/" + w.Bucket.Stri
 // tag returns the window's shape as its counters' Redis keys carry it: the
 // length and the bucket in their largest whole unit, "10m/1m", "1d/1h",
 // "1500ms/500ms".
-func (w Window) tag() string { return compact(w.Length) + "/" + compact(w.Bucket) }
-
-// compact writes d in its largest whole unit among d, h, m, s and ms.
-func compact(d time.Duration) string {
-	ms := d.Milliseconds()
-	for _, u := range []struct {
-		ms   int64
-		name string
-	}{{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}} {
-		if ms != 0 && ms%u.ms == 0 {
-			return strconv.FormatInt(ms/u.ms, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(ms, 10) + "ms"
-}
+func (w Window) tag() string { return keyspace.Shape(w.Length, w.Bucket) }

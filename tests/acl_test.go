@@ -179,7 +179,7 @@ func TestACLMinimal(t *testing.T) {
 	})
 }
 
-// TestACLLimiters runs the log, fixed-window and GCRA limiters as users restricted
+// TestACLLimiters runs the log, fixed-window, GCRA and windows limiters as users restricted
 // to the rules docs/acl.md gives for them: with EVALSHA (the rule alone), and
 // as functions (the functions rule, without EVALSHA).
 func TestACLLimiters(t *testing.T) {
@@ -199,6 +199,12 @@ func TestACLLimiters(t *testing.T) {
 		}},
 		{"gcra", aclRule("gcra"), func(c rueidis.Client) (limit.Limiter, error) {
 			return limit.NewGCRA(c, "gcra", 2, time.Minute, 2, limit.WithPrefix("acl:"))
+		}},
+		{"windows", aclRule("windows"), func(c rueidis.Client) (limit.Limiter, error) {
+			return limit.NewWindows(c, "windows", []limit.Rule{
+				{Name: "persec", Limit: 5, Window: store.Window{Length: time.Second, Bucket: 100 * time.Millisecond}},
+				{Name: "permin", Limit: 2, Window: store.Window{Length: time.Minute, Bucket: time.Second}},
+			}, limit.WithPrefix("acl:"))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

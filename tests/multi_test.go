@@ -38,26 +38,10 @@ func TestCombineExact(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		m, ss, _ := combined(t, tg)
 		ctx := ctxT(t)
-		var ok atomic.Int64
-		var wg sync.WaitGroup
-		for i := 0; i < 40; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d, err := m.Allow(ctx, "u", 1)
-				if !assert.NoError(t, err) {
-					return
-				}
-				if d.Allowed {
-					ok.Add(1)
-					return
-				}
-				assert.Equal(t, "permin", d.Policy)
-				assert.Len(t, d.Policies, 3)
-			}()
-		}
-		wg.Wait()
-		require.EqualValues(t, 4, ok.Load())
+		require.EqualValues(t, 4, raceAllow(t, m, 40, func(d store.Decision) {
+			assert.Equal(t, "permin", d.Policy)
+			assert.Len(t, d.Policies, 3)
+		}))
 		for i, s := range ss {
 			n, err := s.Sub([]string{"per10s", "permin", "perhour"}[i]).Sum(ctx, "u")
 			require.NoError(t, err)
@@ -106,4 +90,29 @@ func TestMiddlewareAtomicRule(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 4, n, "%s counted refused requests", name)
 	}
+}
+
+// raceAllow has n callers ask l for a cost of 1 of key "u" at once, and
+// answers how many were admitted; refused checks each refusal.
+func raceAllow(t *testing.T, l limit.Limiter, n int, refused func(d store.Decision)) int64 {
+	ctx := ctxT(t)
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := l.Allow(ctx, "u", 1)
+			if !assert.NoError(t, err) {
+				return
+			}
+			if d.Allowed {
+				ok.Add(1)
+				return
+			}
+			refused(d)
+		}()
+	}
+	wg.Wait()
+	return ok.Load()
 }

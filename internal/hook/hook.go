@@ -38,6 +38,9 @@ var (
 	// store.ManyError, and any other error as it is: what a caller of one
 	// batch reports.
 	FirstError func(err error) error
+	// ClassifyScript maps a script's error to the store's sentinel error and
+	// the detail worth showing (set by package store), for package limit.
+	ClassifyScript func(sc *backend.ScriptError) (kind error, detail string)
 	// AllowAllWith is store.AllowAll of cost over policies (a []store.Policy)
 	// with one more op, lead (a store.Op: a lease's Acquire), decided with
 	// them all or nothing in one script call per slot. It answers the

@@ -36,7 +36,9 @@ package keyspace
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // MaxKeyLen is the longest key, and the longest entity, in bytes, before
@@ -248,4 +250,23 @@ func Token(s string) bool {
 		}
 	}
 	return true
+}
+
+// Shape writes a window's shape as keys carry it: its length and its bucket
+// in their largest whole unit among d, h, m, s and ms ("10m/1m", "1d/1h",
+// "1500ms/500ms").
+func Shape(length, bucket time.Duration) string { return compact(length) + "/" + compact(bucket) }
+
+// compact writes d in its largest whole unit among d, h, m, s and ms.
+func compact(d time.Duration) string {
+	ms := d.Milliseconds()
+	for _, u := range []struct {
+		ms   int64
+		name string
+	}{{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}} {
+		if ms != 0 && ms%u.ms == 0 {
+			return strconv.FormatInt(ms/u.ms, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(ms, 10) + "ms"
 }

@@ -22,6 +22,7 @@ import (
 type fakeRedis struct {
 	strs    map[string]string
 	hashes  map[string]map[string]string
+	ret     lua.LValue // what the last script returned
 	hlls    map[string]map[string]bool
 	zsets   map[string]map[string]float64
 	touched []string
@@ -369,6 +370,10 @@ func (f *fakeRedis) run(t *testing.T, sc *backend.Script, serverMs int64, keys, 
 	L.SetGlobal("ARGV", at)
 	f.touched = nil
 	err := L.DoString(sc.Source())
+	f.ret = nil
+	if err == nil {
+		f.ret = L.Get(-1)
+	}
 	declared := map[string]bool{}
 	for _, k := range keys {
 		declared[k] = true
@@ -483,6 +488,50 @@ func TestKeysDeclared(t *testing.T) {
 	}
 	for _, sc := range hook.LimitScripts() {
 		f := newFake()
+		if strings.Contains(sc.Name(), "windows") {
+			// Three windows (1 s x 3, 2 s x 3, 10 s x 2) of limits 4, 6
+			// and 2^51, for two keys in one call: marks that move,
+			// refusals that walk, and costs of 2^50 that rebase.
+			keys := []string{"{w}:n", "{w}:n:2", "{w}:n:3", "{v}:n", "{v}:n:2", "{v}:n:3"}
+			var big int64 // the big costs admitted for {w}
+			for step := 0; step < 120; step++ {
+				ms := 1767225600000 + int64(step)*450
+				cost, lim := strconv.Itoa(step%3), "4"
+				if step >= 60 {
+					ms += int64(step-60) * 1050
+					cost, lim = strconv.FormatInt(1<<50, 10), strconv.FormatInt(1<<51, 10)
+				}
+				args := []string{strconv.FormatInt(ms, 10), "5000", "3", "1000", "3", lim, "m1", "v1", "2000", "3", lim, "m2", "v2",
+					"10000", "2", lim, "m3", "v3", cost, "1"}
+				if step < 60 {
+					args[10] = "6"
+				}
+				bad, err := f.run(t, sc, ms, keys, args)
+				if err != nil {
+					t.Fatalf("%s step %d: %v", sc.Name(), step, err)
+				}
+				if len(bad) > 0 {
+					t.Errorf("%s: touched undeclared keys %v", sc.Name(), bad)
+				}
+				res, ok := f.ret.(*lua.LTable)
+				if !ok || res.Len() != 2 {
+					t.Fatalf("%s step %d: replied %v", sc.Name(), step, f.ret)
+				}
+				for i := 1; i <= 2; i++ {
+					r, ok := res.RawGetInt(i).(*lua.LTable)
+					if !ok || r.RawGetString("err") != lua.LNil {
+						t.Fatalf("%s step %d: operation %d replied %v", sc.Name(), step, i, lua.LVAsString(r.RawGetString("err")))
+					}
+					if i == 1 && step >= 60 && r.RawGetInt(1) == lua.LNumber(1) {
+						big++
+					}
+				}
+			}
+			if g, _ := strconv.ParseFloat(f.hashes["{w}:n"]["g"], 64); big*(1<<50) <= 1<<52 || g > 1<<52 {
+				t.Fatalf("%s: %d costs of 2^50 admitted, and the running total is %v: no rebase was walked", sc.Name(), big, g)
+			}
+			continue
+		}
 		for _, args := range [][]string{{"", "1000", "5", "1", "nonce"}, {"1767225600000", "1000", "5", "1", "nonce"}} {
 			if strings.Contains(sc.Name(), "gcra") {
 				args = []string{args[0], "1000", "5", "5", "1"}

@@ -66,6 +66,8 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
               each holding 1 and the newest 2, and a limit of one bucket each:
               a key kept one over its limit, as a hammered key is; the retry
               comes when the second-oldest bucket leaves
+  windows     limit.NewWindows of allow's window: its running total and marks
+  windows3    limit.NewWindows of allow3's three windows, on one key
   refuse3     allow3 refused by its third policy (a limit of 1 on a full window)
   refuse3at   allow3 refused by its third policy, refuseat's (the first two admit)
   allow3x     store.AllowAll, 3 policies on 3 keys of 3 slots (linked), admitted
@@ -348,6 +350,28 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	if err != nil {
 		return nil, nil, err
 	}
+	// windows and windows3: the windows limiter (limit.NewWindows) of allow's
+	// window alone, and of allow3's three.
+	var rules []limit.Rule
+	for i, p := range policies {
+		rules = append(rules, limit.Rule{Name: "w" + strconv.Itoa(i), Limit: 1 << 40, Window: p.Window()})
+	}
+	win1, err := limit.NewWindows(client, "w1", rules[:1], limit.WithPrefix(prefix+"win:"))
+	if err != nil {
+		return nil, nil, err
+	}
+	win3, err := limit.NewWindows(client, "w3", rules, limit.WithPrefix(prefix+"win:"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if slices.Contains(cfg.ops, "windows") || slices.Contains(cfg.ops, "windows3") {
+		if err := benchFillWindows(ctx, win1, rules[:1], keys); err != nil {
+			return nil, nil, err
+		}
+		if err := benchFillWindows(ctx, win3, rules, keys); err != nil {
+			return nil, nil, err
+		}
+	}
 	inflight, err := limit.NewConcurrency(st, "inflight", 1<<40, time.Minute)
 	if err != nil {
 		return nil, nil, err
@@ -392,6 +416,8 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: policies[2], Key: k, Limit: 1 << 40})
 			return err
 		},
+		"windows":  func(ctx context.Context, k string) error { _, err := win1.Allow(ctx, k, 1); return err },
+		"windows3": func(ctx context.Context, k string) error { _, err := win3.Allow(ctx, k, 1); return err },
 		"refuse": func(ctx context.Context, k string) error {
 			d, err := st.Allow(ctx, k, 1, 1)
 			if err == nil && d.Allowed {
@@ -487,6 +513,27 @@ func benchFill(ctx context.Context, c rueidis.Client, stores []*store.Store, pre
 			}
 		}
 		return c.Do(ctx, baseline.NaiveFill(c, prefix+"naive:"+key, nb, now)).Error()
+	})
+}
+
+// benchFillWindows fills every key of l as benchFill fills the stores: a
+// count in each bucket of each of its rules' windows, oldest first.
+func benchFillWindows(ctx context.Context, l *limit.Windows, rules []limit.Rule, keys int) error {
+	now := time.Now()
+	var at []time.Time
+	for _, r := range rules {
+		for i := r.Window.Length / r.Window.Bucket; i > 0; i-- {
+			at = append(at, now.Add(-(i-1)*r.Window.Bucket))
+		}
+	}
+	slices.SortFunc(at, time.Time.Compare)
+	return forKeys(keys, func(key string) error {
+		for _, t := range at {
+			if _, err := l.AllowAt(ctx, t, key, 1); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

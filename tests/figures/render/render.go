@@ -185,6 +185,12 @@ func limiters(f figures.File) string {
 	fmt.Fprintf(&b, "| bucketed sliding window | `limit.NewSlidingWindow` | one bucket; never over-admits | %s | `HMGET` `HSET` on the plain hash (see Backends) |\n", ev("sliding-window"))
 	fmt.Fprintf(&b, "| fixed window | `limit.NewFixedWindow` | a window; up to 2x the limit across an edge | %s | `HMGET` `HSET`/`HINCRBY` `PEXPIREAT` |\n", ev("fixed-window"))
 	fmt.Fprintf(&b, "| token bucket, GCRA | `limit.NewGCRA` | exact, to the ms; a smooth rate, bursts up to a burst size | %s | `GET` `SET` |\n", ev("gcra"))
+	if w, ok := f["limiters/three/windows"]; ok {
+		c := f["limiters/three/combine"]
+		fmt.Fprintf(&b, "| several sliding windows of one key, as one counter | `limit.NewWindows` | one bucket per window; never over-admits | "+
+			"%s B for three windows (1m/1s, 1h/1m, 1d/1h) with every bucket counted, where `limit.Combine`'s three sliding windows take %s B (%.2fx) | "+
+			"`HMGET` `HSET`, whatever the number of windows; `HDEL` once per bucket |\n", thousands(w.Value), thousands(c.Value), w.Value/c.Value)
+	}
 	if v, ok := f["limiters/log-vs-sliding/1000"]; ok {
 		fmt.Fprintf(&b, "\nAt 1,000 events in the window the log takes %.0fx the memory of a 10-bucket sliding window (`TestLimiterMemory`, "+
 			"events spread over a one-hour window).\n", v.Value)
@@ -275,5 +281,5 @@ func bench(f figures.File) string {
 }
 
 // BenchOps are the bench's operations (tests/cmd/bench), in the table's order.
-var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "refuse", "refuseat", "allow3", "refuse3", "refuse3at", "allow3x", "refuse3x",
+var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "refuse", "refuseat", "allow3", "windows", "windows3", "refuse3", "refuse3at", "allow3x", "refuse3x",
 	"record6", "record8", "observe", "distinct", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}

@@ -1,4 +1,9 @@
-package store
+// Package batch coalesces concurrent script calls: a Batcher sends the
+// operations that arrive while earlier ones are in flight together, many in
+// one script call, each still atomic and answered on its own. Package store
+// runs its writes and sums through it, and package limit its windows
+// limiter.
+package batch
 
 import (
 	"context"
@@ -12,10 +17,25 @@ import (
 	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
+// DefaultOps and DefaultCalls are the default batching of a store's writes
+// and sums (store.WithBatching) and of a windows limiter: at most 64
+// operations per script call, and 4 calls in flight before operations queue.
+const (
+	DefaultOps   = 64
+	DefaultCalls = 4
+)
+
 var errShortReply = errors.New("the batch reply has the wrong number of entries")
 
-// batcher coalesces concurrent writes (Add, Allow, Record without id or time) into few script
-// calls: one Write script runs a batch of operations, each atomic on its own.
+// Observer is told of every script call a Batcher makes: the script's name,
+// the operations it carried, how long it took and its error.
+type Observer interface {
+	Call(script string, ops int, took time.Duration, err error)
+}
+
+// Batcher coalesces concurrent operations (the store's Add, Allow, Record
+// without id or time; a windows limiter's Allow) into few script calls: one
+// script runs a batch of operations, each atomic on its own.
 //
 // It never waits on a timer. A write that finds fewer than calls script calls
 // in flight is sent at once, alone; the writes that arrive while calls are in
@@ -31,7 +51,7 @@ var errShortReply = errors.New("the batch reply has the wrong number of entries"
 // round trip, and the server's per-call cost) carries many operations. On a
 // cluster a batch holds the operations of one slot; one DoMulti sends every
 // slot's batch, in parallel per node.
-type batcher struct {
+type Batcher struct {
 	client  rueidis.Client
 	runner  *backend.Runner
 	script  *backend.Script
@@ -39,15 +59,16 @@ type batcher struct {
 	obs     Observer // nil: none
 	ops     int
 	calls   int
-	cluster bool
+	Cluster bool // the client is a cluster client: a batch holds one slot's operations
 
 	mu     sync.Mutex
-	queue  []*op
+	queue  []*Op
 	active int // batches being run
 }
 
-// op is one write waiting for its batch.
-type op struct {
+// Op is one operation waiting for its batch; Res and Err are its reply once
+// it has run.
+type Op struct {
 	ctx  context.Context
 	keys []string
 	hdr  []string // the ARGV header: shared by every server-clock operation
@@ -55,50 +76,53 @@ type op struct {
 	slot uint16
 
 	queued bool // in batcher.queue; guarded by batcher.mu
-	res    rueidis.RedisMessage
-	err    error
+	Res    rueidis.RedisMessage
+	Err    error
 	done   chan struct{}
 }
 
-func newBatcher(c rueidis.Client, run *backend.Runner, script *backend.Script, name string, obs Observer, ops, calls int) *batcher {
-	return &batcher{client: c, runner: run, script: script, name: name, obs: obs, ops: ops, calls: calls, cluster: c.Mode() == rueidis.ClientModeCluster}
+// New returns a Batcher of script run through run, named name for obs (nil:
+// none), that sends at most ops operations per script call and keeps at most
+// calls script calls in flight before it queues.
+func New(c rueidis.Client, run *backend.Runner, script *backend.Script, name string, obs Observer, ops, calls int) *Batcher {
+	return &Batcher{client: c, runner: run, script: script, name: name, obs: obs, ops: ops, calls: calls, Cluster: c.Mode() == rueidis.ClientModeCluster}
 }
 
-// newOp makes an operation; on a cluster it notes the key's slot, as only
+// NewOp makes an operation; on a cluster it notes the key's slot, as only
 // operations of one slot can share a script call.
-func (b *batcher) newOp(ctx context.Context, keys []string, hdr, args []string) *op {
-	o := &op{ctx: ctx, keys: keys, hdr: hdr, args: args, done: make(chan struct{}, 1)}
-	if b.cluster {
+func (b *Batcher) NewOp(ctx context.Context, keys []string, hdr, args []string) *Op {
+	o := &Op{ctx: ctx, keys: keys, hdr: hdr, args: args, done: make(chan struct{}, 1)}
+	if b.Cluster {
 		o.slot = keyspace.Slot(keys[0])
 	}
 	return o
 }
 
-// do runs one write and returns its reply. Its result is the same as running
+// Do runs one operation and returns its reply. Its result is the same as running
 // it alone: each operation of a batch is atomic, and one failing does not fail
 // the others. If ctx ends while the write is still queued, it is dropped and
 // never sent; if it was already sent, do returns ctx's error at once, and
 // the write may still be counted.
-func (b *batcher) do(ctx context.Context, keys []string, hdr []string, args ...string) (rueidis.RedisMessage, error) {
-	o := b.newOp(ctx, keys, hdr, args)
+func (b *Batcher) Do(ctx context.Context, keys []string, hdr []string, args ...string) (rueidis.RedisMessage, error) {
+	o := b.NewOp(ctx, keys, hdr, args)
 	if b.ops == 1 {
-		b.run([]*op{o})
-		return o.res, o.err
+		b.Run([]*Op{o})
+		return o.Res, o.Err
 	}
 	b.mu.Lock()
 	if b.active < b.calls && len(b.queue) == 0 {
 		b.active++
 		b.mu.Unlock()
-		b.run([]*op{o})
+		b.Run([]*Op{o})
 		b.release()
-		return o.res, o.err
+		return o.Res, o.Err
 	}
 	o.queued = true
 	b.queue = append(b.queue, o)
 	b.mu.Unlock()
 	select {
 	case <-o.done:
-		return o.res, o.err
+		return o.Res, o.Err
 	case <-ctx.Done():
 		b.mu.Lock()
 		if o.queued {
@@ -117,7 +141,7 @@ func (b *batcher) do(ctx context.Context, keys []string, hdr []string, args ...s
 }
 
 // release ends a batch: if writes queued meanwhile, a goroutine takes them on.
-func (b *batcher) release() {
+func (b *Batcher) release() {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
 		b.active--
@@ -129,7 +153,7 @@ func (b *batcher) release() {
 }
 
 // drain runs queued batches until the queue is empty.
-func (b *batcher) drain() {
+func (b *Batcher) drain() {
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.ops)
@@ -138,39 +162,39 @@ func (b *batcher) drain() {
 			b.mu.Unlock()
 			return
 		}
-		batch := make([]*op, n)
+		batch := make([]*Op, n)
 		copy(batch, b.queue)
 		for _, o := range batch {
 			o.queued = false
 		}
 		b.queue = append(b.queue[:0], b.queue[n:]...)
 		b.mu.Unlock()
-		b.run(batch)
+		b.Run(batch)
 	}
 }
 
-// many runs one operation per key, each with the same arguments (reads), at
+// Many runs one operation per key, each with the same arguments (reads), at
 // once, without queueing: one DoMulti of script calls of at most b.ops keys
 // per clock and slot. It answers in the order of keys.
-func (b *batcher) many(ctx context.Context, keys []string, hdr []string, args ...string) []*op {
-	ops := make([]*op, len(keys))
+func (b *Batcher) Many(ctx context.Context, keys []string, hdr []string, args ...string) []*Op {
+	ops := make([]*Op, len(keys))
 	for i, k := range keys {
-		ops[i] = b.newOp(ctx, []string{k}, hdr, args)
+		ops[i] = b.NewOp(ctx, []string{k}, hdr, args)
 	}
-	b.run(ops)
+	b.Run(ops)
 	return ops
 }
 
-// run sends a batch: one script call per header (clock) and slot, of at most
+// Run sends a batch: one script call per header (clock) and slot, of at most
 // b.ops operations, all in one DoMulti. Server-clock operations share one
 // header slice; client-clock ones share a call when their instants are equal.
-func (b *batcher) run(batch []*op) {
+func (b *Batcher) Run(batch []*Op) {
 	type group struct {
-		ops  []*op
+		ops  []*Op
 		call backend.Call
 	}
 	var groups []*group
-	find := func(o *op) *group {
+	find := func(o *Op) *group {
 		for _, g := range groups {
 			f := g.ops[0]
 			if f.slot == o.slot && len(g.ops) < b.ops && (&f.hdr[0] == &o.hdr[0] || slices.Equal(f.hdr, o.hdr)) {
@@ -206,9 +230,9 @@ func (b *batcher) run(batch []*op) {
 		}
 		for j, o := range g.ops {
 			if err != nil {
-				o.err = err
+				o.Err = err
 			} else {
-				o.res, o.err = vals[j], vals[j].Error()
+				o.Res, o.Err = vals[j], vals[j].Error()
 			}
 			o.done <- struct{}{}
 		}
@@ -219,7 +243,7 @@ func (b *batcher) run(batch []*op) {
 // when they share one (a lone write, SumMany); else one that is not cancelled with any one caller's context (that
 // would fail the others), with the latest of their deadlines, if they all
 // have one.
-func batchContext(batch []*op) (context.Context, context.CancelFunc) {
+func batchContext(batch []*Op) (context.Context, context.CancelFunc) {
 	same := true
 	for _, o := range batch[1:] {
 		same = same && o.ctx == batch[0].ctx
@@ -238,4 +262,11 @@ func batchContext(batch []*op) (context.Context, context.CancelFunc) {
 		}
 	}
 	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), last)
+}
+
+// Queued returns how many operations wait for a batch (for tests).
+func (b *Batcher) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
 }
