@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"strconv"
@@ -58,10 +57,7 @@ func TestTierMemory(t *testing.T) {
 	t.Parallel()
 	srv := harness.Fresh(t, harness.Redis70)
 	c := srv.Client(t)
-	// About 515,000 writes: under CI's load they have taken more than ctxT's two
-	// minutes, so this test has its own budget.
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	t.Cleanup(cancel)
+	ctx := ctxLong(t) // about 515,000 writes
 	server := srv.Version(t)
 	hour, day := store.Window{Length: time.Hour, Bucket: time.Minute}, store.Window{Length: 24 * time.Hour, Bucket: time.Hour}
 	now := time.Now().Truncate(time.Minute).Add(-time.Second)
@@ -160,7 +156,7 @@ func TestEventIDMemory(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			srv := harness.Fresh(t, kind)
 			c := srv.Client(t)
-			ctx := ctxT(t)
+			ctx := ctxLong(t)
 			s, err := store.New(ctx, c, store.Window{Length: time.Hour, Bucket: time.Minute}, store.WithPrefix("ids:"))
 			require.NoError(t, err)
 			now := time.Now()
@@ -194,7 +190,7 @@ func TestDistinctError(t *testing.T) {
 	t.Parallel()
 	srv := harness.Fresh(t, harness.Redis70)
 	c := srv.Client(t)
-	ctx := ctxT(t)
+	ctx := ctxLong(t)
 	server := srv.Version(t)
 	// Minute buckets: the keys expire on the server's clock a window after
 	// their writes, and the million adds may take longer than a

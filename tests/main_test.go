@@ -67,6 +67,15 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
+// ctxLong is ctxT for the tests that make hundreds of thousands of calls
+// (the memory figures, the long windows): under CI's load they have taken
+// more than ctxT's two minutes, so they get eight.
+func ctxLong(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // newStore makes a store on the target's shared server, with a prefix of the test's own.
 func newStore(t testing.TB, tg target, w store.Window, opts ...store.Option) (*store.Store, *harness.Server) {
 	t.Helper()

@@ -66,7 +66,7 @@ func TestMemoryPerCounter(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		srv := harness.Fresh(t, tg.kind)
 		c := srv.Client(t)
-		ctx := ctxT(t)
+		ctx := ctxLong(t)
 		server := srv.Version(t)
 		for _, buckets := range []int{10, 60, 600} {
 			w := store.Window{Length: time.Duration(buckets) * time.Minute, Bucket: time.Minute}

@@ -438,7 +438,7 @@ func TestWindowsMiddleware(t *testing.T) {
 func TestWindowsLongWindow(t *testing.T) {
 	t.Parallel()
 	c := harness.Shared(t, harness.Redis70).Client(t)
-	ctx := ctxT(t)
+	ctx := ctxLong(t)
 	rules := []limit.Rule{
 		{Name: "long", Limit: 1 << 51, Window: store.Window{Length: 1000 * time.Second, Bucket: 100 * time.Millisecond}},
 		{Name: "short", Limit: 1 << 51, Window: store.Window{Length: 10 * time.Second, Bucket: time.Second}},
