@@ -37,11 +37,26 @@ func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) 
 	if len(members) == 0 {
 		return 0, invalid("add distinct", key, "no members")
 	}
-	res, err := apply(ctx, []Batch{{Ops: []Op{{Store: s, Key: key, Kind: Distinct, Members: members}}}})
-	if err != nil {
-		return 0, rename(first(err), "add distinct")
+	if len(s.tiers) > 1 {
+		res, err := apply(ctx, []Batch{{Ops: []Op{{Store: s, Key: key, Kind: Distinct, Members: members}}}})
+		if err != nil {
+			return 0, rename(first(err), "add distinct")
+		}
+		return res[0].Values[0].Sum, nil
 	}
-	return res[0].Values[0].Sum, nil
+	// One window: an operation of its own (the group's distinct item, without
+	// the group's machinery).
+	rk, err := s.redisKey(key, s.tag)
+	if err != nil {
+		return 0, rename(err, "add distinct")
+	}
+	args := append([]string{backend.OpDAdd, s.shape, strconv.Itoa(len(members))}, members...)
+	msg, err := s.run(ctx, distinctKeys(rk, s.tiers[0], s.futureMs), s.header(), false, args...)
+	if err != nil {
+		return 0, fail("add distinct", key, s.be.Write, err)
+	}
+	n, err := msg.AsInt64()
+	return n, fail("add distinct", key, nil, err)
 }
 
 // CountDistinct returns the number of distinct members key saw in the window.

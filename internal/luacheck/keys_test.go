@@ -459,10 +459,13 @@ func TestKeysDeclared(t *testing.T) {
 						backend.ItemAcquire, "1", "60000", "lz" + strconv.Itoa(step), backend.ItemCount, shape, "1",
 						"1", "", "20000", "", backend.ItemLimit, shape, strconv.Itoa(step % 2), "1"}},
 				{"distinct read", b.Write, dk("{e}:h"), []string{backend.OpGroup, "1", "", "20000", "", backend.ItemDistinct, shape, "0"}},
+				{"add distinct", b.Write, dk("{e}:h"), []string{backend.OpDAdd, shape, "2", "a" + strconv.Itoa(step%7), "b" + strconv.Itoa(step%3)}},
 				{"count", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "10000"}},
 				{"count over 3s", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "3000"}},
 				{"batch", b.Write, append([]string{"{a}", "{b}"}, dk("{e}:h")...),
 					[]string{backend.OpAdd, shape, "1", backend.OpAllow, shape, "100", "2", backend.OpDCount, shape, "10000"}},
+				{"batch of adds", b.Write, append(append([]string{"{a}"}, dk("{e}:h")...), dk("{f}:h")...),
+					[]string{backend.OpAdd, shape, "1", backend.OpDAdd, shape, "1", "m" + strconv.Itoa(step%5), backend.OpDAdd, shape, "1", "n"}},
 				{"max", b.Write, []string{"{x}:max"}, []string{backend.OpXPut, shape, backend.XMax, strconv.Itoa(step % 9), ""}},
 				{"late first", b.Write, []string{"{x}:first"}, []string{backend.OpXPut, shape, backend.XMin, "", late}},
 				{"sum", b.Sum, []string{"{a}", "{b}"}, []string{shape, "10000", shape, "4000"}},
@@ -484,6 +487,9 @@ func TestKeysDeclared(t *testing.T) {
 		}
 		if len(f.hlls) == 0 || len(f.hashes) == 0 {
 			t.Fatalf("%s: the scripts wrote nothing: the test walks no path", b.Name)
+		}
+		if _, ok := f.hashes["{f}:h:d"]; !ok {
+			t.Fatalf("%s: the batch's second distinct add wrote nothing under its own keys", b.Name)
 		}
 	}
 	for _, sc := range hook.LimitScripts() {

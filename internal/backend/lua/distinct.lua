@@ -179,3 +179,10 @@ local function ws_dcount(L, K, lthr)
   if #keys == 0 then return 0 end
   return redis.call('PFCOUNT', unpack(keys))
 end
+
+-- ws_daddcount adds members to the current bucket and answers the window's
+-- count (AddDistinct).
+local function ws_daddcount(L, K, members)
+  ws_dadd(L, K, L.target, members)
+  return ws_dcount(L, K, L.now - L.w)
+end

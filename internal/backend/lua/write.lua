@@ -14,6 +14,11 @@
 --                                       runs here, though it changes no
 --                                       count); its keys: see ws_dk in
 --                                       distinct.lua
+--   WS_OP_DADD     shape n member...    AddDistinct: add the n members to the
+--                                       current bucket's HyperLogLog and
+--                                       answer the window's count; its keys
+--                                       as WS_OP_DCOUNT's (a group's distinct
+--                                       item without the group's machinery)
 --
 -- (a shape is "bucketms:windowms"; a sum is an integer, or an exact decimal
 -- string beyond 2^53). The reply has one entry per operation: its answer, or
@@ -64,6 +69,10 @@ local function ws_op(i, k)
     local e = ARGV[i + 4]
     if e == '' then e = nil else e = tonumber(e) end
     return i + 5, k + 1, ws_xput, ws_shape(H, ARGV[i + 1]), key, ARGV[i + 2], ARGV[i + 3], e
+  elseif op == WS_OP_DADD then
+    local L, m = ws_shape(H, ARGV[i + 1]), tonumber(ARGV[i + 2])
+    local K, nk = ws_dk(L, k)
+    return i + 3 + m, nk, ws_daddcount, L, K, {unpack(ARGV, i + 3, i + 2 + m)}
   elseif op == WS_OP_DCOUNT then
     local L = ws_shape(H, ARGV[i + 1])
     local K, nk = ws_dk(L, k)
