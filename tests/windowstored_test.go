@@ -632,8 +632,11 @@ func TestWindowstoredReload(t *testing.T) {
 	write(conf(5))
 	require.Eventually(t, func() bool { return limitOf() == 5 }, 10*time.Second, 50*time.Millisecond)
 	write("domain: r\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 9}\n")
-	require.Eventually(t, func() bool { return strings.Contains(d.logs.String(), "configuration refused") }, 10*time.Second, 50*time.Millisecond)
-	require.Contains(t, d.logs.String(), `unit \"fortnight\"`)
+	// (Wait for this refusal's line: a file read while it was written could
+	// have been refused before it, with another.)
+	require.Eventually(t, func() bool {
+		return strings.Contains(d.logs.String(), "configuration refused") && strings.Contains(d.logs.String(), `unit \"fortnight\"`)
+	}, 10*time.Second, 50*time.Millisecond)
 	require.Equal(t, uint32(5), limitOf(), "the old configuration stays")
 	// SIGHUP, with the file watch off in effect: write and signal at once.
 	write(conf(7))

@@ -183,17 +183,24 @@ func defaultBucket(length time.Duration) time.Duration {
 	return length / 60
 }
 
-// loadConfig reads the configuration at path: a file, or a directory whose
-// *.yaml and *.yml files are read in name order.
-func loadConfig(path string) (*config, error) {
+// configFile is one file of a configuration, as read.
+type configFile struct {
+	name string
+	data []byte
+}
+
+// readConfig reads the files of the configuration at path (a file, or a
+// directory's *.yaml and *.yml files in name order) and their digest: the
+// names and contents, to notice a change.
+func readConfig(path string) ([]configFile, string, error) {
 	files := []string{path}
 	if fi, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("windowstored: config: %w", err)
+		return nil, "", fmt.Errorf("windowstored: config: %w", err)
 	} else if fi.IsDir() {
 		files = nil
 		ents, err := os.ReadDir(path)
 		if err != nil {
-			return nil, fmt.Errorf("windowstored: config: %w", err)
+			return nil, "", fmt.Errorf("windowstored: config: %w", err)
 		}
 		for _, e := range ents {
 			if n := e.Name(); !e.IsDir() && (strings.HasSuffix(n, ".yaml") || strings.HasSuffix(n, ".yml")) {
@@ -201,20 +208,35 @@ func loadConfig(path string) (*config, error) {
 			}
 		}
 		if len(files) == 0 {
-			return nil, badf(path, "no *.yaml or *.yml file in the directory")
+			return nil, "", badf(path, "no *.yaml or *.yml file in the directory")
 		}
 	}
-	c := &config{settings: defaultSettings, domains: map[string]*node{}, sets: map[string][]features.Feature{}}
 	var digest bytes.Buffer
-	seenSettings := ""
-	for _, f := range files {
+	out := make([]configFile, len(files))
+	for i, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, fmt.Errorf("windowstored: config: %w", err)
+			return nil, "", fmt.Errorf("windowstored: config: %w", err)
 		}
 		fmt.Fprintf(&digest, "%s\x00%d\x00", f, len(data))
 		digest.Write(data)
-		dec := yaml.NewDecoder(bytes.NewReader(data))
+		out[i] = configFile{f, data}
+	}
+	return out, digest.String(), nil
+}
+
+// loadConfig reads the configuration at path: a file, or a directory whose
+// *.yaml and *.yml files are read in name order.
+func loadConfig(path string) (*config, error) {
+	files, digest, err := readConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	c := &config{settings: defaultSettings, domains: map[string]*node{}, sets: map[string][]features.Feature{}, digest: digest}
+	seenSettings := ""
+	for _, file := range files {
+		f := file.name
+		dec := yaml.NewDecoder(bytes.NewReader(file.data))
 		dec.KnownFields(true)
 		for n := 1; ; n++ {
 			var d yamlDoc
@@ -262,7 +284,6 @@ func loadConfig(path string) (*config, error) {
 	if len(c.domains) == 0 && len(c.sets) == 0 {
 		return nil, badf(path, "no domain and no feature_set: nothing to serve")
 	}
-	c.digest = digest.String()
 	return c, nil
 }
 

@@ -167,3 +167,29 @@ func TestCounterKey(t *testing.T) {
 		seen[k] = string(rune('0' + i))
 	}
 }
+
+// TestSettle: a change of the files is loaded only once two checks in a row
+// read it; files still being written (read differently at every check) are
+// never loaded.
+func TestSettle(t *testing.T) {
+	var w settle
+	for i, c := range []struct {
+		read, inForce string
+		want          bool
+	}{
+		{"A", "A", true},   // unchanged: the load finds nothing to do
+		{"B", "A", false},  // changed: wait for the next check
+		{"B1", "A", false}, // still changing
+		{"B2", "A", false},
+		{"B2", "A", true}, // the same twice: load it
+		{"B2", "B2", true},
+		{"C", "B2", false},
+		{"B2", "B2", true}, // written back before it settled
+		{"error: gone", "B2", false},
+		{"error: gone", "B2", true}, // a lasting error is loaded, and refused with a log line
+	} {
+		if got := w.ready(c.read, c.inForce); got != c.want {
+			t.Fatalf("check %d: read %q with %q in force: ready %v, want %v", i, c.read, c.inForce, got, c.want)
+		}
+	}
+}

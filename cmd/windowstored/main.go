@@ -66,7 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.config, "config", "", "the configuration `PATH`: a YAML file, or a directory of them (required)")
 	fs.StringVar(&f.grpcAddr, "grpc", "127.0.0.1:8081", "where the gRPC rate-limit service listens (`HOST:PORT`; empty: not at all)")
 	fs.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "where the HTTP API, /healthcheck and /metrics listen (`HOST:PORT`; empty: not at all)")
-	fs.DurationVar(&f.watch, "watch", time.Second, "how often the configuration's files are checked for a change (0: only on SIGHUP)")
+	fs.DurationVar(&f.watch, "watch", time.Second, "how often the configuration's files are checked for a change, put in force when two checks in a row read it (0: only on SIGHUP)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for the calls in flight")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "the server's write timeout: a connection that takes longer is broken")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -213,6 +213,7 @@ func run(args []string, stderr io.Writer) int {
 			log.Info("configuration reloaded", append([]any{"config", f.config, "trigger", why}, s.rt.Load().cfg.summary()...)...)
 		}
 	}
+	var w settle
 	status := 0
 loop:
 	for {
@@ -222,7 +223,16 @@ loop:
 		case <-hup:
 			reload("SIGHUP")
 		case <-tick:
-			reload("file change")
+			// A change is put in force when two checks in a row read the
+			// same files: a file read while an editor writes it (truncated,
+			// or half written and still valid) is never served.
+			_, d, err := readConfig(f.config)
+			if err != nil {
+				d = "error: " + err.Error()
+			}
+			if w.ready(d, s.rt.Load().cfg.digest) {
+				reload("file change")
+			}
 		case err := <-errc:
 			log.Error("server stopped", "err", err)
 			status = 1
@@ -263,6 +273,22 @@ loop:
 	}
 	log.Info("stopped")
 	return status
+}
+
+// settle decides, at each check of the configuration's files, whether they
+// are loaded: only once two checks in a row read the same content. The zero
+// value is ready for use; it is not safe for concurrent use.
+type settle struct{ last string }
+
+// ready reports whether files whose digest is d are loaded, given the digest
+// of the configuration in force: d is what the last check read too, or d is
+// in force (the load then finds nothing to do).
+func (w *settle) ready(d, inForce string) bool {
+	if d == inForce || d == w.last {
+		return true
+	}
+	w.last = d
+	return false
 }
 
 // sameFailure reports whether err is the reload failure last logged, so that
