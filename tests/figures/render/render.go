@@ -135,7 +135,7 @@ func memory(f figures.File) string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("\nMemory is the growth of the server's `used_memory` over 10,000 full counters (1,000 at 600 buckets) on a " +
+	b.WriteString("\nMemory is the growth of the server's `used_memory` over full counters (10,000 at 10 buckets, 2,000 at 60, 200 at 600) on a " +
 		"fresh server, divided by the counters (`TestMemoryPerCounter`). Past 128 fields a hash leaves listpack encoding " +
 		"(`hash-max-listpack-entries`) and costs 3 to 6 times more per bucket; use tiers (above) for long windows at fine " +
 		"resolution. Field TTLs cost memory of their own (Redis 8 keeps such a small hash as a \"listpackex\"); TairHash's " +
@@ -218,7 +218,7 @@ func tiers(f figures.File) string {
 	if t, ok1 := f["tiers/tiered/bytes"]; ok1 {
 		if h, ok2 := f["tiers/hour/bytes"]; ok2 {
 			fmt.Fprintf(&b, "\nThe counter with both tiers costs %.2fx the hour tier alone (the target: at most 2x), and each tier "+
-				"stays a listpack. Plain hash, %s, growth of `used_memory` over 1,000 full counters (200 at 1,440 "+
+				"stays a listpack. Plain hash, %s, growth of `used_memory` over 500 full counters (50 at 1,440 "+
 				"buckets) (`TestTierMemory`).\n", t.Value/h.Value, server(f, f.Names("tiers/")...))
 		}
 	}
@@ -276,6 +276,19 @@ func bench(f figures.File) string {
 				get(f, p+"cpu_vs_zsetlog", "%.2fx"), get(f, p+"cpu_vs_redisrate", "%.2fx"), get(f, p+"cpu_vs_raw_hincrby", "%.2fx"), vsAllow,
 				thousands(f[p+"ops_per_sec"].Value), get(f, p+"vs_naive", "%.2fx"))
 		}
+	}
+	// add's growth with the window's length, measured in one invocation
+	// against add at its first bucket count, over the same keys.
+	var growth []string
+	for _, nb := range []int{60, 600, 1440} {
+		p := fmt.Sprintf("bench/%d/add/", nb)
+		if v := f[p+"cpu_vs_add_base"].Value; v > 0 {
+			growth = append(growth, fmt.Sprintf("`add` at %s buckets costs %.2fx `add` at %s", thousands(float64(nb)), v,
+				thousands(f[p+"base_buckets"].Value)))
+		}
+	}
+	if len(growth) > 0 {
+		fmt.Fprintf(&b, "\nMeasured in one invocation over the same keys: %s.\n", strings.Join(growth, "; "))
 	}
 	return b.String()
 }
