@@ -164,6 +164,11 @@ type benchResult struct {
 	CPUVsRaw     float64 `json:"cpu_vs_raw_hincrby,omitempty"`
 	VsNaive      float64 `json:"vs_naive,omitempty"`
 	VsZsetLog    float64 `json:"vs_zsetlog,omitempty"`
+	// CPUVsAddBase is ServerUs over add's at BaseBuckets, the first bucket
+	// count of the invocation, over as many keys: how an operation's cost
+	// grows with the window's length, both sides measured in one run.
+	CPUVsAddBase float64 `json:"cpu_vs_add_base,omitempty"`
+	BaseBuckets  int     `json:"base_buckets,omitempty"`
 	Errors       int64   `json:"errors"`
 	FirstError   string  `json:"first_error,omitempty"`
 
@@ -186,6 +191,8 @@ type benchOp func(ctx context.Context, key string) error
 func bench(ctx context.Context, client rueidis.Client, opt rueidis.ClientOption, backend string, cfg benchConfig, p *printer) error {
 	gr := goredisClient(opt)
 	defer gr.Close()
+	var base *benchResult // add at the first bucket count
+	baseKeys := 0
 	for _, nb := range cfg.buckets {
 		keys := cfg.keys
 		if nb > 600 && keys > 1000 {
@@ -234,6 +241,12 @@ func bench(ctx context.Context, client rueidis.Client, opt rueidis.ClientOption,
 			if h := byOp["rawhincrby"]; h != nil {
 				r.CPUVsRaw = ratio(r.ServerUs, h.ServerUs)
 			}
+			if base != nil && keys == baseKeys {
+				r.CPUVsAddBase, r.BaseBuckets = ratio(r.ServerUs, base.ServerUs), base.Buckets
+			}
+		}
+		if base == nil && byOp["add"] != nil {
+			base, baseKeys = byOp["add"], keys
 		}
 		if err := printBench(p, results); err != nil {
 			return err
@@ -267,6 +280,9 @@ func printBench(p *printer, results []*benchResult) error {
 		}
 		fmt.Fprintf(p.w, "%-10s %24s %9s %9s %9s %9s %11.0f %9s %9s %9.1f %9.1f %7d\n", r.Op, cpu, x(r.CPUVsNaive), x(r.CPUVsZsetLog),
 			x(r.CPUVsRate), x(r.CPUVsRaw), r.OpsPerSec, x(r.VsNaive), x(r.VsZsetLog), r.P50Us, r.P99Us, r.Errors)
+		if r.CPUVsAddBase != 0 {
+			fmt.Fprintf(p.w, "           server CPU vs add at %d buckets (same keys, this run): %.2fx\n", r.BaseBuckets, r.CPUVsAddBase)
+		}
 		if r.FirstError != "" {
 			fmt.Fprintf(p.w, "           first error: %s\n", r.FirstError)
 		}

@@ -85,6 +85,8 @@ type benchLine struct {
 	CPUVsRate    float64 `json:"cpu_vs_redisrate"`
 	CPUVsRaw     float64 `json:"cpu_vs_raw_hincrby"`
 	VsNaive      float64 `json:"vs_naive"`
+	CPUVsAddBase float64 `json:"cpu_vs_add_base"`
+	BaseBuckets  int     `json:"base_buckets"`
 	Errors       int64   `json:"errors"`
 }
 
@@ -143,6 +145,8 @@ func recordBench(path, how string) error {
 		set("cpu_vs_redisrate", l.CPUVsRate, "x")
 		set("cpu_vs_raw_hincrby", l.CPUVsRaw, "x")
 		set("vs_naive", l.VsNaive, "x")
+		set("cpu_vs_add_base", l.CPUVsAddBase, "x")
+		set("base_buckets", float64(l.BaseBuckets), "")
 		set("runs", float64(l.Runs), "")
 		n++
 	}
