@@ -163,6 +163,33 @@ func TestDistinctRace(t *testing.T) {
 	})
 }
 
+// TestDistinctManyMembers: one AddDistinct of 20,000 members, on one window
+// (its own operation) and on a tiered store (a group's distinct item),
+// counts them all: Lua's unpack fails at some 8,000 values ("too many
+// results to unpack"), so the scripts take members in slices.
+func TestDistinctManyMembers(t *testing.T) {
+	w := store.Window{Length: time.Minute, Bucket: 10 * time.Second}
+	forEach(t, func(t *testing.T, tg target) {
+		one, _ := newStore(t, tg, w)
+		tiered, _ := newStore(t, tg, w, store.WithTiers(store.Window{Length: time.Hour, Bucket: time.Minute}))
+		ctx := ctxT(t)
+		const n = 20000
+		m := make([]string, n)
+		for i := range m {
+			m[i] = "card-" + strconv.Itoa(i)
+		}
+		for name, s := range map[string]*store.Store{"one window": one, "tiered": tiered} {
+			got, err := s.AddDistinct(ctx, "many", m...)
+			require.NoError(t, err, name)
+			// HyperLogLog's standard error is 0.81%: 2.5% is three of them.
+			require.InEpsilon(t, n, got, 0.025, name)
+			again, err := s.AddDistinct(ctx, "many", m[:10]...)
+			require.NoError(t, err, name)
+			require.Equal(t, got, again, "%s: members seen before change nothing", name)
+		}
+	})
+}
+
 // TestRecordOneCall: on a server that is not a cluster, a feature set's
 // Record over two entities, with a distinct count on each, in stores of two
 // window shapes, is one script call carrying both entities' batches; so is

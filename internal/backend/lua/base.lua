@@ -30,6 +30,14 @@ local function ws_chunks(list, fn)
   end
 end
 
+-- ws_args is ARGV[i] .. ARGV[j] as a list (unpack of some 8,000 values or
+-- more fails: "too many results to unpack").
+local function ws_args(i, j)
+  local t = {}
+  for x = i, j do t[#t + 1] = ARGV[x] end
+  return t
+end
+
 -- ws_errmsg is the message of an error that pcall caught: Redis 7.0 hands
 -- over a string ("WRONGTYPE ..."), later servers a table {err = ...}.
 local function ws_errmsg(e)

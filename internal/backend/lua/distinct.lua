@@ -144,6 +144,17 @@ local function ws_dunion(L, K)
   K.ub = L.low
 end
 
+-- ws_pfadd is PFADD of members to key, in slices small enough to unpack; it
+-- answers whether the key changed.
+local function ws_pfadd(key, members)
+  if #members <= 1000 then return redis.call('PFADD', key, unpack(members)) == 1 end
+  local changed = false
+  ws_chunks(members, function(...)
+    if redis.call('PFADD', key, ...) == 1 then changed = true end
+  end)
+  return changed
+end
+
 -- ws_dadd adds members to bucket B (the current one, or a live earlier one
 -- for a late event), and to the union when it holds B's start.
 local function ws_dadd(L, K, B, members)
@@ -152,13 +163,13 @@ local function ws_dadd(L, K, B, members)
   local idx, at = tonumber(st[3]), nil
   if idx == nil or idx >= K.n then idx, at = ws_dalloc(L, K, B) end
   local rk = KEYS[K.r + idx]
-  local changed = redis.call('PFADD', rk, unpack(members)) == 1
+  local changed = ws_pfadd(rk, members)
   if at ~= nil then redis.call('PEXPIREAT', rk, ws_expiry(L.H, B.start + L.w)) end
   if K.ub ~= L.low and at == nil then
     ws_dunion(L, K) -- the second add at this instant: B's key is in the union
   elseif K.ub ~= nil and B.start >= K.ub then
     -- D:u holds every bucket from ub on, whatever instant it was built for.
-    if changed then redis.call('PFADD', K.u, unpack(members)) end
+    if changed then ws_pfadd(K.u, members) end
     if at ~= nil then redis.call('PEXPIREAT', K.u, at) end
   end
 end

@@ -625,7 +625,7 @@ local function ws_readgroup(H, i, k)
       i = i + 4
     elseif kind == WS_IT_DISTINCT then
       local m = tonumber(ARGV[i + 2])
-      it.members = {unpack(ARGV, i + 3, i + 2 + m)}
+      it.members = ws_args(i + 3, i + 2 + m)
       it.K, k = ws_dk(it.L, k - 1) -- the item's keys (see distinct.lua)
       i = i + 3 + m
     elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then

@@ -72,7 +72,7 @@ local function ws_op(i, k)
   elseif op == WS_OP_DADD then
     local L, m = ws_shape(H, ARGV[i + 1]), tonumber(ARGV[i + 2])
     local K, nk = ws_dk(L, k)
-    return i + 3 + m, nk, ws_daddcount, L, K, {unpack(ARGV, i + 3, i + 2 + m)}
+    return i + 3 + m, nk, ws_daddcount, L, K, ws_args(i + 3, i + 2 + m)
   elseif op == WS_OP_DCOUNT then
     local L = ws_shape(H, ARGV[i + 1])
     local K, nk = ws_dk(L, k)
