@@ -494,6 +494,9 @@ func makePlan(b Batch) (*plan, error) {
 			}
 			items = append(items, it)
 			if o.Kind == Distinct {
+				if err := checkDistinct("apply", o.Key, t, st.futureMs); err != nil {
+					return nil, err
+				}
 				keys = append(keys, distinctKeys(trk, t, st.futureMs)...)
 			} else {
 				keys = append(keys, trk)
@@ -566,6 +569,22 @@ func distinctKeys(rk string, t tier, futureMs int64) []string {
 		keys = append(keys, d+":r"+strconv.Itoa(j))
 	}
 	return keys
+}
+
+// maxDistinctRing bounds the ring keys of a distinct count: a count over the
+// ring is PFCOUNT of its live keys, which Lua's unpack cannot pass past some
+// 8,000 (and every call declares the whole ring). A window of up to some
+// 3,950 buckets fits whatever the future tolerance.
+const maxDistinctRing = 7900
+
+// checkDistinct refuses a distinct count on a tier whose ring would be
+// longer than maxDistinctRing.
+func checkDistinct(op, key string, t tier, futureMs int64) error {
+	if n := distinctRing(t, futureMs); n > maxDistinctRing {
+		return invalid(op, key, fmt.Sprintf("a distinct count keeps a HyperLogLog per bucket: window %v needs %d keys, "+
+			"at most %d: use longer buckets (or tiers)", t.win, n, maxDistinctRing))
+	}
+	return nil
 }
 
 // distinctRing is the number of ring keys of a distinct count of tier t

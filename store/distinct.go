@@ -50,6 +50,9 @@ func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) 
 	if err != nil {
 		return 0, rename(err, "add distinct")
 	}
+	if err := checkDistinct("add distinct", key, s.tiers[0], s.futureMs); err != nil {
+		return 0, err
+	}
 	args := append([]string{backend.OpDAdd, s.shape, strconv.Itoa(len(members))}, members...)
 	msg, err := s.run(ctx, distinctKeys(rk, s.tiers[0], s.futureMs), s.header(), false, args...)
 	if err != nil {
@@ -77,6 +80,9 @@ func (s *Store) CountDistinctMany(ctx context.Context, keys []string) ([]int64, 
 	}
 	t, lookback, err := s.span("count distinct", keys[0])
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDistinct("count distinct", keys[0], t, s.futureMs); err != nil {
 		return nil, err
 	}
 	return s.countDistinct(ctx, keys, t, lookback)

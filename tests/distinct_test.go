@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -188,6 +190,69 @@ func TestDistinctManyMembers(t *testing.T) {
 			require.Equal(t, got, again, "%s: members seen before change nothing", name)
 		}
 	})
+}
+
+// TestDistinctRingCap: a distinct count whose ring is at the cap (7,900
+// keys) counts with every bucket live (PFCOUNT of 7,897 keys, which Lua's
+// unpack must pass), and adds; one bucket more is refused with ErrInvalid
+// by every distinct call, before anything is sent. Redis 7.0 only. The ring
+// is written directly (one member per bucket, and the hash of which key
+// each bucket holds, as distinct.lua keeps them): 7,897 AddDistinct calls,
+// each reading the growing hash whole, took a minute.
+func TestDistinctRingCap(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis70)
+	c := srv.Client(t)
+	ctx := ctxT(t)
+	const n = 7897 // buckets: a ring of n + 3 keys with no future tolerance
+	mk := func(buckets int) *store.Store {
+		s, err := store.New(ctx, c, store.Window{Length: time.Duration(buckets) * time.Second, Bucket: time.Second},
+			store.WithPrefix(harness.Prefix(t)+strconv.Itoa(buckets)+":"), store.WithFutureTolerance(0))
+		require.NoError(t, err)
+		return s
+	}
+	s := mk(n)
+	rk, err := hook.RedisKey(s, "wide")
+	require.NoError(t, err)
+	t0 := time.Now().Truncate(time.Second).Add(-n * time.Second)
+	cmds := make(rueidis.Commands, 0, n+1)
+	held := make([]string, 0, 2*n+2)
+	for i := range n {
+		cmds = append(cmds, c.B().Pfadd().Key(rk+":d:r"+strconv.Itoa(i)).Element("m"+strconv.Itoa(i)).Build())
+		held = append(held, strconv.FormatInt(t0.Add(time.Duration(i)*time.Second).UnixMilli(), 10), strconv.Itoa(i))
+	}
+	held = append(held, "h", strconv.FormatInt(t0.Add((n-1)*time.Second).UnixMilli(), 10))
+	hset := c.B().Hset().Key(rk + ":d").FieldValue()
+	for i := 0; i < len(held); i += 2 {
+		hset = hset.FieldValue(held[i], held[i+1])
+	}
+	cmds = append(cmds, hset.Build())
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		require.NoError(t, r.Error())
+	}
+	last := s.At(t0.Add((n - 1) * time.Second).Add(500 * time.Millisecond))
+	// A count over a span shorter than the window merges the live ring keys,
+	// and so does a count over the window until an add rebuilds the union.
+	got, err := last.Over(time.Duration(n-1)*time.Second).CountDistinct(ctx, "wide")
+	require.NoError(t, err)
+	require.InEpsilon(t, n-1, got, 0.025)
+	got, err = last.CountDistinct(ctx, "wide")
+	require.NoError(t, err)
+	require.InEpsilon(t, n, got, 0.025)
+	for range 2 { // the second add rebuilds the union from the whole ring
+		again, err := last.AddDistinct(ctx, "wide", "m0")
+		require.NoError(t, err)
+		require.Equal(t, got, again)
+	}
+
+	over := mk(n + 1)
+	_, err = over.AddDistinct(ctx, "wide", "m")
+	require.ErrorIs(t, err, store.ErrInvalid)
+	require.ErrorContains(t, err, "7901 keys, at most 7900")
+	_, err = over.CountDistinct(ctx, "wide")
+	require.ErrorIs(t, err, store.ErrInvalid)
+	_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: over, Key: "wide", Kind: store.Distinct, Members: []string{"m"}}}})
+	require.ErrorIs(t, err, store.ErrInvalid)
 }
 
 // TestRecordOneCall: on a server that is not a cluster, a feature set's
