@@ -135,7 +135,7 @@ func memory(f figures.File) string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString("\nMemory is the growth of the server's `used_memory` over full counters (10,000 at 10 buckets, 2,000 at 60, 200 at 600) on a " +
+	b.WriteString("\nMemory is the growth of the server's `used_memory` over full counters (10,000 at 10 buckets, 5,000 at 60, 200 at 600) on a " +
 		"fresh server, divided by the counters (`TestMemoryPerCounter`). Past 128 fields a hash leaves listpack encoding " +
 		"(`hash-max-listpack-entries`) and costs 3 to 6 times more per bucket; use tiers (above) for long windows at fine " +
 		"resolution. Field TTLs cost memory of their own (Redis 8 keeps such a small hash as a \"listpackex\"); TairHash's " +
