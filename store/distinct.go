@@ -30,7 +30,10 @@ import (
 
 // AddDistinct adds members to key's distinct count (in every tier of a
 // multi-resolution store) and returns the number of distinct members in the
-// window. It takes at least one member.
+// window. It takes at least one member. Distinct counts keep a HyperLogLog
+// per bucket, at most 7,900 (a window of 7,897 buckets with no future
+// tolerance, 3,948 whatever the tolerance): on a longer window every
+// distinct call fails with ErrInvalid.
 func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) (_ int64, err error) {
 	ctx, end := s.start(ctx, "add distinct")
 	defer func() { end(err) }()
