@@ -129,3 +129,37 @@ func ExampleStore_Observe() {
 	// last seen 14:00:00
 	// card:77 has a max: false
 }
+
+// Count the distinct cards a device used over the last day, in hourly
+// buckets. A distinct count is a HyperLogLog per bucket: exact for small
+// sets, within 0.81% (standard error) for large ones.
+func ExampleStore_AddDistinct() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	devices, err := store.New(ctx, client, store.Window{Length: 24 * time.Hour, Bucket: time.Hour}, store.WithPrefix("devices:"))
+	if err != nil {
+		panic(err)
+	}
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	for i, card := range []string{"card:1", "card:2", "card:1", "card:3"} {
+		n, err := devices.At(t0.Add(time.Duration(i)*time.Hour)).AddDistinct(ctx, "device:d7", card)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Printf("+%dh %s: %d distinct cards\n", i, card, n)
+	}
+	// A day after the second card, the first two hours have left the window.
+	n, _ := devices.At(t0.Add(25*time.Hour)).CountDistinct(ctx, "device:d7")
+	fmt.Println("+25h:", n, "distinct cards")
+	// Prints:
+	// +0h card:1: 1 distinct cards
+	// +1h card:2: 2 distinct cards
+	// +2h card:1: 2 distinct cards
+	// +3h card:3: 3 distinct cards
+	// +25h: 2 distinct cards
+}
