@@ -77,6 +77,8 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
   record8     the same, with a max (of the amount) and a last seen besides
   observe     Store.Observe of a Max
   distinct    Store.AddDistinct of one member
+  distincthot the same on 100 keys, hundreds of adds per key and bucket: the
+              four-command path (a new bucket's and the union's rebuilds are rare)
   lease       limit.Concurrency: Acquire, then Release (two script calls)
   naive       the textbook hash window script (HINCRBY, EXPIRE, HGETALL, sum, HDEL)
   zsetlog     the exact sliding log on a ZSET (limit.NewLog)
@@ -495,6 +497,11 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		},
 		"distinct": func(ctx context.Context, k string) error {
 			_, err := st.AddDistinct(ctx, k, strconv.Itoa(rand.IntN(1000)))
+			return err
+		},
+		"distincthot": func(ctx context.Context, k string) error {
+			n, _ := strconv.Atoi(k)
+			_, err := st.AddDistinct(ctx, "hot:"+strconv.Itoa(n%100), strconv.Itoa(rand.IntN(1000)))
 			return err
 		},
 		"naive": func(ctx context.Context, k string) error {
