@@ -573,8 +573,8 @@ func distinctKeys(rk string, t tier, futureMs int64) []string {
 
 // maxDistinctRing bounds the ring keys of a distinct count: a count over the
 // ring is PFCOUNT of its live keys, which Lua's unpack cannot pass past some
-// 8,000 (and every call declares the whole ring). A window of up to some
-// 3,948 buckets fits whatever the future tolerance.
+// 8,000 (and every call declares the whole ring). A window of up to 3,948
+// buckets fits whatever the future tolerance (the ring is at most 2n + 3).
 const maxDistinctRing = 7900
 
 // checkDistinct refuses a distinct count on a tier whose ring would be

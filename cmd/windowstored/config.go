@@ -232,6 +232,12 @@ func loadConfig(path string) (*config, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parseConfig(path, files, digest)
+}
+
+// parseConfig parses the files of the configuration at path, read as digest
+// (readConfig).
+func parseConfig(path string, files []configFile, digest string) (*config, error) {
 	c := &config{settings: defaultSettings, domains: map[string]*node{}, sets: map[string][]features.Feature{}, digest: digest}
 	seenSettings := ""
 	for _, file := range files {

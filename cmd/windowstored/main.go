@@ -196,8 +196,8 @@ func run(args []string, stderr io.Writer) int {
 		defer t.Stop()
 		tick = t.C
 	}
-	reload := func(why string) {
-		err := s.load(ctx, f.config)
+	reload := func(why string, load func() error) {
+		err := load()
 		switch {
 		case errors.Is(err, errUnchanged):
 			s.failure = ""
@@ -221,17 +221,23 @@ loop:
 		case <-ctx.Done():
 			break loop
 		case <-hup:
-			reload("SIGHUP")
+			reload("SIGHUP", func() error { return s.load(ctx, f.config) })
 		case <-tick:
 			// A change is put in force when two checks in a row read the
-			// same files: a file read while an editor writes it (truncated,
-			// or half written and still valid) is never served.
-			_, d, err := readConfig(f.config)
+			// same files, and what is put in force is what the second read:
+			// a file read while an editor writes it (truncated, or half
+			// written and still valid) is never served.
+			files, d, err := readConfig(f.config)
 			if err != nil {
 				d = "error: " + err.Error()
 			}
 			if w.ready(d, s.rt.Load().cfg.digest) {
-				reload("file change")
+				reload("file change", func() error {
+					if err != nil {
+						return err
+					}
+					return s.put(ctx, f.config, files, d)
+				})
 			}
 		case err := <-errc:
 			log.Error("server stopped", "err", err)

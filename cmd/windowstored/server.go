@@ -119,13 +119,23 @@ func (s *server) bind(ctx context.Context, cfg *config) (*runtime, error) {
 // configuration in force stays, and the error says why. One goroutine calls it
 // at a time (at start, then the reload loop).
 func (s *server) load(ctx context.Context, path string) error {
-	cur := s.rt.Load()
-	cfg, err := loadConfig(path)
+	files, digest, err := readConfig(path)
 	if err != nil {
 		return err
 	}
-	if cur != nil && cur.cfg.digest == cfg.digest {
+	return s.put(ctx, path, files, digest)
+}
+
+// put puts in force the configuration at path whose files were read as
+// digest (readConfig): errUnchanged if it is the one in force.
+func (s *server) put(ctx context.Context, path string, files []configFile, digest string) error {
+	cur := s.rt.Load()
+	if cur != nil && cur.cfg.digest == digest {
 		return errUnchanged
+	}
+	cfg, err := parseConfig(path, files, digest)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
