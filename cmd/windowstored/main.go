@@ -226,7 +226,8 @@ loop:
 			// A change is put in force when two checks in a row read the
 			// same files, and what is put in force is what the second read:
 			// a file read while an editor writes it (truncated, or half
-			// written and still valid) is never served.
+			// written and still valid) is not served, unless the writing
+			// pauses for a whole check.
 			files, d, err := readConfig(f.config)
 			if err != nil {
 				d = "error: " + err.Error()
