@@ -57,7 +57,7 @@ func TestTierMemory(t *testing.T) {
 	t.Parallel()
 	srv := harness.Fresh(t, harness.Redis70)
 	c := srv.Client(t)
-	ctx := ctxLong(t) // about 186,000 writes
+	ctx := ctxLong(t) // about 515,000 writes
 	server := srv.Version(t)
 	hour, day := store.Window{Length: time.Hour, Bucket: time.Minute}, store.Window{Length: 24 * time.Hour, Bucket: time.Hour}
 	now := time.Now().Truncate(time.Minute).Add(-time.Second)
@@ -83,9 +83,9 @@ func TestTierMemory(t *testing.T) {
 		require.NoError(t, err)
 		return s
 	}
-	// One hash of 1,440 minute buckets (50 counters: 72,000 writes).
+	// One hash of 1,440 minute buckets (200 counters: 288,000 writes).
 	wide := mk("wide:", store.Window{Length: 24 * time.Hour, Bucket: time.Minute})
-	measure("1440", 50, func(k int) error {
+	measure("1440", 200, func(k int) error {
 		for i := 1439; i >= 0; i-- {
 			if _, err := wide.At(now.Add(-time.Duration(i)*time.Minute)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err
@@ -109,13 +109,13 @@ func TestTierMemory(t *testing.T) {
 		}
 		return nil
 	}
-	measure("tiered", 500, tieredFill, func(k int) []string {
+	measure("tiered", 1000, tieredFill, func(k int) []string {
 		a, _ := hook.RedisKey(mk("tiered:", hour), key(k))
 		b, _ := hook.RedisKey(mk("tiered:", day), key(k))
 		return []string{a, b}
 	})
 	sh, sd := mk("sep:", hour), mk("sep:", day)
-	measure("separate", 500, func(k int) error {
+	measure("separate", 1000, func(k int) error {
 		for h := 23; h >= 0; h-- {
 			if _, err := sd.At(now.Add(-time.Duration(h)*time.Hour)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err
@@ -133,7 +133,7 @@ func TestTierMemory(t *testing.T) {
 		return []string{a, b}
 	})
 	alone := mk("alone:", hour)
-	measure("hour", 500, func(k int) error {
+	measure("hour", 1000, func(k int) error {
 		for m := 59; m >= 0; m-- {
 			if _, err := alone.At(now.Add(-time.Duration(m)*time.Minute)).Record(ctx, store.Event{Key: key(k), Delta: 1, NoSum: true}); err != nil {
 				return err

@@ -218,7 +218,7 @@ func tiers(f figures.File) string {
 	if t, ok1 := f["tiers/tiered/bytes"]; ok1 {
 		if h, ok2 := f["tiers/hour/bytes"]; ok2 {
 			fmt.Fprintf(&b, "\nThe counter with both tiers costs %.2fx the hour tier alone (the target: at most 2x), and each tier "+
-				"stays a listpack. Plain hash, %s, growth of `used_memory` over 500 full counters (50 at 1,440 "+
+				"stays a listpack. Plain hash, %s, growth of `used_memory` over 1,000 full counters (200 at 1,440 "+
 				"buckets) (`TestTierMemory`).\n", t.Value/h.Value, server(f, f.Names("tiers/")...))
 		}
 	}
