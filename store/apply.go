@@ -236,13 +236,14 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 		ps[i] = c.p
 	}
 	if hdr := joinable(ps); hdr != nil {
-		// A server that is not a cluster: every batch in one script call.
+		// A server that is not a cluster: every batch in one script call,
+		// which concurrent callers' operations may share.
 		b := calls[0].p.st.writes
 		ops := make([]*batch.Op, len(calls))
 		for i, c := range calls {
 			ops[i] = b.NewOp(ctx, c.p.keys, hdr, c.p.args)
 		}
-		b.Run(ops)
+		b.DoAll(ctx, ops)
 		for i, c := range calls {
 			c.msg, c.err = ops[i].Res, ops[i].Err
 			if c.err != nil && c.p.st.retries > 0 && ctx.Err() == nil && resend(c.err, c.p.retry) {

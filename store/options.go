@@ -69,8 +69,8 @@ func WithClientClock(now func() time.Time) Option {
 	}
 }
 
-// WithBatching sets how the store coalesces concurrent writes (Add, Allow,
-// and Record without an id or event time): at most ops operations per script call, and at
+// WithBatching sets how the store coalesces concurrent writes (every write:
+// Add, Allow, Record, Apply, AllowAll): at most ops operations per script call, and at
 // most calls script calls in flight before further writes queue up for the
 // next call. A write is never held back on a timer: one that finds fewer than
 // calls in flight is sent at once. The defaults are 64 and 4; ops = 1 sends every write as its own script call.

@@ -187,6 +187,136 @@ func TestTokensBatch(t *testing.T) {
 	}
 }
 
+// TestTokensApplyBatch: the batches of an Apply queue behind a script call
+// in flight as one write does, and share the next calls with other callers'
+// writes; a flush of the queue never parts them (with 2 operations per call,
+// the Apply's second batch goes in a call of its own, in the same flush, not
+// beside the write queued after it). Each caller gets its own answers.
+func TestTokensApplyBatch(t *testing.T) {
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var calls [][]string // each call's keys
+	s, _ := tokenStore(t, false, func(cmd []string) string {
+		n, _ := strconv.Atoi(cmd[2])
+		keys := cmd[3 : 3+n]
+		mu.Lock()
+		calls = append(calls, keys)
+		first := len(calls) == 1
+		mu.Unlock()
+		if first {
+			close(inFlight)
+			<-release
+		}
+		var out []string
+		for _, k := range keys {
+			if k == "ws:{b}:10s/1s" || k == "ws:{c}:10s/1s" {
+				out = append(out, resptest.Arr(resptest.Int(1), resptest.Int(0), resptest.Int(int64(k[4]))))
+			} else {
+				out = append(out, resptest.Int(int64(k[4])))
+			}
+		}
+		return resptest.Arr(out...)
+	}, WithBatching(2, 1))
+	ctx := context.Background()
+	queued := func(n int) {
+		for end := time.Now().Add(5 * time.Second); s.writes.Queued() != n; time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				close(release)
+				t.Fatalf("%d writes queued, want %d", s.writes.Queued(), n)
+			}
+		}
+	}
+	sums := make(map[string]int64)
+	var smu sync.Mutex
+	add := func(k string, done chan<- error) {
+		n, err := s.Add(ctx, k, 1)
+		smu.Lock()
+		sums[k] = n
+		smu.Unlock()
+		done <- err
+	}
+	done := make(chan error, 4)
+	go add("a", done)
+	<-inFlight
+	go add("x", done)
+	queued(1)
+	var res []BatchResult
+	go func() {
+		var err error
+		res, err = Apply(ctx, Batch{Ops: []Op{{Store: s, Key: "b", Delta: 1}}}, Batch{Ops: []Op{{Store: s, Key: "c", Delta: 1}}})
+		done <- err
+	}()
+	queued(3)
+	go add("y", done)
+	queued(4)
+	close(release)
+	for range 4 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := [][]string{{"ws:{a}:10s/1s"}, {"ws:{x}:10s/1s", "ws:{b}:10s/1s"}, {"ws:{c}:10s/1s"}, {"ws:{y}:10s/1s"}}
+	if !slices.EqualFunc(calls, want, slices.Equal) {
+		t.Fatalf("calls %q, want %q", calls, want)
+	}
+	if sums["a"] != 'a' || sums["x"] != 'x' || sums["y"] != 'y' || res[0].Values[0].Sum != 'b' || res[1].Values[0].Sum != 'c' {
+		t.Fatalf("answers %v %+v", sums, res)
+	}
+}
+
+// TestTokensQueuedCancel: writes whose context ends while they wait in the
+// queue are dropped, never sent, and answer the context's error: a lone
+// write, and an Apply's batches.
+func TestTokensQueuedCancel(t *testing.T) {
+	inFlight, release := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var calls [][]string
+	s, _ := tokenStore(t, false, func(cmd []string) string {
+		n, _ := strconv.Atoi(cmd[2])
+		mu.Lock()
+		calls = append(calls, cmd[3:3+n])
+		first := len(calls) == 1
+		mu.Unlock()
+		if first {
+			close(inFlight)
+			<-release
+		}
+		return resptest.Arr(resptest.Int(1))
+	}, WithBatching(64, 1))
+	go func() { _, _ = s.Add(context.Background(), "a", 1) }()
+	<-inFlight
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 2)
+	go func() { _, err := s.Add(ctx, "x", 1); errs <- err }()
+	go func() {
+		_, err := Apply(ctx, Batch{Ops: []Op{{Store: s, Key: "b", Delta: 1}}}, Batch{Ops: []Op{{Store: s, Key: "c", Delta: 1}}})
+		errs <- err
+	}()
+	for end := time.Now().Add(5 * time.Second); s.writes.Queued() != 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d writes queued, want 3", s.writes.Queued())
+		}
+	}
+	cancel()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a cancelled write answered %v", err)
+		}
+	}
+	if n := s.writes.Queued(); n != 0 {
+		t.Fatalf("%d writes still queued", n)
+	}
+	close(release)
+	if _, err := s.Add(context.Background(), "z", 1); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := [][]string{{"ws:{a}:10s/1s"}, {"ws:{z}:10s/1s"}}; !slices.EqualFunc(calls, want, slices.Equal) {
+		t.Fatalf("calls %q, want %q", calls, want)
+	}
+}
+
 // TestTokensSumManyLoad: one read-only function call over both keys; a
 // server that lacks the library gets it (FUNCTION LOAD), then the call again.
 func TestTokensSumManyLoad(t *testing.T) {

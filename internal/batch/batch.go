@@ -33,8 +33,8 @@ type Observer interface {
 	Call(script string, ops int, took time.Duration, err error)
 }
 
-// Batcher coalesces concurrent operations (the store's Add, Allow, Record
-// without id or time; a windows limiter's Allow) into few script calls: one
+// Batcher coalesces concurrent operations (the store's writes; a windows
+// limiter's Allow) into few script calls: one
 // script runs a batch of operations, each atomic on its own.
 //
 // It never waits on a timer. A write that finds fewer than calls script calls
@@ -76,6 +76,7 @@ type Op struct {
 	slot uint16
 
 	queued bool // in batcher.queue; guarded by batcher.mu
+	with   *Op  // the first op of a DoAll of several: they go in one flush
 	Res    rueidis.RedisMessage
 	Err    error
 	done   chan struct{}
@@ -104,39 +105,59 @@ func (b *Batcher) NewOp(ctx context.Context, keys []string, hdr, args []string) 
 // never sent; if it was already sent, do returns ctx's error at once, and
 // the write may still be counted.
 func (b *Batcher) Do(ctx context.Context, keys []string, hdr []string, args ...string) (rueidis.RedisMessage, error) {
-	o := b.NewOp(ctx, keys, hdr, args)
+	ops := []*Op{b.NewOp(ctx, keys, hdr, args)}
+	b.DoAll(ctx, ops)
+	return ops[0].Res, ops[0].Err
+}
+
+// DoAll runs operations that arrive together (the batches of one
+// store.Apply) as Do runs one: sent at once when fewer than calls script
+// calls are in flight, else queued together, so that they share script calls
+// with other callers' operations, still in one round trip: a flush of the
+// queue never parts them. Each stays atomic on its own. When DoAll returns,
+// every op's Res and Err are set. If ctx ends first, the ops still queued are
+// dropped and never sent, and each op not yet answered is replaced in ops by
+// one whose Err is ctx's error (one already sent may still be counted).
+func (b *Batcher) DoAll(ctx context.Context, ops []*Op) {
 	if b.ops == 1 {
-		b.Run([]*Op{o})
-		return o.Res, o.Err
+		b.Run(ops)
+		return
 	}
 	b.mu.Lock()
 	if b.active < b.calls && len(b.queue) == 0 {
 		b.active++
 		b.mu.Unlock()
-		b.Run([]*Op{o})
+		b.Run(ops)
 		b.release()
-		return o.Res, o.Err
+		return
 	}
-	o.queued = true
-	b.queue = append(b.queue, o)
+	for _, o := range ops {
+		o.queued = true
+		if len(ops) > 1 {
+			o.with = ops[0]
+		}
+	}
+	b.queue = append(b.queue, ops...)
 	b.mu.Unlock()
-	select {
-	case <-o.done:
-		return o.Res, o.Err
-	case <-ctx.Done():
+	for i, o := range ops {
+		select {
+		case <-o.done:
+			continue
+		case <-ctx.Done():
+		}
 		b.mu.Lock()
-		if o.queued {
-			for i, q := range b.queue {
-				if q == o {
-					b.queue = append(b.queue[:i], b.queue[i+1:]...)
-					break
-				}
+		b.queue = slices.DeleteFunc(b.queue, func(q *Op) bool { return q.queued && slices.Contains(ops[i:], q) })
+		b.mu.Unlock()
+		// The ops not answered yet may have been sent: Run still writes
+		// their Res and Err, so their answer goes in fresh ops.
+		for j := i; j < len(ops); j++ {
+			select {
+			case <-ops[j].done:
+			default:
+				ops[j] = &Op{Err: ctx.Err()}
 			}
 		}
-		b.mu.Unlock()
-		// A write already sent may still be counted, as with any command
-		// whose caller stops waiting.
-		return rueidis.RedisMessage{}, ctx.Err()
+		return
 	}
 }
 
@@ -157,6 +178,9 @@ func (b *Batcher) drain() {
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.ops)
+		for n < len(b.queue) && b.queue[n].with != nil && b.queue[n].with == b.queue[n-1].with {
+			n++ // the rest of a DoAll (Run splits what is past b.ops into more calls of one DoMulti)
+		}
 		if n == 0 {
 			b.active--
 			b.mu.Unlock()
