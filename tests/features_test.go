@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,6 +122,81 @@ func TestRecord(t *testing.T) {
 		r, err = set.At(t0.Add(2*time.Hour)).Record(ctx, features.Event{Entities: map[string]string{"ip": "ip9"}})
 		require.NoError(t, err)
 		require.Len(t, r.Values, 1, "ip_users needs a user")
+	})
+}
+
+// TestRecordRace: 45 concurrent callers record a login and a payment each,
+// without event ids (an entity's batch then takes the script's fast path, and
+// concurrent Records share script calls), at one instant, on every backend:
+// exactly as many are admitted as the limits allow (5 logins a minute for the
+// user, 1,000 a day of spend for the card: 33 payments of 30), and every
+// event is counted once (the counts and spend sums the callers see are 1 to
+// 45, and 30 to 45 x 30, each once).
+func TestRecordRace(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		srv := newStoreServer(t, tg)
+		c := srv.Client(t)
+		ctx := ctxT(t)
+		set, err := features.New(ctx, c, riskFeatures(), store.WithPrefix(prefixFor(t)), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		at := set.At(time.Now().Truncate(time.Hour).Add(-3 * time.Hour))
+		const n = 45
+		logins, pays := make([]features.Result, n), make([]features.Result, n)
+		errs := make(chan error, 2*n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var err error
+				logins[i], err = at.Record(ctx, features.Event{Entities: map[string]string{"user": "u1", "ip": "ip" + strconv.Itoa(i)}})
+				errs <- err
+				pays[i], err = at.Record(ctx, features.Event{Entities: map[string]string{"card": "c1", "device": "d1"}, Amount: 30})
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		admitted := func(rs []features.Result) int {
+			k := 0
+			for _, r := range rs {
+				if r.Allowed {
+					k++
+				}
+			}
+			return k
+		}
+		seen := func(rs []features.Result, name string) []int64 {
+			var out []int64
+			for _, r := range rs {
+				v, ok := r.Get(name)
+				require.True(t, ok, name)
+				out = append(out, v.Sum)
+			}
+			slices.Sort(out)
+			return out
+		}
+		require.Equal(t, 5, admitted(logins), "logins admitted")
+		require.Equal(t, 33, admitted(pays), "payments admitted")
+		var counts, spends []int64
+		for i := range int64(n) {
+			counts, spends = append(counts, i+1), append(spends, 30*(i+1))
+		}
+		require.Equal(t, counts, seen(logins, "user_attempts"), "each login counted once")
+		require.Equal(t, spends, seen(pays, "card_spend"), "each payment counted once")
+		for _, name := range []string{"ip_attempts", "ip_users"} {
+			require.Equal(t, slices.Repeat([]int64{1}, n), seen(logins, name), name)
+		}
+		require.Equal(t, slices.Repeat([]int64{1}, n), seen(pays, "device_cards"))
+		rd, err := at.Read(ctx, map[string]string{"user": "u1", "card": "c1"})
+		require.NoError(t, err)
+		v, _ := rd.Get("user_login_limit")
+		require.Equal(t, []int64{5, 5}, v.Sums)
+		v, _ = rd.Get("card_spend_limit")
+		require.Equal(t, []int64{990}, v.Sums)
 	})
 }
 

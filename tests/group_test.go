@@ -544,6 +544,21 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 			store.Policy{Store: u.At(at), Key: "edge", Limit: 100})
 		require.ErrorIs(t, err, store.ErrOverflow, "overflow of a limit's bucket")
 		require.Equal(t, before, dump(t, c, keys...), "a failed AllowAll wrote")
+		// Counts, a limit and a distinct add without an id or event time (the
+		// script's fast path for an entity's batch of features.Set.Record):
+		// when a count ("sum") or a limit's bucket ("edge") overflows, nothing
+		// is written, neither the other counters nor the HyperLogLog.
+		cards, err := hook.RedisKey(u, "cards")
+		require.NoError(t, err)
+		keys = append(keys, cards+":d", cards+":d:u")
+		before = dump(t, c, keys...)
+		for _, last := range []store.Op{{Store: u, Key: "sum", Delta: 1}, {Store: u, Key: "edge", Kind: store.Limit, Limit: 100, Delta: 1}} {
+			_, err = applyAt(ctx, at, store.Batch{Ops: []store.Op{{Store: u, Key: "a", Delta: 1},
+				{Store: u, Key: "cards", Kind: store.Distinct, Members: []string{"c1"}},
+				{Store: u, Key: "b", Kind: store.Limit, Limit: 100, Delta: 1}, last}})
+			require.ErrorIs(t, err, store.ErrOverflow, "overflow of %q beside a count, a limit and a distinct add", last.Key)
+			require.Equal(t, before, dump(t, c, keys...), "a failed batch without an id (overflow of %q) wrote", last.Key)
+		}
 	})
 }
 

@@ -401,6 +401,31 @@ local function ws_limitspeek(W, i, k, n)
   return nil
 end
 
+-- ws_limitcommit writes an admitted limit's cost to the current bucket and
+-- answers the limit's item as ws_group does, {sum, 0, reset, 0}: from the
+-- fast path's new total and bucket (nt, nv) and read R when ws_fastopen gave
+-- them, else from the counter's state C (costs is the cost as ARGV has it).
+local function ws_limitcommit(L, key, C, nt, nv, R, costs)
+  local B = L.target
+  if nt ~= nil then
+    ws_fastcommit(L, key, nt, nv, R)
+    return {nt, 0, B.start + L.w - L.now, 0}
+  end
+  local sum, reset = C.sum, nil
+  if tonumber(costs) > 0 then
+    local _, v = ws_commit(L, key, C, B)
+    sum = C.nsum
+    if v ~= 0 then
+      reset = B.start + L.w - L.now
+    else
+      reset = ws_reset(L, ws_detail(L, key, nil))
+    end
+  else
+    reset = ws_reset(L, ws_detail(L, key, C))
+  end
+  return {sum, 0, reset, 0}
+end
+
 -- ws_limits runs the commonest group, n limits and nothing else, without an
 -- event id or time (Allow of several policies: store.AllowAll on one slot,
 -- limit.Combine), at ARGV[i] (the first item's kind) and KEYS[k]. Its answer
@@ -454,26 +479,8 @@ local function ws_limits(H, i, k, n)
   end
   local out = {1, 0}
   for j = 0, n - 1 do
-    local L, C, nt, key = W[5 * j + 1], W[5 * j + 2], W[5 * j + 3], KEYS[k + j]
-    local B = L.target
-    if nt ~= nil then
-      ws_fastcommit(L, key, nt, W[5 * j + 4], W[5 * j + 5])
-      out[j + 3] = {nt, 0, B.start + L.w - L.now, 0}
-    else
-      local sum, reset = C.sum, nil
-      if tonumber(ARGV[i + 4 * j + 3]) > 0 then
-        local _, v = ws_commit(L, key, C, B)
-        sum = C.nsum
-        if v ~= 0 then
-          reset = B.start + L.w - L.now
-        else
-          reset = ws_reset(L, ws_detail(L, key, nil))
-        end
-      else
-        reset = ws_reset(L, ws_detail(L, key, C))
-      end
-      out[j + 3] = {sum, 0, reset, 0}
-    end
+    out[j + 3] = ws_limitcommit(W[5 * j + 1], KEYS[k + j], W[5 * j + 2], W[5 * j + 3], W[5 * j + 4], W[5 * j + 5],
+      ARGV[i + 4 * j + 3])
   end
   return out
 end
@@ -645,4 +652,96 @@ local function ws_readgroup(H, i, k)
     G.items[j] = it
   end
   return i, k, G
+end
+
+-- ws_readfast parses a group at ARGV[i] (its number of items) and KEYS[k]
+-- for ws_fastgroup: it answers nil when the group has an event id or time,
+-- no item, or an item other than a count, a limit or a distinct add; else
+-- where the next operation starts in each, and the items (a distinct add's
+-- keys and members read as ws_readgroup reads them).
+local function ws_readfast(H, i, k)
+  if ARGV[i + 1] ~= '' or ARGV[i + 3] ~= '' or ARGV[i] == '0' then return nil end
+  local its, a = {}, i + 4
+  for j = 1, tonumber(ARGV[i]) do
+    local kind = ARGV[a]
+    if kind ~= WS_IT_COUNT and kind ~= WS_IT_LIMIT and kind ~= WS_IT_DISTINCT then return nil end
+    local it = {kind = kind, L = ws_shape(H, ARGV[a + 1]), key = KEYS[k], a = a, nt = nil, nv = nil, R = nil, C = nil,
+      K = nil, members = nil}
+    if kind == WS_IT_COUNT then
+      a, k = a + 3, k + 1
+    elseif kind == WS_IT_LIMIT then
+      a, k = a + 4, k + 1
+    elseif kind == WS_IT_DISTINCT and tonumber(ARGV[a + 2]) > 0 then
+      local m = tonumber(ARGV[a + 2])
+      it.members = ws_args(a + 3, a + 2 + m)
+      it.K, k = ws_dk(it.L, k)
+      a = a + 3 + m
+    else
+      return nil
+    end
+    its[j] = it
+  end
+  return a, k, its
+end
+
+-- ws_fastgroup runs a group of counts, limits and distinct adds without an
+-- event id or time (an entity's batch of features.Set.Record), parsed by
+-- ws_readfast from ARGV[i] and KEYS[k], as ws_limits runs a group of limits:
+-- each counter opened by the backend's ws_fastopen (a count as ws_add opens
+-- it), without ws_group's tables and passes. Its answer and writes are
+-- ws_group's: every counter is read before anything is written, an overflow
+-- raises before any write, and the HyperLogLogs are written before the
+-- counters. A refusal is ws_group's, with the counters opened here handed
+-- over.
+local function ws_fastgroup(H, i, k, its)
+  local allowed = true
+  for _, it in ipairs(its) do
+    local kind, a = it.kind, it.a
+    if kind ~= WS_IT_DISTINCT then
+      local limit, cost = WS_BIG - 1, tonumber(ARGV[a + 2])
+      if kind == WS_IT_LIMIT then limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]) end
+      local C
+      it.nt, it.nv, it.R, C = ws_fastopen(it.L, it.key, limit, cost)
+      it.C = C
+      if it.nt == nil and kind == WS_IT_LIMIT then
+        ws_checked(C.sum, C.fits)
+        if not (cost <= limit and ws_le(C.sum, limit - cost)) then allowed = false end
+      end
+    end
+  end
+  if not allowed then
+    local _, _, G = ws_readgroup(H, i, k)
+    for j, it in ipairs(its) do
+      if it.kind ~= WS_IT_DISTINCT then G.items[j].C = it.C or ws_open(it.L, it.key, it.L.target, it.R) end
+    end
+    return ws_group(G)
+  end
+  for _, it in ipairs(its) do
+    local C = it.C
+    if C ~= nil then
+      if it.kind == WS_IT_COUNT then
+        ws_prepare(it.L, C, ARGV[it.a + 2], it.L.target)
+      elseif tonumber(ARGV[it.a + 3]) > 0 then
+        ws_prepare(it.L, C, ARGV[it.a + 3], it.L.target)
+      end
+    end
+  end
+  for _, it in ipairs(its) do
+    if it.kind == WS_IT_DISTINCT then ws_dadd(it.L, it.K, it.L.target, it.members) end
+  end
+  local out = {1, 0}
+  for j, it in ipairs(its) do
+    local L, kind = it.L, it.kind
+    if kind == WS_IT_DISTINCT then
+      out[j + 2] = ws_dcount(L, it.K, L.now - L.w)
+    elseif kind == WS_IT_LIMIT then
+      out[j + 2] = ws_limitcommit(L, it.key, it.C, it.nt, it.nv, it.R, ARGV[it.a + 3])
+    elseif it.nt ~= nil then
+      ws_fastcommit(L, it.key, it.nt, it.nv, it.R)
+      out[j + 2] = it.nt
+    else
+      out[j + 2] = (ws_commit(L, it.key, it.C, L.target))
+    end
+  end
+  return out
 end
