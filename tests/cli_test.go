@@ -98,6 +98,9 @@ func TestWindowctlRedis70(t *testing.T) {
 
 	t.Run("sum drops to 0 after window + bucket, and the TTL stays within it", func(t *testing.T) {
 		t.Parallel()
+		// Its own context: a parallel subtest may start minutes after its
+		// parent (CI failed it on the parent's, past its deadline).
+		ctx := ctxT(t)
 		// A window of 8 s in 2 s buckets: the four adds (each a process start)
 		// and the sum must all fall within window - bucket = 6 s of the first
 		// add for the sum to count all four: room for a slow, shared machine.
