@@ -126,12 +126,13 @@ func TestRecord(t *testing.T) {
 }
 
 // TestRecordRace: 45 concurrent callers record a login and a payment each,
-// without event ids (an entity's batch then takes the script's fast path, and
+// without event ids (an entity's batch takes the script's fast path, and
 // concurrent Records share script calls), at one instant, on every backend:
 // exactly as many are admitted as the limits allow (5 logins a minute for the
 // user, 1,000 a day of spend for the card: 33 payments of 30), and every
 // event is counted once (the counts and spend sums the callers see are 1 to
-// 45, and 30 to 45 x 30, each once).
+// 45, and 30 to 45 x 30, each once). Then 45 logins with event ids, each sent
+// twice at once: each counted once, exactly 5 admitted.
 func TestRecordRace(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		srv := newStoreServer(t, tg)
@@ -197,6 +198,43 @@ func TestRecordRace(t *testing.T) {
 		require.Equal(t, []int64{5, 5}, v.Sums)
 		v, _ = rd.Get("card_spend_limit")
 		require.Equal(t, []int64{990}, v.Sums)
+		// With event ids, each event sent twice at once (a retry racing its
+		// first call): 90 callers, 45 events, each counted once, exactly 5
+		// admitted, and both answers of an event agree.
+		twice := make([][2]features.Result, n)
+		errs = make(chan error, 2*n)
+		for i := range n {
+			for j := range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var err error
+					twice[i][j], err = at.Record(ctx, features.Event{ID: "login-" + strconv.Itoa(i),
+						Entities: map[string]string{"user": "u2", "ip": "ip" + strconv.Itoa(i)}})
+					errs <- err
+				}()
+			}
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		events := 0
+		for i, r := range twice {
+			require.Equal(t, r[0].Allowed, r[1].Allowed, "the two answers of event %d", i)
+			require.True(t, r[0].Duplicate || r[1].Duplicate, "event %d: neither answer is a duplicate", i)
+			if r[0].Allowed {
+				events++
+			}
+		}
+		require.Equal(t, 5, events, "events admitted")
+		rd, err = at.Read(ctx, map[string]string{"user": "u2"})
+		require.NoError(t, err)
+		v, _ = rd.Get("user_attempts")
+		require.Equal(t, []int64{n, n, n}, v.Sums, "each event counted once")
+		v, _ = rd.Get("user_login_limit")
+		require.Equal(t, []int64{5, 5}, v.Sums)
 	})
 }
 

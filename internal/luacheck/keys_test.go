@@ -437,6 +437,9 @@ func TestKeysDeclared(t *testing.T) {
 				{"record batch", b.Write, append([]string{"{p}:c", "{p}:l"}, dk("{p}:h")...), // the fast group (no id, no time)
 					[]string{backend.OpGroup, "3", "", "20000", "", backend.ItemCount, shape, "2", backend.ItemLimit, shape, "4", "1",
 						backend.ItemDistinct, shape, "2", "m" + strconv.Itoa(step%7), "n" + strconv.Itoa(step%5)}},
+				{"record batch with id", b.Write, append([]string{"{p}:id:" + strconv.Itoa(step%3), "{p}:c", "{p}:l"}, dk("{p}:h")...),
+					[]string{backend.OpGroup, "3", "id" + strconv.Itoa(step%3), "2000", "", backend.ItemCount, shape, "1",
+						backend.ItemLimit, shape, "6", "1", backend.ItemDistinct, shape, "1", "i" + strconv.Itoa(step%4)}},
 				{"late group", b.Write, append([]string{"{e}:c"}, dk("{e}:h")...),
 					[]string{backend.OpGroup, "2", "", "20000", late, backend.ItemCount, shape, "1",
 						backend.ItemDistinct, shape, "1", "late" + strconv.Itoa(step)}},

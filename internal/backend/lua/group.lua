@@ -655,12 +655,17 @@ local function ws_readgroup(H, i, k)
 end
 
 -- ws_readfast parses a group at ARGV[i] (its number of items) and KEYS[k]
--- for ws_fastgroup: it answers nil when the group has an event id or time,
--- no item, or an item other than a count, a limit or a distinct add; else
--- where the next operation starts in each, and the items (a distinct add's
--- keys and members read as ws_readgroup reads them).
+-- for ws_fastgroup: it answers nil when the group has an event time, no
+-- item, or an item other than a count, a limit or a distinct add; else where
+-- the next operation starts in each, the items (a distinct add's keys and
+-- members read as ws_readgroup reads them), and the event id's key (nil
+-- without one).
 local function ws_readfast(H, i, k)
-  if ARGV[i + 1] ~= '' or ARGV[i + 3] ~= '' or ARGV[i] == '0' then return nil end
+  if ARGV[i + 3] ~= '' or ARGV[i] == '0' then return nil end
+  local idkey = nil
+  if ARGV[i + 1] ~= '' then
+    idkey, k = KEYS[k], k + 1
+  end
   local its, a = {}, i + 4
   for j = 1, tonumber(ARGV[i]) do
     local kind = ARGV[a]
@@ -681,19 +686,24 @@ local function ws_readfast(H, i, k)
     end
     its[j] = it
   end
-  return a, k, its
+  return a, k, its, idkey
 end
 
 -- ws_fastgroup runs a group of counts, limits and distinct adds without an
--- event id or time (an entity's batch of features.Set.Record), parsed by
+-- event time (an entity's batch of features.Set.Record), parsed by
 -- ws_readfast from ARGV[i] and KEYS[k], as ws_limits runs a group of limits:
 -- each counter opened by the backend's ws_fastopen (a count as ws_add opens
 -- it), without ws_group's tables and passes. Its answer and writes are
 -- ws_group's: every counter is read before anything is written, an overflow
--- raises before any write, and the HyperLogLogs are written before the
--- counters. A refusal is ws_group's, with the counters opened here handed
--- over.
-local function ws_fastgroup(H, i, k, its)
+-- raises before any write, the HyperLogLogs are written before the
+-- counters, and an event id (idkey) is kept for its time to live once the
+-- group wrote. An event seen before, and a refusal, are ws_group's (with
+-- the counters opened here handed over).
+local function ws_fastgroup(H, i, k, its, idkey)
+  if idkey ~= nil and redis.call('GET', idkey) then
+    local _, _, G = ws_readgroup(H, i, k)
+    return ws_group(G)
+  end
   local allowed = true
   for _, it in ipairs(its) do
     local kind, a = it.kind, it.a
@@ -729,19 +739,21 @@ local function ws_fastgroup(H, i, k, its)
   for _, it in ipairs(its) do
     if it.kind == WS_IT_DISTINCT then ws_dadd(it.L, it.K, it.L.target, it.members) end
   end
-  local out = {1, 0}
+  local out, wrote = {1, 0}, false
   for j, it in ipairs(its) do
     local L, kind = it.L, it.kind
     if kind == WS_IT_DISTINCT then
-      out[j + 2] = ws_dcount(L, it.K, L.now - L.w)
+      out[j + 2], wrote = ws_dcount(L, it.K, L.now - L.w), true
     elseif kind == WS_IT_LIMIT then
       out[j + 2] = ws_limitcommit(L, it.key, it.C, it.nt, it.nv, it.R, ARGV[it.a + 3])
+      if tonumber(ARGV[it.a + 3]) > 0 then wrote = true end
     elseif it.nt ~= nil then
       ws_fastcommit(L, it.key, it.nt, it.nv, it.R)
-      out[j + 2] = it.nt
+      out[j + 2], wrote = it.nt, true
     else
-      out[j + 2] = (ws_commit(L, it.key, it.C, L.target))
+      out[j + 2], wrote = (ws_commit(L, it.key, it.C, L.target)), true
     end
   end
+  if idkey ~= nil and wrote then redis.call('SET', idkey, '1', 'PX', ARGV[i + 2]) end
   return out
 end

@@ -54,8 +54,8 @@ local function ws_op(i, k)
     return i + 5 + 4 * n, k + n, ws_limits, H, i + 5, k, n
   elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
     if op == WS_OP_GROUP then
-      local ni, nk, its = ws_readfast(H, i + 1, k)
-      if ni ~= nil then return ni, nk, ws_fastgroup, H, i + 1, k, its end
+      local ni, nk, its, idkey = ws_readfast(H, i + 1, k)
+      if ni ~= nil then return ni, nk, ws_fastgroup, H, i + 1, k, its, idkey end
     end
     local ni, nk, G = ws_readgroup(H, i + 1, k)
     G.reserve = op == WS_OP_RESERVE
