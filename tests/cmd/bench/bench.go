@@ -74,6 +74,7 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. The operatio
   refuse3x    the same, refused by the third key: the first two are counted, then
               taken back, in the same script call (the limit 0 is the exception)
   record6     features.Set.Record of a 6-feature event (2 entities)
+  record6id   the same with an event id (each entity keeps it: one more key each)
   record8     the same, with a max (of the amount) and a last seen besides
   observe     Store.Observe of a Max
   distinct    Store.AddDistinct of one member
@@ -477,6 +478,11 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		},
 		"record6": func(ctx context.Context, k string) error {
 			_, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
+			return err
+		},
+		"record6id": func(ctx context.Context, k string) error {
+			_, err := set.Record(ctx, features.Event{ID: strconv.FormatInt(base+ids.Add(1), 36),
+				Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
 			return err
 		},
 		"record8": func(ctx context.Context, k string) error {
