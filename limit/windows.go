@@ -79,8 +79,8 @@ type Rule struct {
 // Most callers need NewWindows and Allow. Combine decides sliding windows
 // whose counters are a store's, for counters that are also read as sums, and
 // store.AllowAll policies across keys; for several windows of one key,
-// Windows costs the server about half of what they do: three windows 1.3x
-// to 1.9x one Store.Allow (docs/benchmarks.md).
+// Windows costs the server half or less of what they do: three windows 1.2x
+// to 2x one Store.Allow (docs/benchmarks.md).
 //
 // The zero value is not usable; create one with NewWindows. A Windows is
 // safe for concurrent use.

@@ -612,8 +612,8 @@ func fillStat(t *testing.T, s *store.Store, st store.Stat, n int, v int64) {
 
 // TestStatBatchAllOrNothing: a batch that counts and observes fails as a
 // whole when the statistic's key holds another type: the counter is not
-// written either (the extreme is read before anything is written), on every
-// backend.
+// written either (the extreme is read before anything is written); and one
+// whose count overflows writes no statistic, on every backend.
 func TestStatBatchAllOrNothing(t *testing.T) {
 	t.Parallel()
 	forEach(t, func(t *testing.T, tg target) {
@@ -636,5 +636,17 @@ func TestStatBatchAllOrNothing(t *testing.T) {
 		n, err := s.Sum(ctx, "k")
 		require.NoError(t, err)
 		require.Zero(t, n)
+		// Without an id or event time (the script's fast group): a statistic
+		// placed before a count that overflows is not written either.
+		u := s.Entity("u")
+		_, err = u.Add(ctx, "big", math.MaxInt64)
+		require.NoError(t, err)
+		keys = scanKeys(t, c, p)
+		_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{
+			{Store: u, Key: "hi", Kind: store.Observe, Stat: store.Max, Delta: 3},
+			{Store: u, Key: "big", Kind: store.Count, Delta: 1},
+		}})
+		require.ErrorIs(t, err, store.ErrOverflow)
+		require.Equal(t, keys, scanKeys(t, c, p), "the failed batch without an id wrote a key")
 	})
 }

@@ -656,7 +656,8 @@ end
 
 -- ws_readfast parses a group at ARGV[i] (its number of items) and KEYS[k]
 -- for ws_fastgroup: it answers nil when the group has an event time, no
--- item, or an item other than a count, a limit or a distinct add; else where
+-- item, or an item other than a count, a limit, a distinct add or an
+-- extreme (a window statistic's write); else where
 -- the next operation starts in each, the items (a distinct add's keys and
 -- members read as ws_readgroup reads them), and the event id's key (nil
 -- without one).
@@ -669,12 +670,12 @@ local function ws_readfast(H, i, k)
   local its, a = {}, i + 4
   for j = 1, tonumber(ARGV[i]) do
     local kind = ARGV[a]
-    if kind ~= WS_IT_COUNT and kind ~= WS_IT_LIMIT and kind ~= WS_IT_DISTINCT then return nil end
+    if kind ~= WS_IT_COUNT and kind ~= WS_IT_LIMIT and kind ~= WS_IT_DISTINCT and kind ~= WS_IT_EXTREME then return nil end
     local it = {kind = kind, L = ws_shape(H, ARGV[a + 1]), key = KEYS[k], a = a, nt = nil, nv = nil, R = nil, C = nil,
-      K = nil, members = nil}
+      K = nil, members = nil, X = nil}
     if kind == WS_IT_COUNT then
       a, k = a + 3, k + 1
-    elseif kind == WS_IT_LIMIT then
+    elseif kind == WS_IT_LIMIT or kind == WS_IT_EXTREME then
       a, k = a + 4, k + 1
     elseif kind == WS_IT_DISTINCT and tonumber(ARGV[a + 2]) > 0 then
       local m = tonumber(ARGV[a + 2])
@@ -689,16 +690,18 @@ local function ws_readfast(H, i, k)
   return a, k, its, idkey
 end
 
--- ws_fastgroup runs a group of counts, limits and distinct adds without an
--- event time (an entity's batch of features.Set.Record), parsed by
+-- ws_fastgroup runs a group of counts, limits, distinct adds and extremes
+-- without an event time (an entity's batch of features.Set.Record), parsed by
 -- ws_readfast from ARGV[i] and KEYS[k], as ws_limits runs a group of limits:
 -- each counter opened by the backend's ws_fastopen (a count as ws_add opens
 -- it), without ws_group's tables and passes. Its answer and writes are
 -- ws_group's: every counter is read before anything is written, an overflow
 -- raises before any write, the HyperLogLogs are written before the
 -- counters, and an event id (idkey) is kept for its time to live once the
--- group wrote. An event seen before, and a refusal, are ws_group's (with
--- the counters opened here handed over).
+-- group wrote. An extreme is prepared (read, checked) with the counters'
+-- writes, in item order, and written in its turn, as ws_group does. An event
+-- seen before, and a refusal, are ws_group's (with the counters opened here
+-- handed over).
 local function ws_fastgroup(H, i, k, its, idkey)
   if idkey ~= nil and redis.call('GET', idkey) then
     local _, _, G = ws_readgroup(H, i, k)
@@ -707,7 +710,7 @@ local function ws_fastgroup(H, i, k, its, idkey)
   local allowed = true
   for _, it in ipairs(its) do
     local kind, a = it.kind, it.a
-    if kind ~= WS_IT_DISTINCT then
+    if kind == WS_IT_COUNT or kind == WS_IT_LIMIT then
       local limit, cost = WS_BIG - 1, tonumber(ARGV[a + 2])
       if kind == WS_IT_LIMIT then limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]) end
       local C
@@ -722,13 +725,17 @@ local function ws_fastgroup(H, i, k, its, idkey)
   if not allowed then
     local _, _, G = ws_readgroup(H, i, k)
     for j, it in ipairs(its) do
-      if it.kind ~= WS_IT_DISTINCT then G.items[j].C = it.C or ws_open(it.L, it.key, it.L.target, it.R) end
+      if it.kind == WS_IT_COUNT or it.kind == WS_IT_LIMIT then
+        G.items[j].C = it.C or ws_open(it.L, it.key, it.L.target, it.R)
+      end
     end
     return ws_group(G)
   end
   for _, it in ipairs(its) do
     local C = it.C
-    if C ~= nil then
+    if it.kind == WS_IT_EXTREME then
+      it.X = ws_xprepare(it.L, it.key, ARGV[it.a + 2], ARGV[it.a + 3], nil, it.L.target)
+    elseif C ~= nil then
       if it.kind == WS_IT_COUNT then
         ws_prepare(it.L, C, ARGV[it.a + 2], it.L.target)
       elseif tonumber(ARGV[it.a + 3]) > 0 then
@@ -744,6 +751,8 @@ local function ws_fastgroup(H, i, k, its, idkey)
     local L, kind = it.L, it.kind
     if kind == WS_IT_DISTINCT then
       out[j + 2], wrote = ws_dcount(L, it.K, L.now - L.w), true
+    elseif kind == WS_IT_EXTREME then
+      out[j + 2], wrote = ws_xans(1, ws_xcommit(L, it.key, it.X, L.target)), true
     elseif kind == WS_IT_LIMIT then
       out[j + 2] = ws_limitcommit(L, it.key, it.C, it.nt, it.nv, it.R, ARGV[it.a + 3])
       if tonumber(ARGV[it.a + 3]) > 0 then wrote = true end

@@ -171,9 +171,16 @@ type benchResult struct {
 	// count of the invocation, over as many keys: how an operation's cost
 	// grows with the window's length, both sides measured in one run.
 	CPUVsAddBase float64 `json:"cpu_vs_add_base,omitempty"`
-	BaseBuckets  int     `json:"base_buckets,omitempty"`
-	Errors       int64   `json:"errors"`
-	FirstError   string  `json:"first_error,omitempty"`
+	// CPUVsAddBaseMin and Max are the range of that ratio taken round by
+	// round (render.RoundRatios); CPUVsAddBase is the ratio of the medians.
+	CPUVsAddBaseMin float64 `json:"cpu_vs_add_base_min,omitempty"`
+	CPUVsAddBaseMax float64 `json:"cpu_vs_add_base_max,omitempty"`
+	BaseBuckets     int     `json:"base_buckets,omitempty"`
+	// ServerUsRuns has each round's server time, in the order of the rounds:
+	// the targets' ratios are taken round by round (render.Targets).
+	ServerUsRuns []float64 `json:"server_us_runs,omitempty"`
+	Errors       int64     `json:"errors"`
+	FirstError   string    `json:"first_error,omitempty"`
 
 	runs []benchRunResult
 }
@@ -246,6 +253,7 @@ func bench(ctx context.Context, client rueidis.Client, opt rueidis.ClientOption,
 			}
 			if base != nil && keys == baseKeys {
 				r.CPUVsAddBase, r.BaseBuckets = ratio(r.ServerUs, base.ServerUs), base.Buckets
+				_, r.CPUVsAddBaseMin, r.CPUVsAddBaseMax, _ = render.RoundRatios(r.ServerUsRuns, base.ServerUsRuns)
 			}
 		}
 		if base == nil && byOp["add"] != nil {
@@ -253,6 +261,9 @@ func bench(ctx context.Context, client rueidis.Client, opt rueidis.ClientOption,
 		}
 		if err := printBench(p, results); err != nil {
 			return err
+		}
+		if nb == 10 {
+			printTargets(p, byOp)
 		}
 	}
 	return nil
@@ -293,6 +304,31 @@ func printBench(p *printer, results []*benchResult) error {
 	return nil
 }
 
+// printTargets prints, in the table's form, the targets (render.Targets)
+// whose two operations were measured: each ratio taken round by round, its
+// median and range.
+func printTargets(p *printer, byOp map[string]*benchResult) {
+	if p.json {
+		return
+	}
+	head := false
+	for _, t := range render.Targets {
+		op, base := byOp[t.Op], byOp[t.Base]
+		if op == nil || base == nil {
+			continue
+		}
+		med, lo, hi, n := render.RoundRatios(op.ServerUsRuns, base.ServerUsRuns)
+		if n == 0 {
+			continue
+		}
+		if !head {
+			fmt.Fprintln(p.w, "targets, server time as a ratio taken within each round: median (range) of the rounds")
+			head = true
+		}
+		fmt.Fprintf(p.w, "  %-9s / %-8s %.2fx (%.2f-%.2f), at most %.1fx\n", t.Op, t.Base, med, lo, hi, t.Max)
+	}
+}
+
 // summarize sets the medians and the range from the runs.
 func (r *benchResult) summarize() {
 	med := func(get func(benchRunResult) float64) float64 {
@@ -311,6 +347,10 @@ func (r *benchResult) summarize() {
 		if r.FirstError == "" {
 			r.FirstError = x.firstErr
 		}
+	}
+	r.ServerUsRuns = make([]float64, len(r.runs))
+	for i, x := range r.runs {
+		r.ServerUsRuns[i] = x.serverUs
 	}
 	r.OpsPerSec = med(func(x benchRunResult) float64 { return x.opsPerSec })
 	r.P50Us = med(func(x benchRunResult) float64 { return x.p50 })

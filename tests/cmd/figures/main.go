@@ -73,21 +73,24 @@ func main() {
 
 // benchLine is the part of a bench --json line that is recorded.
 type benchLine struct {
-	Op           string  `json:"op"`
-	Buckets      int     `json:"buckets"`
-	Runs         int     `json:"runs"`
-	ServerUs     float64 `json:"server_us_per_op"`
-	ServerUsMin  float64 `json:"server_us_min"`
-	ServerUsMax  float64 `json:"server_us_max"`
-	OpsPerSec    float64 `json:"ops_per_sec"`
-	CPUVsNaive   float64 `json:"cpu_vs_naive"`
-	CPUVsZsetLog float64 `json:"cpu_vs_zsetlog"`
-	CPUVsRate    float64 `json:"cpu_vs_redisrate"`
-	CPUVsRaw     float64 `json:"cpu_vs_raw_hincrby"`
-	VsNaive      float64 `json:"vs_naive"`
-	CPUVsAddBase float64 `json:"cpu_vs_add_base"`
-	BaseBuckets  int     `json:"base_buckets"`
-	Errors       int64   `json:"errors"`
+	Op           string    `json:"op"`
+	Buckets      int       `json:"buckets"`
+	Runs         int       `json:"runs"`
+	ServerUs     float64   `json:"server_us_per_op"`
+	ServerUsMin  float64   `json:"server_us_min"`
+	ServerUsMax  float64   `json:"server_us_max"`
+	OpsPerSec    float64   `json:"ops_per_sec"`
+	CPUVsNaive   float64   `json:"cpu_vs_naive"`
+	CPUVsZsetLog float64   `json:"cpu_vs_zsetlog"`
+	CPUVsRate    float64   `json:"cpu_vs_redisrate"`
+	CPUVsRaw     float64   `json:"cpu_vs_raw_hincrby"`
+	VsNaive      float64   `json:"vs_naive"`
+	CPUVsAddBase float64   `json:"cpu_vs_add_base"`
+	CPUVsAddMin  float64   `json:"cpu_vs_add_base_min"`
+	CPUVsAddMax  float64   `json:"cpu_vs_add_base_max"`
+	BaseBuckets  int       `json:"base_buckets"`
+	ServerUsRuns []float64 `json:"server_us_runs"`
+	Errors       int64     `json:"errors"`
 }
 
 // recordBench merges the benchmark's lines into tests/figures.json, each
@@ -146,6 +149,11 @@ func recordBench(path, how string) error {
 		set("cpu_vs_raw_hincrby", l.CPUVsRaw, "x")
 		set("vs_naive", l.VsNaive, "x")
 		set("cpu_vs_add_base", l.CPUVsAddBase, "x")
+		set("cpu_vs_add_base_min", l.CPUVsAddMin, "x")
+		set("cpu_vs_add_base_max", l.CPUVsAddMax, "x")
+		for i, v := range l.ServerUsRuns {
+			set(fmt.Sprintf("server_us_run%d", i+1), v, "µs")
+		}
 		set("base_buckets", float64(l.BaseBuckets), "")
 		set("runs", float64(l.Runs), "")
 		n++

@@ -290,6 +290,7 @@ func bench(f figures.File) string {
 	if len(growth) > 0 {
 		fmt.Fprintf(&b, "\nMeasured in one invocation over the same keys: %s.\n", strings.Join(growth, "; "))
 	}
+	b.WriteString(targets(f))
 	return b.String()
 }
 
