@@ -287,10 +287,14 @@ func TestLinkChaos(t *testing.T) {
 		events = append(events, ev)
 		return ev
 	}
+	var failures atomic.Int64 // calls that failed during the chaos
 	record := func(ev *event) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		ev.res, ev.err = set.Record(cctx, features.Event{ID: ev.id, Entities: ev.entities})
+		if ev.err != nil {
+			failures.Add(1)
+		}
 	}
 
 	// Chaos: kill the masters' client connections, and fail one over.
@@ -328,7 +332,9 @@ func TestLinkChaos(t *testing.T) {
 			}
 		}
 	})
-	// The callers record events until the failover is over, and a second more.
+	// The callers record events until the failover is over, and a second
+	// more, and until a call has failed (on a loaded machine the kills may
+	// take a while to hit a call that its retry does not save).
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	for range callers {
@@ -348,6 +354,9 @@ func TestLinkChaos(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(time.Second)
+	for deadline := time.Now().Add(20 * time.Second); failures.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	close(done)
 	wg.Wait()
 	close(stop)
