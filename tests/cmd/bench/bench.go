@@ -54,7 +54,13 @@ const benchDetails = `Measures every operation with --goroutines goroutines on o
 Each operation runs --runs times, in rounds, and the figures are the medians,
 with the range of the server time. Ratios compare medians of one invocation, on
 one server: the server time with the naive script, the ZSET log, redis_rate and
-raw HINCRBY; the throughput with the naive script and the ZSET log. The operations:
+raw HINCRBY; the throughput with the naive script and the ZSET log. At 10
+buckets, the design's targets (docs/benchmarks.md) whose two operations were
+measured follow: each ratio of server times measured again in --runs
+back-to-back pairs of runs of half --duration (seconds apart, the order
+alternating, each run after a warm-up of a quarter of --duration), and taken
+round by round from the table's runs; each the median, with its range. The
+operations:
 
   add         Store.Add                  addnosum  Store.Record with NoSum
   addid       Store.Record with an id    sum       Store.Sum
@@ -263,7 +269,10 @@ func bench(ctx context.Context, client rueidis.Client, opt rueidis.ClientOption,
 			return err
 		}
 		if nb == 10 {
-			printTargets(p, byOp)
+			pairs := pairTargets(ctx, client, cfg, keys, ops, byOp)
+			if err := printTargets(p, byOp, pairs); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -304,12 +313,80 @@ func printBench(p *printer, results []*benchResult) error {
 	return nil
 }
 
-// printTargets prints, in the table's form, the targets (render.Targets)
-// whose two operations were measured: each ratio taken round by round, its
-// median and range.
-func printTargets(p *printer, byOp map[string]*benchResult) {
+// targetResult is a target's ratio measured in pairs (pairTargets).
+type targetResult struct {
+	Target  string  `json:"target"` // "op/base"
+	Buckets int     `json:"buckets"`
+	Ratio   float64 `json:"ratio"` // the median of the pairs' ratios
+	Min     float64 `json:"ratio_min"`
+	Max     float64 `json:"ratio_max"`
+	Pairs   int     `json:"pairs"`
+}
+
+// pairTargets measures the targets (render.Targets) whose two operations
+// were both measured, in pairs of back-to-back slices of half a run each
+// (--runs pairs, the order of each pair alternating: base then op, op then
+// base): each pair's ratio of server times comes from two slices seconds
+// apart, where the table's rows of one round can be a minute apart on a
+// machine whose speed drifts. Each slice follows a warm-up of the same
+// operation (a quarter of a run, not measured): an operation's keys were
+// idle while the other ran, and the first write to each after that sweeps
+// the buckets that left meanwhile; a slice as short as this one would carry
+// that sweep on a tenth of its writes, where a steady stream pays it once per
+// bucket.
+func pairTargets(ctx context.Context, client rueidis.Client, cfg benchConfig, keys int, ops map[string]benchOp,
+	byOp map[string]*benchResult) []targetResult {
+	half, warm := cfg, cfg
+	half.duration = max(cfg.duration/2, 100*time.Millisecond)
+	warm.duration = max(cfg.duration/4, 50*time.Millisecond)
+	var out []targetResult
+	for _, t := range render.Targets {
+		if byOp[t.Op] == nil || byOp[t.Base] == nil {
+			continue
+		}
+		var opUs, baseUs []float64
+		for i := 0; i < cfg.runs; i++ {
+			first, second := t.Base, t.Op
+			if i%2 == 1 {
+				first, second = second, first
+			}
+			slice := func(name string) benchRunResult {
+				benchRun(ctx, client, warm, keys, ops[name])
+				return benchRun(ctx, client, half, keys, ops[name])
+			}
+			a := slice(first)
+			b := slice(second)
+			if i%2 == 1 {
+				a, b = b, a
+			}
+			if a.errs > 0 || b.errs > 0 {
+				continue // (the table's rows report errors)
+			}
+			baseUs, opUs = append(baseUs, a.serverUs), append(opUs, b.serverUs)
+		}
+		med, lo, hi, n := render.RoundRatios(opUs, baseUs)
+		if n > 0 {
+			out = append(out, targetResult{Target: t.Op + "/" + t.Base, Buckets: 10, Ratio: med, Min: lo, Max: hi, Pairs: n})
+		}
+	}
+	return out
+}
+
+// printTargets prints the targets (render.Targets) whose two operations
+// were measured: each ratio in pairs (pairTargets), and taken round by round
+// from the table's runs; with --json, the pairs' lines.
+func printTargets(p *printer, byOp map[string]*benchResult, pairs []targetResult) error {
 	if p.json {
-		return
+		for _, r := range pairs {
+			if err := p.jsonLine(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	paired := map[string]targetResult{}
+	for _, r := range pairs {
+		paired[r.Target] = r
 	}
 	head := false
 	for _, t := range render.Targets {
@@ -322,11 +399,16 @@ func printTargets(p *printer, byOp map[string]*benchResult) {
 			continue
 		}
 		if !head {
-			fmt.Fprintln(p.w, "targets, server time as a ratio taken within each round: median (range) of the rounds")
+			fmt.Fprintln(p.w, "targets, server time as a ratio: median (range) of back-to-back pairs; of the table's rounds")
 			head = true
 		}
-		fmt.Fprintf(p.w, "  %-9s / %-8s %.2fx (%.2f-%.2f), at most %.1fx\n", t.Op, t.Base, med, lo, hi, t.Max)
+		pr := "n/m"
+		if r, ok := paired[t.Op+"/"+t.Base]; ok {
+			pr = fmt.Sprintf("%.2fx (%.2f-%.2f)", r.Ratio, r.Min, r.Max)
+		}
+		fmt.Fprintf(p.w, "  %-9s / %-8s pairs %s; rounds %.2fx (%.2f-%.2f); at most %.1fx\n", t.Op, t.Base, pr, med, lo, hi, t.Max)
 	}
+	return nil
 }
 
 // summarize sets the medians and the range from the runs.

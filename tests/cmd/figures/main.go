@@ -90,7 +90,13 @@ type benchLine struct {
 	CPUVsAddMax  float64   `json:"cpu_vs_add_base_max"`
 	BaseBuckets  int       `json:"base_buckets"`
 	ServerUsRuns []float64 `json:"server_us_runs"`
-	Errors       int64     `json:"errors"`
+	// A target's line (the bench's targetResult) instead of an operation's.
+	Target   string  `json:"target"`
+	Ratio    float64 `json:"ratio"`
+	RatioMin float64 `json:"ratio_min"`
+	RatioMax float64 `json:"ratio_max"`
+	Pairs    int     `json:"pairs"`
+	Errors   int64   `json:"errors"`
 }
 
 // recordBench merges the benchmark's lines into tests/figures.json, each
@@ -121,6 +127,16 @@ func recordBench(path, how string) error {
 		var l benchLine
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			return fmt.Errorf("bench line %q: %w", line, err)
+		}
+		if l.Target != "" {
+			// A target's pairs (the bench's targetResult).
+			p := fmt.Sprintf("bench/%d/target/%s/", l.Buckets, l.Target)
+			f[p+"ratio"] = figures.Figure{Value: l.Ratio, Unit: "x"}
+			f[p+"ratio_min"] = figures.Figure{Value: l.RatioMin, Unit: "x"}
+			f[p+"ratio_max"] = figures.Figure{Value: l.RatioMax, Unit: "x"}
+			f[p+"pairs"] = figures.Figure{Value: float64(l.Pairs)}
+			n++
+			continue
 		}
 		if l.Op == "" || l.Buckets == 0 {
 			continue
