@@ -38,6 +38,6 @@ echo "bench: add and the naive script at 10 and 1,440 buckets" >&2
 how="Redis $version in a container pinned to a core of its own (docker --cpuset-cpus), tests/cmd/bench on the other core, \
 $(date -u +%Y-%m-%d), $cpus cores; 10,000 keys with full windows at 10 buckets (1,000 at 1,440), $duration per run, \
 medians of $runs runs and their range; the table's ratios are of medians measured in the same invocation (the targets' \
-below it, round by round), and the 1,440-bucket rows compare with the naive script at 1,440 buckets. Reproduce: \`./scripts/bench.sh\`."
+below it, in back-to-back pairs and round by round), and the 1,440-bucket rows compare with the naive script at 1,440 buckets. Reproduce: \`./scripts/bench.sh\`."
 (cd tests && go run ./cmd/figures -bench "$out" -how "$how")
 rm -f "$out"
