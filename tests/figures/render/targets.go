@@ -2,10 +2,10 @@ package render
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/windowstore/windowstore/tests/figures"
+	"github.com/windowstore/windowstore/tests/internal/serverstat"
 )
 
 // A Target is one of the design's server-time targets: Op's server time per
@@ -47,15 +47,8 @@ func RoundRatios(op, base []float64) (med, lo, hi float64, n int) {
 			r = append(r, op[i]/base[i])
 		}
 	}
-	if len(r) == 0 {
-		return 0, 0, 0, 0
-	}
-	slices.Sort(r)
-	med = r[len(r)/2]
-	if len(r)%2 == 0 {
-		med = (r[len(r)/2-1] + r[len(r)/2]) / 2
-	}
-	return med, r[0], r[len(r)-1], len(r)
+	med, lo, hi = serverstat.Median(r)
+	return med, lo, hi, len(r)
 }
 
 // runs returns the per-round server times recorded for op at nb buckets
