@@ -47,11 +47,17 @@ func checkLease(o Op) error {
 	return nil
 }
 
-// newLeaseID is a random lease id: 128 bits, 22 characters.
+// newLeaseID is a random lease id: 128 bits, 22 characters of base64url
+// that never begin with '-', so that the id passes as an argument, not a
+// flag, on a command line (windowctl lease refresh KEY ID).
 func newLeaseID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return base64.RawURLEncoding.EncodeToString(b[:])
+	for {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		if id := base64.RawURLEncoding.EncodeToString(b[:]); id[0] != '-' {
+			return id
+		}
+	}
 }
 
 // leaseAnswer reads a lease item's answer {held, ok, retry ms, refused} into v.
