@@ -589,6 +589,74 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			require.False(t, res[0].Duplicate)
 			require.EqualValues(t, 8, res[0].Values[0].Sum)
 		})
+		t.Run("Observe", func(t *testing.T) {
+			// Statistics: Avg and Recent with an event id are resent and
+			// answer the state with the event once; Max needs no id (applied
+			// twice it leaves the same max) and is resent too; Avg without
+			// an id is never resent: the caller gets the error, and the
+			// server holds the event once.
+			statOf := func(d *store.Store, key string, st store.Stat) store.StatValue {
+				v, _ := d.ReadStat(context.Background(), key, st)
+				return v
+			}
+			for _, tt := range []struct {
+				name   string
+				o      store.Observation
+				resent bool
+				want   store.StatValue // the server's value after the cut write
+			}{
+				{"AvgID", store.Observation{Key: "avg", Stat: store.Avg, Value: 7, ID: "o1"}, true,
+					store.StatValue{OK: true, Value: 7, Sum: 7, Count: 1}},
+				{"RecentID", store.Observation{Key: "recent", Stat: store.Recent, Value: -5, ID: "o2"}, true,
+					store.StatValue{OK: true, Value: -5}},
+				{"Max", store.Observation{Key: "max", Stat: store.Max, Value: 9}, true,
+					store.StatValue{OK: true, Value: 9}},
+				{"AvgNoID", store.Observation{Key: "avg", Stat: store.Avg, Value: 7}, false,
+					store.StatValue{OK: true, Value: 7, Sum: 7, Count: 1}},
+			} {
+				t.Run(tt.name, func(t *testing.T) {
+					e := newFaultEnv(t, tg)
+					ctx := ctxT(t)
+					obs := &callErrors{}
+					s, d := e.stores(t, hourWin, store.WithObserver(obs))
+					_, err := s.Observe(ctx, store.Observation{Key: "warm", Stat: tt.o.Stat, Value: 1, ID: tt.o.ID})
+					require.NoError(t, err)
+					// What a direct read shows, without Recent's sample times.
+					read := func() store.StatValue {
+						v := statOf(d, tt.o.Key, tt.o.Stat)
+						if tt.o.Stat == store.Recent {
+							require.Len(t, v.Recent, 1, "Recent holds the event once")
+							require.EqualValues(t, tt.o.Value, v.Recent[0].Value)
+							v.Recent = nil
+						}
+						return v
+					}
+					seen := once(t, e, func() []int64 {
+						v := statOf(d, tt.o.Key, tt.o.Stat)
+						return []int64{v.Sum, v.Count, int64(len(v.Recent))}
+					})
+					got, err := s.Observe(ctx, tt.o)
+					want := []int64{tt.want.Sum, tt.want.Count, 0}
+					if tt.o.Stat == store.Recent {
+						want[2] = 1
+					}
+					require.Equal(t, want, seen(), "the first send had not run on the server before the cut")
+					require.EqualValues(t, 1, obs.n.Load(), "script calls that failed: the cut one only")
+					if !tt.resent {
+						require.Error(t, err, "a write without an id was sent again after a lost reply")
+						require.Equal(t, tt.want, read(), "the server does not hold the event once")
+						return
+					}
+					require.NoError(t, err, "the store did not resend the observation")
+					if tt.o.Stat == store.Recent {
+						require.Len(t, got.Recent, 1, "the resend's answer holds the event once")
+						got.Recent = nil
+					}
+					require.Equal(t, tt.want, got, "the resend's answer")
+					require.Equal(t, tt.want, read(), "the event counted twice, or not at all")
+				})
+			}
+		})
 		t.Run("Acquire", func(t *testing.T) {
 			// A lease acquire carries its lease id: resent after a lost
 			// reply, it refreshes the lease the first send took.
