@@ -374,4 +374,8 @@ func TestWindowctlLease(t *testing.T) {
 		_, errs, code := ctl(t, srv, append([]string{prefix}, args...)...)
 		require.Equal(t, 2, code, "%v: %s", args, errs)
 	}
+	// An id that begins with '-' (an earlier build's) goes after "--".
+	out, errs, code = ctl(t, srv, prefix, "--json", "lease", "release", "job:7", "--", "-old")
+	require.Zero(t, code, errs)
+	require.Equal(t, map[string]any{"key": "job:7", "released": false}, jsonLine(t, out))
 }

@@ -22,7 +22,9 @@ var leaseCmd = &command{
 		"it); lease refresh ends it --ttl from now instead, if it is still held;\n" +
 		"lease release ends it now, and prints released false when it had already\n" +
 		"ended. The leases of KEY are the sorted set PREFIX{KEY}:lease (the library's\n" +
-		"limit.Concurrency named NAME keeps PREFIX{KEY}:NAME:lease).\n" +
+		"limit.Concurrency named NAME keeps PREFIX{KEY}:NAME:lease). An ID never\n" +
+		"begins with '-' (one taken by an earlier build may: put it after --, as in\n" +
+		"lease release KEY -- ID).\n" +
 		"Text: KEY<TAB>acquired ID|refused, retry after D<TAB>held N;\n" +
 		"KEY<TAB>refreshed|released true|false.",
 	json: `acquire: {"key":K,"acquired":bool,"lease":"ID","held":N,"retry_after_ms":N}; ` +
