@@ -129,16 +129,24 @@ end
 -- (lo > hi: none), and whether the cost fits (reused from one operation to the next).
 local cur, last, mark, val, moved, dlo, dhi, own = {}, {}, {}, {}, {}, {}, {}, {}
 
+-- What depends on the clock alone, once per call: each window's current
+-- bucket at the clock (c0) and the first window's oldest live bucket (s1),
+-- with the clock and s1 as field values (the read's and the write's
+-- arguments: a number would be formatted again by each redis.call).
+local c0 = {}
+for k = 1, K do c0[k] = floor(clock / b[k]) end
+local s1 = c0[1] - nb[1] + 1
+local clocks = string.format('%d', clock)
+meta[spec] = string.format('%d', s1)
+
 -- ws_wop is one operation: a cost for the key whose hashes are KEYS[o + 1]
 -- to KEYS[o + K].
 local function ws_wop(o, cost)
   local now = clock
   local key1 = KEYS[o + 1]
-  -- The first window's oldest live bucket, read with the state: a mark
-  -- that moves one bucket on finds its S there (clamped below, the read
-  -- is of a bucket at most as old, and only taken when it is the mark's).
-  local s1 = floor(now / b[1]) - nb[1] + 1
-  meta[spec] = s1
+  -- The first window's oldest live bucket (s1) is read with the state: a
+  -- mark that moves one bucket on finds its S there (clamped below, the
+  -- read is of a bucket at most as old, and only taken when it is the mark's).
   local r = redis.call('HMGET', key1, unpack(meta))
   local g, t = tonumber(r[1]), tonumber(r[2])
   local fresh = r[1] == false
@@ -154,9 +162,10 @@ local function ws_wop(o, cost)
   -- moves to the oldest bucket still in that counted something, or, when
   -- none did, to the current bucket with S = g (the window's sum is 0); the
   -- fields it passed are dead (deleted if the call writes).
-  local ok = true
+  local ok, quiet = true, not fresh -- quiet: no mark moves, no bucket starts
+  local late = now ~= clock
   for k = 1, K do
-    local ck = floor(now / b[k])
+    local ck = late and floor(now / b[k]) or c0[k]
     local sk = ck - nb[k] + 1
     cur[k], moved[k], dlo[k], dhi[k] = ck, false, 1, 0
     local mk, vk
@@ -165,10 +174,11 @@ local function ws_wop(o, cost)
     else
       local lk = floor(t / b[k])
       last[k] = lk
+      if lk < ck then quiet = false end
       mk, vk = tonumber(r[2 * k + 1]), tonumber(r[2 * k + 2])
       if mk == nil or vk == nil then ws_err('WRONGTYPE', 'the key does not hold a windows limiter state') end
       if mk < sk then
-        dlo[k], dhi[k], moved[k] = mk, math.min(sk - 1, lk), true
+        dlo[k], dhi[k], moved[k], quiet = mk, math.min(sk - 1, lk), true, false
         local j, v
         if k == 1 and sk == s1 and r[spec] then
           j, v = sk, tonumber(r[spec])
@@ -184,7 +194,10 @@ local function ws_wop(o, cost)
     ok = ok and fits
   end
 
-  if ok and cost > 0 then
+  if ok and cost > 0 and quiet and g + cost <= 4503599627370496 then
+    -- The usual write: the running total and the time, nothing else.
+    redis.call('HSET', key1, 'g', g + cost, 't', late and now or clocks)
+  elseif ok and cost > 0 then
     local put = fresh
     if fresh then
       for k = 2, K do redis.call('DEL', KEYS[o + k]) end -- a window's hash that outlived the state
@@ -208,7 +221,7 @@ local function ws_wop(o, cost)
       end
       g, put = g - base, true
     end
-    local h1, n, born, starts = {'g', g + cost, 't', now}, 4, nil, fresh
+    local h1, n, born, starts = {'g', g + cost, 't', late and now or clocks}, 4, nil, fresh
     for k = 1, K do
       local key = KEYS[o + k]
       if dlo[k] <= dhi[k] then ws_wdrop(key, dlo[k], dhi[k]) end
