@@ -490,8 +490,9 @@ func TestFaultBatchIdlessNeverResent(t *testing.T) {
 // succeeds, the observer saw exactly one failed script call, the server's
 // counters (read directly, while the store's call still waited and at the
 // end) hold the write once. Covered: Record with an id (AddEvent), with an
-// id and a limit (AllowEvent), and Apply with a Batch ID, on every target;
-// then 8 writers of 25 Records with ids while 3 (at most the store's default
+// id and a limit (AllowEvent), Apply with a Batch ID, and Observe (Avg and
+// Recent with an id, Max without one; Avg without an id is not resent: its
+// error reaches the caller), on every target; then 8 writers of 25 Records with ids while 3 (at most the store's default
 // retries) writes are cut: every call succeeds, the sum is
 // exactly 200, and every event found in a cut write (by its id, in the
 // bytes the proxy cut) answered Duplicate.
@@ -633,12 +634,12 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 					}
 					seen := once(t, e, func() []int64 {
 						v := statOf(d, tt.o.Key, tt.o.Stat)
-						return []int64{v.Sum, v.Count, int64(len(v.Recent))}
+						return []int64{v.Value, v.Sum, v.Count, int64(len(v.Recent))}
 					})
 					got, err := s.Observe(ctx, tt.o)
-					want := []int64{tt.want.Sum, tt.want.Count, 0}
+					want := []int64{tt.want.Value, tt.want.Sum, tt.want.Count, 0}
 					if tt.o.Stat == store.Recent {
-						want[2] = 1
+						want[3] = 1
 					}
 					require.Equal(t, want, seen(), "the first send had not run on the server before the cut")
 					require.EqualValues(t, 1, obs.n.Load(), "script calls that failed: the cut one only")
