@@ -1,12 +1,15 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -500,4 +503,44 @@ func (m *windowsModel) forget(now int64) {
 		i++
 	}
 	m.events = m.events[i:]
+}
+
+// TestWindowsMarkFarBehind: a state whose mark lies far behind its window (a
+// state written by hand, say) costs the script a window's worth of work, not
+// a walk from the mark to now (a mark at the epoch would be some 1.8 billion
+// field names): the call deletes the window's fields in one HDEL, counts,
+// and leaves the window's hash small. On a server of its own, whose command
+// counts are the call's alone.
+func TestWindowsMarkFarBehind(t *testing.T) {
+	t.Parallel()
+	srv := harness.Fresh(t, harness.Redis70)
+	c := srv.Client(t)
+	ctx := ctxT(t)
+	prefix := harness.Prefix(t)
+	l, err := limit.NewWindows(c, "far", []limit.Rule{
+		{Name: "persec", Limit: 100, Window: store.Window{Length: 10 * time.Second, Bucket: time.Second}},
+	}, limit.WithPrefix(prefix))
+	require.NoError(t, err)
+	t0 := time.Now()
+	_, err = l.AllowAt(ctx, t0, "k", 3)
+	require.NoError(t, err)
+	// The mark 500,000 buckets (seconds) behind the newest count's.
+	state := prefix + "{k}:far:10s/1s"
+	far := strconv.FormatInt(t0.Unix()-500_000, 10)
+	require.NoError(t, c.Do(ctx, c.B().Hset().Key(state).FieldValue().FieldValue("m1", far).Build()).Error())
+	require.NoError(t, c.Do(ctx, c.B().ConfigResetstat().Build()).Error())
+	call, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	d, err := l.AllowAt(call, t0.Add(20*time.Second), "k", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.EqualValues(t, 1, d.Sum, "the count at t0 has left the window")
+	stats, err := c.Do(ctx, c.B().Info().Section("commandstats").Build()).ToString()
+	require.NoError(t, err)
+	hdels := regexp.MustCompile(`cmdstat_hdel:calls=(\d+)`).FindStringSubmatch(stats)
+	require.NotNil(t, hdels, "no HDEL: the passed fields were not deleted")
+	require.Equal(t, "1", hdels[1], "HDEL calls: the script walked from the mark, a thousand names a call")
+	n, err := c.Do(ctx, c.B().Hlen().Key(state).Build()).AsInt64()
+	require.NoError(t, err)
+	require.LessOrEqual(t, n, int64(8), "the state and the new bucket")
 }

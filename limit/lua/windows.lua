@@ -178,7 +178,10 @@ local function ws_wop(o, cost)
       mk, vk = tonumber(r[2 * k + 1]), tonumber(r[2 * k + 2])
       if mk == nil or vk == nil then ws_err('WRONGTYPE', 'the key does not hold a windows limiter state') end
       if mk < sk then
-        dlo[k], dhi[k], moved[k], quiet = mk, math.min(sk - 1, lk), true, false
+        -- The fields it passed: none lies before lk's window (the write at
+        -- t deleted them), so a mark far behind (a state written by hand)
+        -- costs at most a window of names, never a walk from it.
+        dlo[k], dhi[k], moved[k], quiet = math.max(mk, lk - nb[k] + 1), math.min(sk - 1, lk), true, false
         local j, v
         if k == 1 and sk == s1 and r[spec] then
           j, v = sk, tonumber(r[spec])
