@@ -227,7 +227,15 @@ local function ws_wop(o, cost)
     local h1, n, born, starts = {'g', g + cost, 't', late and now or clocks}, 4, nil, fresh
     for k = 1, K do
       local key = KEYS[o + k]
-      if dlo[k] <= dhi[k] then ws_wdrop(key, dlo[k], dhi[k]) end
+      if dlo[k] <= dhi[k] then
+        if k > 1 and last[k] <= cur[k] - nb[k] then
+          -- Every bucket of the window has left (the key was idle): the
+          -- hash, which holds nothing else, goes whole, not a name at a time.
+          redis.call('DEL', key)
+        else
+          ws_wdrop(key, dlo[k], dhi[k])
+        end
+      end
       if fresh or last[k] < cur[k] then -- the event starts a bucket: its S is g
         starts = true
         if k == 1 then
