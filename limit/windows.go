@@ -80,7 +80,7 @@ type Rule struct {
 // whose counters are a store's, for counters that are also read as sums, and
 // store.AllowAll policies across keys; for several windows of one key,
 // Windows costs the server half or less of what they do: three windows 1.2x
-// to 2.4x one Store.Allow, mostly 1.3x to 1.7x (docs/benchmarks.md).
+// to 2.4x one Store.Allow, mostly 1.2x to 1.7x (docs/benchmarks.md).
 //
 // The zero value is not usable; create one with NewWindows. A Windows is
 // safe for concurrent use.
