@@ -197,9 +197,10 @@ local function ws_wop(o, cost)
     ok = ok and fits
   end
 
+  local tv = late and now or clocks -- the time a write keeps
   if ok and cost > 0 and quiet and g + cost <= 4503599627370496 then
     -- The usual write: the running total and the time, nothing else.
-    redis.call('HSET', key1, 'g', g + cost, 't', late and now or clocks)
+    redis.call('HSET', key1, 'g', g + cost, 't', tv)
   elseif ok and cost > 0 then
     local put = fresh
     if fresh then
@@ -224,7 +225,7 @@ local function ws_wop(o, cost)
       end
       g, put = g - base, true
     end
-    local h1, n, born, starts = {'g', g + cost, 't', late and now or clocks}, 4, nil, fresh
+    local h1, n, born, starts = {'g', g + cost, 't', tv}, 4, nil, fresh
     for k = 1, K do
       local key = KEYS[o + k]
       if dlo[k] <= dhi[k] then
