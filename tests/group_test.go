@@ -134,65 +134,78 @@ func (m *multiModel) fits(now time.Time, cost int64, limits []int64) bool {
 	return true
 }
 
-// TestAllowAllRandomWalk plays random multi-policy decisions and adds on one
-// key's counters of three windows, against the exact model: every decision,
-// every policy's sum, and the retry-after is honest: a retry a millisecond
-// before it fails, and one at it succeeds. Costs go above 1.
+// TestAllowAllRandomWalk plays random multi-policy decisions and adds on
+// counters of three windows, against the exact model: every decision, every
+// policy's sum, and the retry-after is honest: a retry a millisecond before
+// it fails, and one at it succeeds. Costs go above 1. The counters are one
+// key's ("one key": one group of limits in one slot), or three keys' in
+// three slots ("three slots": a link of three groups in one script call).
 func TestAllowAllRandomWalk(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		ws := []store.Window{{Length: 10 * time.Second, Bucket: time.Second}, {Length: time.Minute, Bucket: 5 * time.Second},
 			{Length: 5 * time.Minute, Bucket: time.Minute}}
 		ss := policyStores(t, tg, ws...)
-		ctx := ctxT(t)
-		m := &multiModel{}
-		for i, s := range ss {
-			m.models = append(m.models, newExactModel(hook.Codec(s), ws[i]))
+		for _, c := range []struct {
+			name string
+			keys [3]string
+		}{{"one key", [3]string{"w", "w", "w"}}, {"three slots", [3]string{"user:w", "ip:w", "device:w"}}} {
+			t.Run(c.name, func(t *testing.T) { allowAllWalk(t, ss, ws, c.keys) })
 		}
-		rng := rand.New(rand.NewPCG(5, 9))
-		at := utc("2026-04-01T08:00:00Z")
-		refusals := 0
-		for step := 0; step < 250; step++ {
-			at = at.Add(time.Duration(rng.Int64N(int64(3 * time.Second))))
-			limits := []int64{4 + rng.Int64N(4), 10 + rng.Int64N(8), 25 + rng.Int64N(10)}
-			cost := rng.Int64N(4)
-			var ps []store.Policy
-			for i, s := range ss {
-				ps = append(ps, store.Policy{Store: s, Key: "w", Limit: limits[i]})
-			}
-			want := m.fits(at, cost, limits)
-			r, err := allowAllAt(ctx, at, cost, ps...)
-			require.NoError(t, err)
-			require.Equal(t, want, r.Allowed, "step %d at %v cost %d limits %v", step, at, cost, limits)
-			if want {
-				for _, mm := range m.models {
-					_, ok := mm.add(at, cost)
-					require.True(t, ok)
-				}
-			}
-			for i, mm := range m.models {
-				require.Equal(t, mm.sum(at, ws[i].Length).Int64(), r.Policies[i].Sum, "step %d policy %d", step, i)
-			}
-			if want || r.RetryAfter <= 0 {
-				continue
-			}
-			refusals++
-			ra := r.RetryAfter
-			require.LessOrEqual(t, ra, 5*time.Minute)
-			require.False(t, m.fits(at.Add(ra-time.Millisecond), cost, limits), "the model admits before RetryAfter")
-			early, err := allowAllAt(ctx, at.Add(ra-time.Millisecond), cost, ps...)
-			require.NoError(t, err)
-			require.False(t, early.Allowed, "step %d: admitted a millisecond before RetryAfter %v", step, ra)
-			at = at.Add(ra)
-			ok, err := allowAllAt(ctx, at, cost, ps...)
-			require.NoError(t, err)
-			require.True(t, ok.Allowed, "step %d: refused at RetryAfter %v", step, ra)
-			for _, mm := range m.models {
-				_, fine := mm.add(at, cost)
-				require.True(t, fine)
-			}
-		}
-		require.Greater(t, refusals, 10)
 	})
+}
+
+// allowAllWalk is TestAllowAllRandomWalk's walk on the stores ss (windows
+// ws), policy i on keys[i].
+func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]string) {
+	ctx := ctxT(t)
+	m := &multiModel{}
+	for i, s := range ss {
+		m.models = append(m.models, newExactModel(hook.Codec(s), ws[i]))
+	}
+	rng := rand.New(rand.NewPCG(5, 9))
+	at := utc("2026-04-01T08:00:00Z")
+	refusals := 0
+	for step := 0; step < 250; step++ {
+		at = at.Add(time.Duration(rng.Int64N(int64(3 * time.Second))))
+		limits := []int64{4 + rng.Int64N(4), 10 + rng.Int64N(8), 25 + rng.Int64N(10)}
+		cost := rng.Int64N(4)
+		var ps []store.Policy
+		for i, s := range ss {
+			ps = append(ps, store.Policy{Store: s, Key: keys[i], Limit: limits[i]})
+		}
+		want := m.fits(at, cost, limits)
+		r, err := allowAllAt(ctx, at, cost, ps...)
+		require.NoError(t, err)
+		require.Equal(t, want, r.Allowed, "step %d at %v cost %d limits %v", step, at, cost, limits)
+		if want {
+			for _, mm := range m.models {
+				_, ok := mm.add(at, cost)
+				require.True(t, ok)
+			}
+		}
+		for i, mm := range m.models {
+			require.Equal(t, mm.sum(at, ws[i].Length).Int64(), r.Policies[i].Sum, "step %d policy %d", step, i)
+		}
+		if want || r.RetryAfter <= 0 {
+			continue
+		}
+		refusals++
+		ra := r.RetryAfter
+		require.LessOrEqual(t, ra, 5*time.Minute)
+		require.False(t, m.fits(at.Add(ra-time.Millisecond), cost, limits), "the model admits before RetryAfter")
+		early, err := allowAllAt(ctx, at.Add(ra-time.Millisecond), cost, ps...)
+		require.NoError(t, err)
+		require.False(t, early.Allowed, "step %d: admitted a millisecond before RetryAfter %v", step, ra)
+		at = at.Add(ra)
+		ok, err := allowAllAt(ctx, at, cost, ps...)
+		require.NoError(t, err)
+		require.True(t, ok.Allowed, "step %d: refused at RetryAfter %v", step, ra)
+		for _, mm := range m.models {
+			_, fine := mm.add(at, cost)
+			require.True(t, fine)
+		}
+	}
+	require.Greater(t, refusals, 10)
 }
 
 // TestTiers: a multi-resolution counter keeps every tier in one write, and a

@@ -200,6 +200,23 @@ func TestLinkRecord(t *testing.T) {
 		logins, _ := r.Get("device_logins")
 		require.EqualValues(t, 2, dev.Sum)
 		require.EqualValues(t, 4, logins.Sum, "the redelivered refused event counted once")
+
+		// Limits alone (the script's fast path for a link of limits is for
+		// those without an id): a redelivered admitted event is a duplicate
+		// and counts once.
+		only, err := features.New(ctx, srv.Client(t), []features.Feature{
+			{Name: "user_limit", Entity: "user", Kind: features.Limit, Limits: []int64{2}, Windows: w},
+			{Name: "device_limit", Entity: "device", Kind: features.Limit, Limits: []int64{10}, Windows: w},
+		}, store.WithPrefix(harness.Prefix(t)+"only:"), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		for i := range 2 {
+			res, err := only.Record(ctx, ev(0))
+			require.NoError(t, err)
+			require.True(t, res.Allowed)
+			require.Equal(t, i == 1, res.Duplicate, "delivery %d", i)
+			dev, _ := res.Get("device_limit")
+			require.EqualValues(t, 1, dev.Sum, "delivery %d: the event counts once", i)
+		}
 	})
 }
 

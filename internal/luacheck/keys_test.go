@@ -451,6 +451,9 @@ func TestKeysDeclared(t *testing.T) {
 					[]string{backend.OpLink, "2", "2", "x" + strconv.Itoa(step), "20000", "",
 						backend.ItemLimit, shape, "10", "1", backend.ItemIfOK, shape, "1",
 						"1", "", "20000", "", backend.ItemLimit, shape, "0", "1"}},
+				{"link of limits", b.Write, []string{"{q}:a", "{q}:b", "{r}:c", "{a}"}, // the fast link, then an add
+					[]string{backend.OpLink, "2", "2", "", "20000", "", backend.ItemLimit, shape, "10", "1", backend.ItemLimit, shape, "8", "2",
+						"1", "", "20000", "", backend.ItemLimit, shape, strconv.Itoa(step % 3), "1", backend.OpAdd, shape, "1"}},
 				{"reserve", b.Write, []string{"{h}:id:y" + strconv.Itoa(step), "{h}:l", "{h}:c"},
 					[]string{backend.OpReserve, "2", "y" + strconv.Itoa(step), "20000", "",
 						backend.ItemLimit, shape, "10", "1", backend.ItemCount, shape, "1"}},

@@ -654,6 +654,82 @@ local function ws_readgroup(H, i, k)
   return i, k, G
 end
 
+-- ws_linkopen opens the counters of a link's groups of limits for
+-- ws_linklimits, into W (five slots per item, as ws_limits fills them), and
+-- prepares their writes: reads only. It answers whether every limit admits
+-- its cost (false: nothing prepared).
+local function ws_linkopen(H, gs, W)
+  local m, all = 0, true
+  for _, g in ipairs(gs) do
+    for j = 0, g.n - 1 do
+      local a = g.i + 4 * j
+      local L = ws_shape(H, ARGV[a + 1])
+      local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+      local nt, nv, R, C = ws_fastopen(L, KEYS[g.k + j], limit, cost)
+      if nt == nil and not (C.fits and cost <= limit and ws_le(C.sum, limit - cost)) then all = false end
+      W[5 * m + 1], W[5 * m + 2], W[5 * m + 3], W[5 * m + 4], W[5 * m + 5] = L, C, nt, nv, R
+      m = m + 1
+    end
+  end
+  if not all then return false end
+  -- Prepare every write: an overflow raises here, before any is made.
+  m = 0
+  for _, g in ipairs(gs) do
+    for j = 0, g.n - 1 do
+      local C, d = W[5 * m + 2], ARGV[g.i + 4 * j + 3]
+      if C ~= nil and tonumber(d) > 0 then
+        local L = W[5 * m + 1]
+        ws_prepare(L, C, d, L.target)
+      end
+      m = m + 1
+    end
+  end
+  return true
+end
+
+-- ws_linklimits runs a link (WS_OP_LINK) whose groups are all limits,
+-- without an event id or time (store.AllowAll across slots on one server),
+-- as ws_limits runs one such group: every counter opened (ws_linkopen,
+-- reads only), then, when every limit admits, every write made; each
+-- group's answer is then ws_group's for an admitted group, {1, 0, item...}.
+-- On that path it builds no item tables and reserves no group, where
+-- ws_link runs each group through ws_group as a reservation. Otherwise (a
+-- limit refuses, or a counter's read fails or leaves int64) it has written
+-- nothing, and the link runs as ws_link runs it, with the counters it
+-- opened handed over: the groups are of different slots, so no group's
+-- reservation changes another's counters. gs lists the groups, each as
+-- {i = its first item in ARGV, k = its first key in KEYS, n = its items}.
+local function ws_linklimits(H, gs)
+  local W = {}
+  local opened, admit = pcall(ws_linkopen, H, gs, W)
+  if opened and admit then
+    local outs, m = {}, 0
+    for q, g in ipairs(gs) do
+      local out = {1, 0}
+      for j = 0, g.n - 1 do
+        out[j + 3] = ws_limitcommit(W[5 * m + 1], KEYS[g.k + j], W[5 * m + 2], W[5 * m + 3], W[5 * m + 4], W[5 * m + 5],
+          ARGV[g.i + 4 * j + 3])
+        m = m + 1
+      end
+      outs[q] = out
+    end
+    return outs
+  end
+  local Gs, m = {}, 0
+  for q, g in ipairs(gs) do
+    local _, _, G = ws_readgroup(H, g.i - 4, g.k)
+    if opened then -- (else the reads raised: the groups read again, and each reports its own error)
+      for j = 1, g.n do
+        local it = G.items[j]
+        it.C = W[5 * m + 2] or ws_open(it.L, it.key, it.L.target, W[5 * m + 5])
+        m = m + 1
+      end
+    end
+    Gs[q] = G
+  end
+  return ws_link(Gs)
+end
+
 -- ws_readfast parses a group at ARGV[i] (its number of items) and KEYS[k]
 -- for ws_fastgroup: it answers nil when the group has an event time, no
 -- item, or an item other than a count, a limit, a distinct add or an

@@ -37,6 +37,21 @@ local function ws_onlylimits(i, n)
   return true
 end
 
+-- ws_linkedlimits reads the n groups of a link from ARGV[i] and KEYS[k]
+-- when they are all limits without an event id or time, for ws_linklimits:
+-- each group's first item and key and its number of items, and where the
+-- next operation starts in each; nil otherwise.
+local function ws_linkedlimits(i, k, n)
+  local gs = {}
+  for j = 1, n do
+    local m = tonumber(ARGV[i])
+    if ARGV[i + 1] ~= '' or ARGV[i + 3] ~= '' or not ws_onlylimits(i + 4, m) then return nil end
+    gs[j] = {i = i + 4, k = k, n = m}
+    i, k = i + 4 + 4 * m, k + m
+  end
+  return gs, i, k
+end
+
 -- ws_op reads the operation at ARGV[i] and KEYS[k]: where the next one starts,
 -- and the function to run with its arguments.
 local function ws_op(i, k)
@@ -61,6 +76,8 @@ local function ws_op(i, k)
     G.reserve = op == WS_OP_RESERVE
     return ni, nk, ws_group, G
   elseif op == WS_OP_LINK then
+    local gs, li, lk = ws_linkedlimits(i + 2, k, tonumber(ARGV[i + 1]))
+    if gs ~= nil then return li, lk, ws_linklimits, H, gs end
     local Gs, ni, nk = {}, i + 2, k
     for j = 1, tonumber(ARGV[i + 1]) do
       ni, nk, Gs[j] = ws_readgroup(H, ni, nk)
