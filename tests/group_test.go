@@ -154,6 +154,18 @@ func TestAllowAllRandomWalk(t *testing.T) {
 	})
 }
 
+// modelReset is the time until every live bucket of mm's window that is not
+// 0 has left it, at now: 0 for none.
+func modelReset(mm *exactModel, now time.Time) time.Duration {
+	live := mm.live(now, mm.w.Length)
+	for i := len(live) - 1; i >= 0; i-- {
+		if mm.buckets[live[i]].Sign() != 0 {
+			return time.Duration(live[i]+mm.w.Length.Milliseconds()-now.UnixMilli()) * time.Millisecond
+		}
+	}
+	return 0
+}
+
 // allowAllWalk is TestAllowAllRandomWalk's walk on the stores ss (windows
 // ws), policy i on keys[i].
 func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]string) {
@@ -185,6 +197,18 @@ func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]st
 		}
 		for i, mm := range m.models {
 			require.Equal(t, mm.sum(at, ws[i].Length).Int64(), r.Policies[i].Sum, "step %d policy %d", step, i)
+			if want {
+				continue
+			}
+			// Refused: each policy's reset is its window's, with nothing
+			// counted; but across slots a policy that admitted on its own
+			// reports its cost as counted (the reservation taken back on a
+			// cluster), so its reset is its current bucket's leaving.
+			reset := modelReset(mm, at)
+			if keys[0] != keys[1] && r.Policies[i].Allowed && cost > 0 {
+				reset = time.Duration(mm.start(at)+ws[i].Length.Milliseconds()-at.UnixMilli()) * time.Millisecond
+			}
+			require.Equal(t, reset, r.Policies[i].ResetAfter, "step %d policy %d: reset", step, i)
 		}
 		if want || r.RetryAfter <= 0 {
 			continue

@@ -500,7 +500,10 @@ end
 --                              refuses or fails, the admitted ones
 --                              unreserved in the same call; the reply is
 --                              each group's own (an error reply for one that
---                              failed)
+--                              failed). Groups of limits alone without an
+--                              event id or time are decided together
+--                              instead, with the same replies, and a
+--                              refusal writes nothing (ws_linklimits)
 --   WS_OP_RESERVE  group       a cluster, phase one: the group, reserved
 --   WS_OP_UNDO     group       phase two, when a group refused: the same
 --                              arguments and keys as a reserved group;
@@ -656,35 +659,77 @@ end
 
 -- ws_linkopen opens the counters of a link's groups of limits for
 -- ws_linklimits, into W (five slots per item, as ws_limits fills them), and
--- prepares their writes: reads only. It answers whether every limit admits
--- its cost (false: nothing prepared).
-local function ws_linkopen(H, gs, W)
-  local m, all = 0, true
-  for _, g in ipairs(gs) do
+-- prepares the writes of each group whose limits all admit (ok[q] says so of
+-- group q): reads only. A prepare raises on an overflow, before anything is
+-- written.
+local function ws_linkopen(H, gs, W, ok)
+  local m = 0
+  for q, g in ipairs(gs) do
+    local fits = true
     for j = 0, g.n - 1 do
       local a = g.i + 4 * j
       local L = ws_shape(H, ARGV[a + 1])
       local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
       local nt, nv, R, C = ws_fastopen(L, KEYS[g.k + j], limit, cost)
-      if nt == nil and not (C.fits and cost <= limit and ws_le(C.sum, limit - cost)) then all = false end
+      if nt == nil and not (C.fits and cost <= limit and ws_le(C.sum, limit - cost)) then fits = false end
       W[5 * m + 1], W[5 * m + 2], W[5 * m + 3], W[5 * m + 4], W[5 * m + 5] = L, C, nt, nv, R
       m = m + 1
     end
+    ok[q] = fits
   end
-  if not all then return false end
-  -- Prepare every write: an overflow raises here, before any is made.
   m = 0
-  for _, g in ipairs(gs) do
+  for q, g in ipairs(gs) do
     for j = 0, g.n - 1 do
       local C, d = W[5 * m + 2], ARGV[g.i + 4 * j + 3]
-      if C ~= nil and tonumber(d) > 0 then
+      if ok[q] and C ~= nil and tonumber(d) > 0 then
         local L = W[5 * m + 1]
         ws_prepare(L, C, d, L.target)
       end
       m = m + 1
     end
   end
-  return true
+end
+
+-- ws_linkrefused answers a refused link of groups of limits (see
+-- ws_linklimits) without writing: each group whose limits all admit
+-- answers what ws_group answers when it counts the costs (as ws_link does,
+-- before it takes them back), computed from the prepared states; each other
+-- group answers ws_group's refusal (which writes nothing without an event
+-- id), its counters handed over. It answers nil when a group that admits
+-- mixes costs of 0 with others, or a cost leaves its bucket at 0: ws_group's
+-- answer would read the counter after its write (the caller then runs the
+-- link whole, as ws_link does).
+local function ws_linkrefused(H, gs, W, ok)
+  local outs, m = {}, 0
+  for q, g in ipairs(gs) do
+    if ok[q] then
+      local out, zero, some = {1, 0}, false, false
+      for j = 0, g.n - 1 do
+        local L, C, nt = W[5 * m + 1], W[5 * m + 2], W[5 * m + 3]
+        local B = L.target
+        if nt ~= nil then
+          out[j + 3], some = {nt, 0, B.start + L.w - L.now, 0}, true
+        elseif tonumber(ARGV[g.i + 4 * j + 3]) > 0 then
+          if tonumber(C.nv) == 0 then return nil end
+          out[j + 3], some = {C.nsum, 0, B.start + L.w - L.now, 0}, true
+        else
+          out[j + 3], zero = {C.sum, 0, ws_reset(L, ws_detail(L, KEYS[g.k + j], C)), 0}, true
+        end
+        m = m + 1
+      end
+      if zero and some then return nil end
+      outs[q] = out
+    else
+      local _, _, G = ws_readgroup(H, g.i - 4, g.k)
+      for j = 1, g.n do
+        local it = G.items[j]
+        it.C = W[5 * m + 2] or ws_open(it.L, it.key, it.L.target, W[5 * m + 5])
+        m = m + 1
+      end
+      outs[q] = ws_result(pcall(ws_group, G))
+    end
+  end
+  return outs
 end
 
 -- ws_linklimits runs a link (WS_OP_LINK) whose groups are all limits,
@@ -692,39 +737,39 @@ end
 -- as ws_limits runs one such group: every counter opened (ws_linkopen,
 -- reads only), then, when every limit admits, every write made; each
 -- group's answer is then ws_group's for an admitted group, {1, 0, item...}.
--- On that path it builds no item tables and reserves no group, where
--- ws_link runs each group through ws_group as a reservation. Otherwise (a
--- limit refuses, or a counter's read fails or leaves int64) it has written
--- nothing, and the link runs as ws_link runs it, with the counters it
--- opened handed over: the groups are of different slots, so no group's
--- reservation changes another's counters. gs lists the groups, each as
--- {i = its first item in ARGV, k = its first key in KEYS, n = its items}.
+-- A refusal writes nothing (ws_linkrefused). ws_link instead runs each
+-- group through ws_group as a reservation, counting the costs of a group
+-- that admits and taking them back when another refuses. The groups are of
+-- different slots, so no group's writes change another's counters: the
+-- answers are ws_link's. When a counter's read fails or leaves int64, or a
+-- prepare overflows, it has written nothing and runs the link as ws_link
+-- does (its errors are ws_link's). gs lists the groups, each as {i = its
+-- first item in ARGV, k = its first key in KEYS, n = its items}.
 local function ws_linklimits(H, gs)
-  local W = {}
-  local opened, admit = pcall(ws_linkopen, H, gs, W)
-  if opened and admit then
-    local outs, m = {}, 0
-    for q, g in ipairs(gs) do
-      local out = {1, 0}
-      for j = 0, g.n - 1 do
-        out[j + 3] = ws_limitcommit(W[5 * m + 1], KEYS[g.k + j], W[5 * m + 2], W[5 * m + 3], W[5 * m + 4], W[5 * m + 5],
-          ARGV[g.i + 4 * j + 3])
-        m = m + 1
+  local W, ok = {}, {}
+  local opened = pcall(ws_linkopen, H, gs, W, ok)
+  if opened then
+    local all = true
+    for q = 1, #gs do all = all and ok[q] end
+    if all then
+      local outs, m = {}, 0
+      for q, g in ipairs(gs) do
+        local out = {1, 0}
+        for j = 0, g.n - 1 do
+          out[j + 3] = ws_limitcommit(W[5 * m + 1], KEYS[g.k + j], W[5 * m + 2], W[5 * m + 3], W[5 * m + 4],
+            W[5 * m + 5], ARGV[g.i + 4 * j + 3])
+          m = m + 1
+        end
+        outs[q] = out
       end
-      outs[q] = out
+      return outs
     end
-    return outs
+    local outs = ws_linkrefused(H, gs, W, ok)
+    if outs ~= nil then return outs end
   end
-  local Gs, m = {}, 0
+  local Gs = {}
   for q, g in ipairs(gs) do
     local _, _, G = ws_readgroup(H, g.i - 4, g.k)
-    if opened then -- (else the reads raised: the groups read again, and each reports its own error)
-      for j = 1, g.n do
-        local it = G.items[j]
-        it.C = W[5 * m + 2] or ws_open(it.L, it.key, it.L.target, W[5 * m + 5])
-        m = m + 1
-      end
-    end
     Gs[q] = G
   end
   return ws_link(Gs)
