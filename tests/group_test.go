@@ -136,10 +136,11 @@ func (m *multiModel) fits(now time.Time, cost int64, limits []int64) bool {
 
 // TestAllowAllRandomWalk plays random multi-policy decisions and adds on
 // counters of three windows, against the exact model: every decision, every
-// policy's sum, and the retry-after is honest: a retry a millisecond before
-// it fails, and one at it succeeds. Costs go above 1. The counters are one
-// key's ("one key": one group of limits in one slot), or three keys' in
-// three slots ("three slots": a link of three groups in one script call).
+// policy's sum (and on a refusal its reset), and the retry-after is honest:
+// a retry a millisecond before it fails, and one at it succeeds. Costs go
+// above 1. The counters are one key's ("one key": one group of limits in one
+// slot), or three keys' in three slots ("three slots", slots 536, 5763 and
+// 9998: a link of three groups in one script call).
 func TestAllowAllRandomWalk(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		ws := []store.Window{{Length: 10 * time.Second, Bucket: time.Second}, {Length: time.Minute, Bucket: 5 * time.Second},
