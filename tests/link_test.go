@@ -157,7 +157,8 @@ func TestLinkCluster(t *testing.T) {
 // TestLinkRecord: features.Set.Record decides the limits of every entity as
 // one: an event refused by the user's limit counts nothing on the device's
 // limit, while counts (unconditional) count it; a redelivered admitted event
-// is a duplicate; on every backend.
+// is a duplicate; on every backend. With an event id, without one (each
+// entity's batch on the fast path), and for limits alone.
 func TestLinkRecord(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		srv := newStoreServer(t, tg)
@@ -209,6 +210,34 @@ func TestLinkRecord(t *testing.T) {
 			{Name: "device_limit", Entity: "device", Kind: features.Limit, Limits: []int64{10}, Windows: w},
 		}, store.WithPrefix(harness.Prefix(t)+"only:"), store.WithBackend(tg.backend))
 		require.NoError(t, err)
+		// Without an id (each entity's group on the fast group's path): the
+		// same decisions, and a refusal takes the device's limit back and
+		// keeps its count.
+		noid, err := features.New(ctx, srv.Client(t), []features.Feature{
+			{Name: "user_limit", Entity: "user", Kind: features.Limit, Limits: []int64{2}, Windows: w},
+			{Name: "device_limit", Entity: "device", Kind: features.Limit, Limits: []int64{10}, Windows: w},
+			{Name: "device_logins", Entity: "device", Kind: features.Count, Windows: w},
+		}, store.WithPrefix(harness.Prefix(t)+"noid:"), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		for i := range 4 {
+			e := ev(i)
+			e.ID = ""
+			res, err := noid.Record(ctx, e)
+			require.NoError(t, err)
+			require.Equal(t, i < 2, res.Allowed, "event %d", i)
+			dev, _ := res.Get("device_limit")
+			logins, _ := res.Get("device_logins")
+			require.EqualValues(t, min(i+1, 2), dev.Sum, "event %d: the device's limit counts admitted events only", i)
+			require.Equal(t, i < 2, dev.Counted)
+			require.EqualValues(t, i+1, logins.Sum, "counts count every event")
+		}
+		r, err = noid.Read(ctx, map[string]string{"user": "42", "device": "d7"})
+		require.NoError(t, err)
+		dev, _ = r.Get("device_limit")
+		logins, _ = r.Get("device_logins")
+		require.EqualValues(t, 2, dev.Sum)
+		require.EqualValues(t, 4, logins.Sum)
+
 		for i := range 2 {
 			res, err := only.Record(ctx, ev(0))
 			require.NoError(t, err)

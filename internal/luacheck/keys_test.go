@@ -454,6 +454,9 @@ func TestKeysDeclared(t *testing.T) {
 				{"link of limits", b.Write, []string{"{q}:a", "{q}:b", "{r}:c", "{a}"}, // the fast link, then an add
 					[]string{backend.OpLink, "2", "2", "", "20000", "", backend.ItemLimit, shape, "10", "1", backend.ItemLimit, shape, "8", "2",
 						"1", "", "20000", "", backend.ItemLimit, shape, strconv.Itoa(step % 3), "1", backend.OpAdd, shape, "1"}},
+				{"link of fast groups", b.Write, []string{"{s}:c", "{s}:l", "{t}:l"}, // counts and limits, no id
+					[]string{backend.OpLink, "2", "2", "", "20000", "", backend.ItemCount, shape, "1", backend.ItemLimit, shape, "10", "1",
+						"1", "", "20000", "", backend.ItemLimit, shape, strconv.Itoa(step % 3), "1"}},
 				{"reserve", b.Write, []string{"{h}:id:y" + strconv.Itoa(step), "{h}:l", "{h}:c"},
 					[]string{backend.OpReserve, "2", "y" + strconv.Itoa(step), "20000", "",
 						backend.ItemLimit, shape, "10", "1", backend.ItemCount, shape, "1"}},

@@ -562,36 +562,6 @@ local function ws_reserved(G)
   return tonumber(string.sub(rec, 3))
 end
 
-local function ws_link(Gs)
-  local out, all = {}, true
-  for j, G in ipairs(Gs) do
-    G.reserve = true
-    local ok, r = pcall(ws_group, G)
-    if ok then
-      G.ok, G.now = r[1] % 2 == 1, r[1] < 2
-      if not G.ok then all = false end
-    else
-      all = false
-    end
-    out[j] = ws_result(ok, r)
-  end
-  if all then return out end
-  for j, G in ipairs(Gs) do
-    local decides = false
-    for _, it in ipairs(G.items) do
-      if it.kind == WS_IT_LIMIT or it.kind == WS_IT_ACQUIRE then decides = true end
-    end
-    if G.ok and decides then
-      -- Admitted now, at this instant, or by an earlier call of the event
-      -- (a group without limits has nothing to take back).
-      local T = G.H.now
-      if not G.now then T = ws_reserved(G) end
-      if T ~= nil then ws_unreserve(G, T) end
-    end
-  end
-  return out
-end
-
 local function ws_undo(G)
   local T = ws_reserved(G)
   if T == nil then return 0 end
@@ -655,6 +625,164 @@ local function ws_readgroup(H, i, k)
     G.items[j] = it
   end
   return i, k, G
+end
+
+-- ws_readfast parses a group at ARGV[i] (its number of items) and KEYS[k]
+-- for ws_fastgroup: it answers nil when the group has an event time, no
+-- item, or an item other than a count, a limit, a distinct add or an
+-- extreme (a window statistic's write); else where
+-- the next operation starts in each, the items (a distinct add's keys and
+-- members read as ws_readgroup reads them), and the event id's key (nil
+-- without one).
+local function ws_readfast(H, i, k)
+  if ARGV[i + 3] ~= '' or ARGV[i] == '0' then return nil end
+  local idkey = nil
+  if ARGV[i + 1] ~= '' then
+    idkey, k = KEYS[k], k + 1
+  end
+  local its, a = {}, i + 4
+  for j = 1, tonumber(ARGV[i]) do
+    local kind = ARGV[a]
+    if kind ~= WS_IT_COUNT and kind ~= WS_IT_LIMIT and kind ~= WS_IT_DISTINCT and kind ~= WS_IT_EXTREME then return nil end
+    local it = {kind = kind, L = ws_shape(H, ARGV[a + 1]), key = KEYS[k], a = a, nt = nil, nv = nil, R = nil, C = nil,
+      K = nil, members = nil, X = nil}
+    if kind == WS_IT_COUNT then
+      a, k = a + 3, k + 1
+    elseif kind == WS_IT_LIMIT or kind == WS_IT_EXTREME then
+      a, k = a + 4, k + 1
+    elseif kind == WS_IT_DISTINCT and tonumber(ARGV[a + 2]) > 0 then
+      local m = tonumber(ARGV[a + 2])
+      it.members = ws_args(a + 3, a + 2 + m)
+      it.K, k = ws_dk(it.L, k)
+      a = a + 3 + m
+    else
+      return nil
+    end
+    its[j] = it
+  end
+  return a, k, its, idkey
+end
+
+-- ws_fastgroup runs a group of counts, limits, distinct adds and extremes
+-- without an event time (an entity's batch of features.Set.Record), parsed by
+-- ws_readfast from ARGV[i] and KEYS[k], as ws_limits runs a group of limits:
+-- each counter opened by the backend's ws_fastopen (a count as ws_add opens
+-- it), without ws_group's tables and passes. Its answer and writes are
+-- ws_group's: every counter is read before anything is written, an overflow
+-- raises before any write, the HyperLogLogs are written before the
+-- counters, and an event id (idkey) is kept for its time to live once the
+-- group wrote. An extreme is prepared (read, checked) with the counters'
+-- writes, in item order, and written in its turn, as ws_group does. An event
+-- seen before, and a refusal, are ws_group's (with the counters opened here
+-- handed over).
+local function ws_fastgroup(H, i, k, its, idkey)
+  if idkey ~= nil and redis.call('GET', idkey) then
+    local _, _, G = ws_readgroup(H, i, k)
+    return ws_group(G)
+  end
+  local allowed = true
+  for _, it in ipairs(its) do
+    local kind, a = it.kind, it.a
+    if kind == WS_IT_COUNT or kind == WS_IT_LIMIT then
+      local limit, cost = WS_BIG - 1, tonumber(ARGV[a + 2])
+      if kind == WS_IT_LIMIT then limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]) end
+      local C
+      it.nt, it.nv, it.R, C = ws_fastopen(it.L, it.key, limit, cost)
+      it.C = C
+      if it.nt == nil and kind == WS_IT_LIMIT then
+        ws_checked(C.sum, C.fits)
+        if not (cost <= limit and ws_le(C.sum, limit - cost)) then allowed = false end
+      end
+    end
+  end
+  if not allowed then
+    local _, _, G = ws_readgroup(H, i, k)
+    for j, it in ipairs(its) do
+      if it.kind == WS_IT_COUNT or it.kind == WS_IT_LIMIT then
+        G.items[j].C = it.C or ws_open(it.L, it.key, it.L.target, it.R)
+      end
+    end
+    return ws_group(G)
+  end
+  for _, it in ipairs(its) do
+    local C = it.C
+    if it.kind == WS_IT_EXTREME then
+      it.X = ws_xprepare(it.L, it.key, ARGV[it.a + 2], ARGV[it.a + 3], nil, it.L.target)
+    elseif C ~= nil then
+      if it.kind == WS_IT_COUNT then
+        ws_prepare(it.L, C, ARGV[it.a + 2], it.L.target)
+      elseif tonumber(ARGV[it.a + 3]) > 0 then
+        ws_prepare(it.L, C, ARGV[it.a + 3], it.L.target)
+      end
+    end
+  end
+  for _, it in ipairs(its) do
+    if it.kind == WS_IT_DISTINCT then ws_dadd(it.L, it.K, it.L.target, it.members) end
+  end
+  local out, wrote = {1, 0}, false
+  for j, it in ipairs(its) do
+    local L, kind = it.L, it.kind
+    if kind == WS_IT_DISTINCT then
+      out[j + 2], wrote = ws_dcount(L, it.K, L.now - L.w), true
+    elseif kind == WS_IT_EXTREME then
+      out[j + 2], wrote = ws_xans(1, ws_xcommit(L, it.key, it.X, L.target)), true
+    elseif kind == WS_IT_LIMIT then
+      out[j + 2] = ws_limitcommit(L, it.key, it.C, it.nt, it.nv, it.R, ARGV[it.a + 3])
+      if tonumber(ARGV[it.a + 3]) > 0 then wrote = true end
+    elseif it.nt ~= nil then
+      ws_fastcommit(L, it.key, it.nt, it.nv, it.R)
+      out[j + 2], wrote = it.nt, true
+    else
+      out[j + 2], wrote = (ws_commit(L, it.key, it.C, L.target)), true
+    end
+  end
+  if idkey ~= nil and wrote then redis.call('SET', idkey, '1', 'PX', ARGV[i + 2]) end
+  return out
+end
+
+-- ws_link runs the groups of a link in turn, each reserved (ws_group, or
+-- ws_fastgroup for a group without an event id that ws_readfast parsed:
+-- {fast = its items, H, i, k}, its answer and writes ws_group's), and, when
+-- one refuses or fails, takes back the admitted ones (a fast group is parsed
+-- whole for that).
+local function ws_link(Gs)
+  local out, all = {}, true
+  for j, G in ipairs(Gs) do
+    G.reserve = true
+    local ok, r
+    if G.fast then
+      ok, r = pcall(ws_fastgroup, G.H, G.i, G.k, G.fast, nil)
+    else
+      ok, r = pcall(ws_group, G)
+    end
+    if ok then
+      G.ok, G.now = r[1] % 2 == 1, r[1] < 2
+      if not G.ok then all = false end
+    else
+      all = false
+    end
+    out[j] = ws_result(ok, r)
+  end
+  if all then return out end
+  for _, G in ipairs(Gs) do
+    if G.fast and G.ok then
+      local _, _, P = ws_readgroup(G.H, G.i, G.k)
+      P.ok, P.now = G.ok, G.now
+      G = P
+    end
+    local decides = false
+    for _, it in ipairs(G.items or {}) do
+      if it.kind == WS_IT_LIMIT or it.kind == WS_IT_ACQUIRE then decides = true end
+    end
+    if G.ok and decides then
+      -- Admitted now, at this instant, or by an earlier call of the event
+      -- (a group without limits has nothing to take back).
+      local T = G.H.now
+      if not G.now then T = ws_reserved(G) end
+      if T ~= nil then ws_unreserve(G, T) end
+    end
+  end
+  return out
 end
 
 -- ws_linkopen opens the counters of a link's groups of limits for
@@ -773,117 +901,4 @@ local function ws_linklimits(H, gs)
     Gs[q] = G
   end
   return ws_link(Gs)
-end
-
--- ws_readfast parses a group at ARGV[i] (its number of items) and KEYS[k]
--- for ws_fastgroup: it answers nil when the group has an event time, no
--- item, or an item other than a count, a limit, a distinct add or an
--- extreme (a window statistic's write); else where
--- the next operation starts in each, the items (a distinct add's keys and
--- members read as ws_readgroup reads them), and the event id's key (nil
--- without one).
-local function ws_readfast(H, i, k)
-  if ARGV[i + 3] ~= '' or ARGV[i] == '0' then return nil end
-  local idkey = nil
-  if ARGV[i + 1] ~= '' then
-    idkey, k = KEYS[k], k + 1
-  end
-  local its, a = {}, i + 4
-  for j = 1, tonumber(ARGV[i]) do
-    local kind = ARGV[a]
-    if kind ~= WS_IT_COUNT and kind ~= WS_IT_LIMIT and kind ~= WS_IT_DISTINCT and kind ~= WS_IT_EXTREME then return nil end
-    local it = {kind = kind, L = ws_shape(H, ARGV[a + 1]), key = KEYS[k], a = a, nt = nil, nv = nil, R = nil, C = nil,
-      K = nil, members = nil, X = nil}
-    if kind == WS_IT_COUNT then
-      a, k = a + 3, k + 1
-    elseif kind == WS_IT_LIMIT or kind == WS_IT_EXTREME then
-      a, k = a + 4, k + 1
-    elseif kind == WS_IT_DISTINCT and tonumber(ARGV[a + 2]) > 0 then
-      local m = tonumber(ARGV[a + 2])
-      it.members = ws_args(a + 3, a + 2 + m)
-      it.K, k = ws_dk(it.L, k)
-      a = a + 3 + m
-    else
-      return nil
-    end
-    its[j] = it
-  end
-  return a, k, its, idkey
-end
-
--- ws_fastgroup runs a group of counts, limits, distinct adds and extremes
--- without an event time (an entity's batch of features.Set.Record), parsed by
--- ws_readfast from ARGV[i] and KEYS[k], as ws_limits runs a group of limits:
--- each counter opened by the backend's ws_fastopen (a count as ws_add opens
--- it), without ws_group's tables and passes. Its answer and writes are
--- ws_group's: every counter is read before anything is written, an overflow
--- raises before any write, the HyperLogLogs are written before the
--- counters, and an event id (idkey) is kept for its time to live once the
--- group wrote. An extreme is prepared (read, checked) with the counters'
--- writes, in item order, and written in its turn, as ws_group does. An event
--- seen before, and a refusal, are ws_group's (with the counters opened here
--- handed over).
-local function ws_fastgroup(H, i, k, its, idkey)
-  if idkey ~= nil and redis.call('GET', idkey) then
-    local _, _, G = ws_readgroup(H, i, k)
-    return ws_group(G)
-  end
-  local allowed = true
-  for _, it in ipairs(its) do
-    local kind, a = it.kind, it.a
-    if kind == WS_IT_COUNT or kind == WS_IT_LIMIT then
-      local limit, cost = WS_BIG - 1, tonumber(ARGV[a + 2])
-      if kind == WS_IT_LIMIT then limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]) end
-      local C
-      it.nt, it.nv, it.R, C = ws_fastopen(it.L, it.key, limit, cost)
-      it.C = C
-      if it.nt == nil and kind == WS_IT_LIMIT then
-        ws_checked(C.sum, C.fits)
-        if not (cost <= limit and ws_le(C.sum, limit - cost)) then allowed = false end
-      end
-    end
-  end
-  if not allowed then
-    local _, _, G = ws_readgroup(H, i, k)
-    for j, it in ipairs(its) do
-      if it.kind == WS_IT_COUNT or it.kind == WS_IT_LIMIT then
-        G.items[j].C = it.C or ws_open(it.L, it.key, it.L.target, it.R)
-      end
-    end
-    return ws_group(G)
-  end
-  for _, it in ipairs(its) do
-    local C = it.C
-    if it.kind == WS_IT_EXTREME then
-      it.X = ws_xprepare(it.L, it.key, ARGV[it.a + 2], ARGV[it.a + 3], nil, it.L.target)
-    elseif C ~= nil then
-      if it.kind == WS_IT_COUNT then
-        ws_prepare(it.L, C, ARGV[it.a + 2], it.L.target)
-      elseif tonumber(ARGV[it.a + 3]) > 0 then
-        ws_prepare(it.L, C, ARGV[it.a + 3], it.L.target)
-      end
-    end
-  end
-  for _, it in ipairs(its) do
-    if it.kind == WS_IT_DISTINCT then ws_dadd(it.L, it.K, it.L.target, it.members) end
-  end
-  local out, wrote = {1, 0}, false
-  for j, it in ipairs(its) do
-    local L, kind = it.L, it.kind
-    if kind == WS_IT_DISTINCT then
-      out[j + 2], wrote = ws_dcount(L, it.K, L.now - L.w), true
-    elseif kind == WS_IT_EXTREME then
-      out[j + 2], wrote = ws_xans(1, ws_xcommit(L, it.key, it.X, L.target)), true
-    elseif kind == WS_IT_LIMIT then
-      out[j + 2] = ws_limitcommit(L, it.key, it.C, it.nt, it.nv, it.R, ARGV[it.a + 3])
-      if tonumber(ARGV[it.a + 3]) > 0 then wrote = true end
-    elseif it.nt ~= nil then
-      ws_fastcommit(L, it.key, it.nt, it.nv, it.R)
-      out[j + 2], wrote = it.nt, true
-    else
-      out[j + 2], wrote = (ws_commit(L, it.key, it.C, L.target)), true
-    end
-  end
-  if idkey ~= nil and wrote then redis.call('SET', idkey, '1', 'PX', ARGV[i + 2]) end
-  return out
 end

@@ -80,7 +80,16 @@ local function ws_op(i, k)
     if gs ~= nil then return li, lk, ws_linklimits, H, gs end
     local Gs, ni, nk = {}, i + 2, k
     for j = 1, tonumber(ARGV[i + 1]) do
-      ni, nk, Gs[j] = ws_readgroup(H, ni, nk)
+      -- A group without an event id runs as ws_fastgroup when it can (see
+      -- ws_link); ws_readfast answers nil otherwise.
+      local fi, fk, its = nil, nil, nil
+      if ARGV[ni + 1] == '' then fi, fk, its = ws_readfast(H, ni, nk) end
+      if fi ~= nil then
+        Gs[j] = {fast = its, H = H, i = ni, k = nk, reserve = nil, ok = nil, now = nil}
+        ni, nk = fi, fk
+      else
+        ni, nk, Gs[j] = ws_readgroup(H, ni, nk)
+      end
     end
     return ni, nk, ws_link, Gs
   elseif op == WS_OP_UNDO then

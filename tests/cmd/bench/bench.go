@@ -82,6 +82,8 @@ operations:
   record6     features.Set.Record of a 6-feature event (2 entities)
   record6id   the same with an event id (each entity keeps it: one more key each)
   record8     the same, with a max (of the amount) and a last seen besides
+  record6x    record6 with a limit on the IP too: the two entities' batches are
+              linked (all or nothing), admitted
   observe     Store.Observe of a Max
   distinct    Store.AddDistinct of one member
   distincthot the same on 100 keys, hundreds of adds per key and bucket: the
@@ -491,6 +493,14 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	if err != nil {
 		return nil, nil, err
 	}
+	// record6x: record6's features, and a limit on the IP: both entities
+	// limit, so their batches are linked.
+	setx, err := features.New(ctx, client, append(append([]features.Feature(nil), six...),
+		features.Feature{Name: "ip_limit", Entity: "ip", Kind: features.Limit, Windows: []store.Window{one}, Limits: []int64{1 << 40}},
+	), append(opts, store.WithPrefix(prefix+"fxx:"))...)
+	if err != nil {
+		return nil, nil, err
+	}
 	// windows and windows3: the windows limiter (limit.NewWindows) of allow's
 	// window alone, and of allow3's three.
 	var rules []limit.Rule
@@ -609,6 +619,10 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		"record6id": func(ctx context.Context, k string) error {
 			_, err := set.Record(ctx, features.Event{ID: strconv.FormatInt(base+ids.Add(1), 36),
 				Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
+			return err
+		},
+		"record6x": func(ctx context.Context, k string) error {
+			_, err := setx.Record(ctx, features.Event{Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
 			return err
 		},
 		"record8": func(ctx context.Context, k string) error {

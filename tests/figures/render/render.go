@@ -296,4 +296,4 @@ func bench(f figures.File) string {
 
 // BenchOps are the bench's operations (tests/cmd/bench), in the table's order.
 var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "refuse", "refuseat", "allow3", "windows", "windows3", "refuse3", "refuse3at", "allow3x", "refuse3x",
-	"record6", "record6id", "record8", "observe", "distinct", "distincthot", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
+	"record6", "record6id", "record8", "record6x", "observe", "distinct", "distincthot", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
