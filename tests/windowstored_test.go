@@ -75,7 +75,9 @@ func startWSD(t *testing.T, addr, config string, args ...string) *wsd {
 }
 
 // startWSDEnv is startWSD with these environment variables added to the
-// test's.
+// test's. Its ports are free when chosen, but another process may take one
+// before windowstored binds it: it then starts again on new ports (at most
+// five times).
 func startWSDEnv(t *testing.T, env []string, addr, config string, args ...string) *wsd {
 	t.Helper()
 	dir := t.TempDir()
@@ -83,6 +85,20 @@ func startWSDEnv(t *testing.T, env []string, addr, config string, args ...string
 	file := filepath.Join(dir, "config.yaml")
 	config = fmt.Sprintf("windowstored:\n  prefix: %q\n  feature_prefix: %q\n---\n", p+"rl:", p+"fx:") + config
 	require.NoError(t, os.WriteFile(file, []byte(config), 0o644))
+	for attempt := 1; ; attempt++ {
+		d, busy := tryStartWSD(t, env, addr, file, attempt == 5, args...)
+		if !busy {
+			return d
+		}
+		t.Logf("windowstored: a port was taken before it could bind it; starting again on new ports (attempt %d)", attempt)
+	}
+}
+
+// tryStartWSD is one start of startWSDEnv, with the configuration in file;
+// busy reports a start that failed on a port taken in between (unless last:
+// then the test fails).
+func tryStartWSD(t *testing.T, env []string, addr, file string, last bool, args ...string) (_ *wsd, busy bool) {
+	t.Helper()
 	d := &wsd{config: file, grpc: localPort(t), http: localPort(t), logs: &syncBuffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(harness.Binary(t, "./cmd/windowstored"), append([]string{"--addr", addr, "--config", file,
 		"--grpc", d.grpc, "--http", d.http, "--watch", "100ms", "--log-format", "text"}, args...)...)
@@ -107,15 +123,24 @@ func startWSDEnv(t *testing.T, env []string, addr, config string, args ...string
 			t.Logf("windowstored's log:\n%s", d.logs.String())
 		}
 	})
+	// The health check has a timeout of its own: a port taken by another
+	// process may accept the connection and never answer.
+	health := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if code, _ := d.get(t, "/healthcheck"); code == 200 {
-			break
-		}
 		select {
 		case <-d.exited:
+			if !last && strings.Contains(d.logs.String(), "address already in use") {
+				return nil, true
+			}
 			t.Fatalf("windowstored exited with %d:\n%s", d.exit, d.logs.String())
 		default:
+		}
+		if resp, err := health.Get("http://" + d.http + "/healthcheck"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
 		}
 		require.True(t, time.Now().Before(deadline), "windowstored did not answer its health check:\n%s", d.logs.String())
 		time.Sleep(100 * time.Millisecond)
@@ -124,7 +149,7 @@ func startWSDEnv(t *testing.T, env []string, addr, config string, args ...string
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	d.rls = rlspb.NewRateLimitServiceClient(conn)
-	return d
+	return d, false
 }
 
 func (d *wsd) get(t *testing.T, path string) (int, string) {
