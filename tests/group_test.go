@@ -140,17 +140,23 @@ func (m *multiModel) fits(now time.Time, cost int64, limits []int64) bool {
 // a retry a millisecond before it fails, and one at it succeeds. Costs go
 // above 1. The counters are one key's ("one key": one group of limits in one
 // slot), or three keys' in three slots ("three slots", slots 536, 5763 and
-// 9998: a link of three groups in one script call).
+// 9998: a link of three groups in one script call); and again with limits
+// and costs 2^48 times as large ("big"), the limits capped at 2^53 (the
+// largest a limit may be), so that sums reach 2^53, where the scripts leave
+// their double arithmetic for the exact path.
 func TestAllowAllRandomWalk(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		ws := []store.Window{{Length: 10 * time.Second, Bucket: time.Second}, {Length: time.Minute, Bucket: 5 * time.Second},
 			{Length: 5 * time.Minute, Bucket: time.Minute}}
 		ss := policyStores(t, tg, ws...)
 		for _, c := range []struct {
-			name string
-			keys [3]string
-		}{{"one key", [3]string{"w", "w", "w"}}, {"three slots", [3]string{"user:w", "ip:w", "device:w"}}} {
-			t.Run(c.name, func(t *testing.T) { allowAllWalk(t, ss, ws, c.keys) })
+			name  string
+			keys  [3]string
+			scale int64
+		}{{"one key", [3]string{"w", "w", "w"}, 1}, {"three slots", [3]string{"user:w", "ip:w", "device:w"}, 1},
+			{"big one key", [3]string{"wb", "wb", "wb"}, 1 << 48},
+			{"big three slots", [3]string{"user:wb", "ip:wb", "device:wb"}, 1 << 48}} { // slots 15458, 11419, 7845
+			t.Run(c.name, func(t *testing.T) { allowAllWalk(t, ss, ws, c.keys, c.scale) })
 		}
 	})
 }
@@ -168,8 +174,8 @@ func modelReset(mm *exactModel, now time.Time) time.Duration {
 }
 
 // allowAllWalk is TestAllowAllRandomWalk's walk on the stores ss (windows
-// ws), policy i on keys[i].
-func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]string) {
+// ws), policy i on keys[i], limits and costs times scale.
+func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]string, scale int64) {
 	ctx := ctxT(t)
 	m := &multiModel{}
 	for i, s := range ss {
@@ -180,8 +186,8 @@ func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]st
 	refusals := 0
 	for step := 0; step < 250; step++ {
 		at = at.Add(time.Duration(rng.Int64N(int64(3 * time.Second))))
-		limits := []int64{4 + rng.Int64N(4), 10 + rng.Int64N(8), 25 + rng.Int64N(10)}
-		cost := rng.Int64N(4)
+		limits := []int64{(4 + rng.Int64N(4)) * scale, (10 + rng.Int64N(8)) * scale, min((25+rng.Int64N(10))*scale, 1<<53)}
+		cost := rng.Int64N(4) * scale
 		var ps []store.Policy
 		for i, s := range ss {
 			ps = append(ps, store.Policy{Store: s, Key: keys[i], Limit: limits[i]})

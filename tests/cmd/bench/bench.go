@@ -77,8 +77,8 @@ operations:
   refuse3     allow3 refused by its third policy (a limit of 1 on a full window)
   refuse3at   allow3 refused by its third policy, refuseat's (the first two admit)
   allow3x     store.AllowAll, 3 policies on 3 keys of 3 slots (linked), admitted
-  refuse3x    the same, refused by the third key: the first two are counted, then
-              taken back, in the same script call (the limit 0 is the exception)
+  refuse3x    the same, refused by the third key (a limit of 0): nothing is
+              written (limits alone across slots are decided before any write)
   record6     features.Set.Record of a 6-feature event (2 entities)
   record6id   the same with an event id (each entity keeps it: one more key each)
   record8     the same, with a max (of the amount) and a last seen besides
