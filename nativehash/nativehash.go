@@ -78,11 +78,12 @@ var plain = backend.Register(backend.New(backend.Spec{
 	Name:     Plain,
 	Family:   "nativehash",
 	Requires: []string{"hincrby"},
+	Head:     true,
 	Reserved: []string{"m", "t"},
 	Why:      "the plain native hash works on any Redis or Valkey: writes delete the buckets that left the window",
-	Prims:    []backend.Fragment{frag("hash.lua"), frag("plainprims.lua")},
+	Prims:    []backend.Fragment{frag("plainprims.lua")},
 	Ops:      []backend.Fragment{frag("plain.lua")},
-	ACL:      backend.ACLRule{Label: "plain hash", Rule: "+time +pttl +hgetall +hmget +hset +pexpireat +hdel"},
+	ACL:      backend.ACLRule{Label: "plain hash", Rule: "+time +pttl +hgetall +hmget +hset +pexpireat +hdel +get +set +del +exists"},
 }))
 
 // fieldTTL is the backend for servers with hash-field TTL (HPEXPIREAT). Every

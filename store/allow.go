@@ -104,7 +104,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit, cost int64) (_ Dec
 	if err != nil {
 		return Decision{}, rename(err, "allow")
 	}
-	msg, err := s.run(ctx, []string{rk}, s.header(), false, backend.OpAllow, s.shape,
+	msg, err := s.run(ctx, s.counterKeys(rk, s.tag), s.header(), false, backend.OpAllow, s.shape,
 		strconv.FormatInt(limit, 10), strconv.FormatInt(cost, 10))
 	if err != nil {
 		return Decision{}, fail("allow", key, s.be.Write, err)

@@ -198,11 +198,41 @@ func observe(ctx context.Context, batches []Batch, op string) (context.Context, 
 // plan is a batch turned into one group operation.
 type plan struct {
 	st    *Store // the store whose client and backend run it
+	first string // its first item's Redis key (a counter's redisKey, a distinct count's first key), which its event id's key begins with
 	keys  []string
 	args  []string
 	items []planItem // in the order of the group's answers
 	ops   []Op
 	retry bool
+	// compacted: args are the compact operation of a group of limits alone
+	// (backend.OpLimits, see compact)
+	compacted bool
+}
+
+// compact rewrites the plan of a group of limits alone, of one cost, without
+// an event id or time (store.AllowAll of policies of one slot, such as the
+// windows of one key), as the compact operation backend.OpLimits: two
+// arguments per limit (its shape and limit), where a group item takes four,
+// and, when every counter counts on its backend's fast path, an answer of two
+// numbers per limit, where a group's is an array per limit. Only a group
+// sent alone (Apply's, not a link's or a reservation's) can be compact. It
+// reports whether it rewrote the plan.
+func (p *plan) compact() bool {
+	n := len(p.items)
+	if n == 0 || p.args[0] != backend.OpGroup || p.args[2] != "" || p.args[4] != "" || len(p.args) != 5+4*n {
+		return false
+	}
+	args := make([]string, 3, 3+2*n)
+	args[0], args[1], args[2] = backend.OpLimits, strconv.Itoa(n), p.args[5+3]
+	for j, it := range p.items {
+		a := p.args[5+4*j : 5+4*j+4] // kind, shape, limit, cost
+		if it.kind != backend.ItemLimit || a[0] != backend.ItemLimit || a[3] != args[2] {
+			return false
+		}
+		args = append(args, a[1], a[2])
+	}
+	p.args, p.compacted = args, true
+	return true
 }
 
 // planItem maps a group item back to its op and tier.
@@ -229,6 +259,7 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 			errs[i] = err
 			continue
 		}
+		p.compact() // (a group sent alone: its limits alone can be compact)
 		calls = append(calls, &call{p: p, i: i, done: make(chan struct{})})
 	}
 	ps := make([]*plan, len(calls))
@@ -302,26 +333,110 @@ func joinable(ps []*plan) []string {
 // through it. With retry (an operation with an event id, safe to send
 // again) it resends it after a connection error, up to the store's retries,
 // while ctx lasts. Any write is resent after TRYAGAIN, which says that
-// nothing ran (a cluster slot is moving).
+// nothing ran (a cluster slot is moving, and the operation's keys are on
+// both nodes for now), for as long as ctx lasts and at most maxTryAgain in
+// all (tryAgainBackoff): a slot's keys move a few at a time. Retries off
+// (0) turn both off.
 func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ...string) (rueidis.RedisMessage, error) {
-	for attempt := 0; ; attempt++ {
+	lost, again, waited := 0, 0, time.Duration(0)
+	for {
 		msg, err := s.writes.Do(ctx, keys, hdr, args...)
-		if err == nil || attempt >= s.retries || ctx.Err() != nil || !resend(err, retry) {
+		if err == nil || s.retries == 0 || ctx.Err() != nil || !resend(err, retry) {
 			return msg, err
 		}
+		var wait time.Duration
+		if isTryAgain(err) {
+			if waited >= maxTryAgain {
+				return msg, err
+			}
+			wait, again = tryAgainBackoff(again), again+1
+		} else {
+			if lost >= s.retries {
+				return msg, err
+			}
+			wait, lost = retryBackoff(lost), lost+1
+		}
+		waited += wait
 		select {
 		case <-ctx.Done():
 			return msg, err
-		case <-time.After(retryBackoff(attempt)):
+		case <-time.After(wait):
 		}
 	}
+}
+
+// read runs one read (a sum) through the batcher of reads, resent after
+// TRYAGAIN as run resends a write (a read is always safe to resend).
+func (s *Store) read(ctx context.Context, keys, hdr []string, args ...string) (rueidis.RedisMessage, error) {
+	again, waited := 0, time.Duration(0)
+	for {
+		msg, err := s.reads.Do(ctx, keys, hdr, args...)
+		if err == nil || s.retries == 0 || ctx.Err() != nil || !isTryAgain(err) || waited >= maxTryAgain {
+			return msg, err
+		}
+		wait := tryAgainBackoff(again)
+		again, waited = again+1, waited+wait
+		select {
+		case <-ctx.Done():
+			return msg, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// readMany is the batcher of reads' Many: one read per entry of keys, each
+// resent after TRYAGAIN as read resends it.
+func (s *Store) readMany(ctx context.Context, keys [][]string, hdr []string, args ...string) []*batch.Op {
+	ops := s.reads.Many(ctx, keys, hdr, args...)
+	again, waited := 0, time.Duration(0)
+	for s.retries > 0 && ctx.Err() == nil && waited < maxTryAgain {
+		var idx []int
+		for i, o := range ops {
+			if o.Err != nil && isTryAgain(o.Err) {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			break
+		}
+		wait := tryAgainBackoff(again)
+		again, waited = again+1, waited+wait
+		select {
+		case <-ctx.Done():
+			return ops
+		case <-time.After(wait):
+		}
+		sub := make([][]string, len(idx))
+		for j, i := range idx {
+			sub[j] = keys[i]
+		}
+		for j, o := range s.reads.Many(ctx, sub, hdr, args...) {
+			ops[idx[j]] = o
+		}
+	}
+	return ops
+}
+
+// isTryAgain reports whether err is the server's TRYAGAIN: nothing ran.
+func isTryAgain(err error) bool {
+	code, _ := backend.ReplyCode(err)
+	return code == "TRYAGAIN"
+}
+
+// maxTryAgain bounds the time a write keeps being resent after TRYAGAIN.
+const maxTryAgain = 5 * time.Second
+
+// tryAgainBackoff is the wait before resending after the attempt-th
+// TRYAGAIN: 10 ms, doubling, at most 100 ms.
+func tryAgainBackoff(attempt int) time.Duration {
+	return min(time.Duration(10<<min(attempt, 4))*time.Millisecond, 100*time.Millisecond)
 }
 
 // resend reports whether a write that failed with err is sent again: after
 // TRYAGAIN, which says that nothing ran (a cluster slot is moving), and,
 // with retry (an event id makes it safe), after a lost reply.
 func resend(err error, retry bool) bool {
-	if code, _ := backend.ReplyCode(err); code == "TRYAGAIN" {
+	if isTryAgain(err) {
 		return true
 	}
 	return retry && backend.Classify(err) == backend.Lost
@@ -422,16 +537,19 @@ func makePlan(b Batch) (*plan, error) {
 			ttl = max(ttl, t.winMs+t.bucketMs)
 		}
 		if isStat(o) {
-			its, ks, err := observeItems(o)
+			its, ks, names, err := observeItems(o)
 			if err != nil {
 				return nil, bad("op %d: %s", i, err)
 			}
 			for j, it := range its {
-				if stats[ks[j]] {
+				if stats[names[j]] {
 					return nil, bad("op %d: statistic %v of %q is in the batch twice", i, o.Stat, o.Key)
 				}
-				stats[ks[j]] = true
-				items, keys = append(items, it), append(keys, ks[j])
+				stats[names[j]] = true
+				if p.first == "" {
+					p.first = names[j]
+				}
+				items, keys = append(items, it), append(keys, ks[j]...)
 				p.items = append(p.items, planItem{op: i, kind: it[0], count: j == 1})
 			}
 			continue
@@ -445,6 +563,9 @@ func makePlan(b Batch) (*plan, error) {
 				return nil, bad("op %d: the leases of %q are in the batch twice", i, o.Key)
 			}
 			leases[lk] = true
+			if p.first == "" {
+				p.first = lk
+			}
 			kind := leaseItem(o.Kind)
 			items = append(items, []string{kind, strconv.FormatInt(o.Limit, 10), strconv.FormatInt(o.TTL.Milliseconds(), 10), o.Lease})
 			keys = append(keys, lk)
@@ -494,13 +615,19 @@ func makePlan(b Batch) (*plan, error) {
 				it = []string{backend.ItemLimit, t.shape, strconv.FormatInt(o.Limit, 10), d}
 			}
 			items = append(items, it)
+			if p.first == "" {
+				p.first = trk
+				if o.Kind == Distinct {
+					p.first = trk + ":d" // its first key (distinctKeys)
+				}
+			}
 			if o.Kind == Distinct {
 				if err := checkDistinct("apply", o.Key, t, st.futureMs); err != nil {
 					return nil, err
 				}
 				keys = append(keys, distinctKeys(trk, t, st.futureMs)...)
 			} else {
-				keys = append(keys, trk)
+				keys = append(keys, st.counterKeys(trk, t.tag)...)
 			}
 			p.items = append(p.items, planItem{op: i, tier: ti, kind: it[0]})
 		}
@@ -520,7 +647,7 @@ func makePlan(b Batch) (*plan, error) {
 			limitedTiers[tk] = true
 			trk, _ := o.Store.redisKey(o.Key, t.tag)
 			items = append(items, []string{backend.ItemIfOK, t.shape, strconv.FormatInt(o.Delta, 10)})
-			keys = append(keys, trk)
+			keys = append(keys, o.Store.counterKeys(trk, t.tag)...)
 			p.items = append(p.items, planItem{op: i, tier: ti, kind: backend.ItemIfOK})
 		}
 	}
@@ -529,7 +656,7 @@ func makePlan(b Batch) (*plan, error) {
 	}
 	p.args = []string{backend.OpGroup, strconv.Itoa(len(items)), b.ID, strconv.FormatInt(ttl, 10), ""}
 	if b.ID != "" {
-		p.keys = append(p.keys, idKey(keys[0], b.ID))
+		p.keys = append(p.keys, idKey(p.first, b.ID))
 	}
 	if !b.Time.IsZero() {
 		p.args[4] = strconv.FormatInt(b.Time.UnixMilli(), 10)
@@ -542,7 +669,7 @@ func makePlan(b Batch) (*plan, error) {
 }
 
 // idKey is the key of event id id of a batch whose first counter's Redis key
-// is first.
+// (redisKey) is first.
 func idKey(first, id string) string {
 	var k strings.Builder
 	k.WriteString(first)
@@ -602,6 +729,9 @@ func distinctRing(t tier, futureMs int64) int {
 // result reads a group's reply into a BatchResult.
 func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 	v, err := msg.ToArray()
+	if err == nil && p.compacted && len(v) == 1+2*len(p.items) && !v[2].IsArray() {
+		return p.compactResult(v)
+	}
 	if err != nil || len(v) != 2+len(p.items) {
 		return BatchResult{}, errors.New("unexpected group reply " + msg.String())
 	}
@@ -701,6 +831,25 @@ func (p *plan) result(msg rueidis.RedisMessage) (BatchResult, error) {
 				r.RefusedBy, worst = i, ra
 			}
 		}
+	}
+	return r, nil
+}
+
+// compactResult reads the answer of a compact group of limits (see compact)
+// that every limit admitted on its fast path: {1, sum, reset, sum, reset...}.
+func (p *plan) compactResult(v []rueidis.RedisMessage) (BatchResult, error) {
+	r := BatchResult{Allowed: true, RefusedBy: -1, Values: make([]Value, len(p.ops))}
+	if f, err := v[0].AsInt64(); err != nil || f != 1 {
+		return r, errors.New("unexpected limits reply " + fmt.Sprint(v))
+	}
+	for j, it := range p.items {
+		sum, err1 := sumOf(v[1+2*j])
+		rs, err2 := v[2+2*j].AsInt64()
+		if err := errors.Join(err1, err2); err != nil {
+			return r, errors.New("unexpected limits reply " + fmt.Sprint(v))
+		}
+		o := p.ops[it.op]
+		r.Values[it.op] = Value{Counted: true, Sum: sum, Limit: o.Limit, Remaining: remaining(o.Limit, sum), ResetAfter: ms(rs)}
 	}
 	return r, nil
 }

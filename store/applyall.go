@@ -205,7 +205,7 @@ func settled(out []BatchResult, errs []error) bool {
 // Batch.ID.
 func (p *plan) setID(id string, ttl time.Duration) {
 	p.args[2], p.args[3] = id, strconv.FormatInt(ttl.Milliseconds(), 10)
-	p.keys = append([]string{idKey(p.keys[0], id)}, p.keys...)
+	p.keys = append([]string{idKey(p.first, id)}, p.keys...)
 	p.retry = true
 }
 

@@ -12,15 +12,16 @@ import (
 // Snapshot is what Inspect saw of one counter.
 type Snapshot struct {
 	Key      string        // the counter key, as given
-	RedisKey string        // the Redis key that holds it
+	RedisKey string        // the Redis key that holds its buckets
+	Head     string        // the Redis key of the key's head, where the backend keeps one (the plain hash: the current bucket and the running total); "" on other backends
 	Backend  string        // the backend's name
 	Now      time.Time     // the instant the snapshot was taken (the script's clock)
-	KeyTTL   time.Duration // the key's remaining life; -1: no expiry; -2: no key
-	Buckets  []Bucket      // every bucket field of the key, live or not, oldest first
-	// Meta holds the backend's own fields that are not buckets, as stored:
-	// the plain hash's running total "t" and its mark "m" (the start, in Unix
-	// ms, of the oldest bucket the total covers, as of the last write). It is
-	// empty on other backends.
+	KeyTTL   time.Duration // the counter's remaining life (with a head, the longer of its two keys'); -1: no expiry; -2: no key
+	Buckets  []Bucket      // every bucket field of the key, live or not, oldest first (with a head, the current bucket as the head holds it)
+	// Meta holds the backend's own state that is not in the buckets: the
+	// plain hash's running total "t" and its mark "m" (the start, in Unix
+	// ms, of the oldest bucket the total covers, as of the last write), from
+	// its head. It is empty on other backends.
 	Meta map[string]string
 }
 
@@ -44,9 +45,13 @@ func (s *Store) Inspect(ctx context.Context, key string) (_ Snapshot, err error)
 	if err != nil {
 		return Snapshot{}, rename(err, "inspect")
 	}
-	snap := Snapshot{Key: key, RedisKey: rk, Backend: s.be.Name, Meta: map[string]string{}}
+	ck := s.counterKeys(rk, s.tag)
+	snap := Snapshot{Key: key, RedisKey: ck[0], Backend: s.be.Name, Meta: map[string]string{}}
+	if len(ck) > 1 {
+		snap.Head = ck[1]
+	}
 	args := append(append([]string(nil), s.header()...), s.shape)
-	vals, err := s.runner.Exec(ctx, s.be.Inspect, []string{rk}, args).ToArray()
+	vals, err := s.runner.Exec(ctx, s.be.Inspect, ck, args).ToArray()
 	if err != nil {
 		return snap, fail("inspect", key, s.be.Inspect, err)
 	}

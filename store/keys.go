@@ -43,6 +43,20 @@ func (s *Store) Sub(name string) *Store {
 	return &v
 }
 
+// counterKeys are the keys of the counter whose Redis key (redisKey) is rk,
+// of shape tag, as the backend's scripts take them (WS_KPC and ws_ckey in
+// the Lua): rk itself; or, with a backend that keeps a head per key (the
+// plain hash, see package nativehash), the counter's hash, rk + ":b", and
+// the key's head, rk less its shape + "h":
+//
+//	ws:{user:42}:10m/1m    ->  ws:{user:42}:10m/1m:b, ws:{user:42}:h
+func (s *Store) counterKeys(rk, tag string) []string {
+	if !s.be.Head {
+		return []string{rk}
+	}
+	return []string{rk + ":b", rk[:len(rk)-len(tag)] + "h"}
+}
+
 // redisKey builds the Redis key of key's counter of shape tag.
 func (s *Store) redisKey(key, tag string) (string, error) {
 	if err := keyspace.CheckAffix(s.sub); err != nil {

@@ -107,17 +107,31 @@ func WithTiers(windows ...Window) Option {
 // context lasts: such a write counts once however often it is sent. The
 // default is 3; 0 turns retries off. Writes without an id
 // are never sent again after a connection error, since they could count
-// twice. Any write, with an id or not, is sent again (as often) after the
-// server's TRYAGAIN, which says that nothing ran: a Redis Cluster slot it
-// touches is being migrated.
+// twice. Any write, with an id or not, is sent again after the server's
+// TRYAGAIN, which says that nothing ran: a Redis Cluster slot it touches is
+// being migrated, and its keys are on both nodes for now. Those resends
+// wait 10 ms, doubling up to 100 ms, for as long as ctx lasts and at most 5 s
+// in all (with retries on: 0 turns them off too).
 func WithRetries(n int) Option { return func(c *config) { c.retries = max(n, 0) } }
 
 func init() {
 	hook.WithCalendar = func(cal codec.Calendar) any { return Option(func(c *config) { c.cal = cal }) }
 	hook.WithFunctions = func(on bool) any { return Option(func(c *config) { c.functions = on }) }
-	hook.RedisKey = func(st any, key string) (string, error) {
+	hook.CounterKeys = func(st any, key string) ([]string, error) {
 		s := st.(*Store)
 		t, err := s.overTier() // an Over view whose span is a tier's window: that tier's key
+		if err != nil {
+			t = 0
+		}
+		rk, err := s.redisKey(key, s.tiers[t].tag)
+		if err != nil {
+			return nil, err
+		}
+		return s.counterKeys(rk, s.tiers[t].tag), nil
+	}
+	hook.RedisKey = func(st any, key string) (string, error) {
+		s := st.(*Store)
+		t, err := s.overTier()
 		if err != nil {
 			t = 0
 		}

@@ -276,17 +276,21 @@ func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []S
 	}
 	errs := make([]error, len(keys))
 	failed := false
-	rks := make([]string, 0, per*len(keys))
+	rks := make([][]string, 0, per*len(keys))
 	idx := make([]int, 0, len(keys))
 	for i, k := range keys {
-		var mine []string
+		var mine [][]string
 		for _, v := range views {
 			rk, err := v.redisKey(k, s.tag)
 			if err != nil {
 				errs[i], failed = rename(err, "read stat"), true
 				break
 			}
-			mine = append(mine, rk)
+			if st == Avg {
+				mine = append(mine, s.counterKeys(rk, s.tag)) // a counter: its keys
+			} else {
+				mine = append(mine, []string{rk})
+			}
 		}
 		if errs[i] == nil {
 			rks = append(rks, mine...)
@@ -294,7 +298,7 @@ func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []S
 		}
 	}
 	if len(rks) > 0 {
-		res := s.reads.Many(ctx, rks, s.header(), s.shape, arg)
+		res := s.readMany(ctx, rks, s.header(), s.shape, arg)
 		for j, i := range idx {
 			var v StatValue
 			var err error
@@ -385,40 +389,42 @@ func resendable(o Observation) bool {
 // Stat.
 func isStat(o Op) bool { return o.Kind == Observe || (o.Kind == Read && o.Stat != 0) }
 
-// observeItems are an Observe op's group items and their keys, or a Read's
-// of a statistic: one extreme, or Avg's sum and count.
-func observeItems(o Op) ([][]string, []string, error) {
+// observeItems are an Observe op's group items, their keys and the Redis key
+// that names each (redisKey), or a Read's of a statistic: one extreme, or
+// Avg's sum and count (counters: their keys are counterKeys).
+func observeItems(o Op) ([][]string, [][]string, []string, error) {
 	s := o.Store
 	t := s.tiers[0]
 	read := o.Kind == Read
 	if o.Stat == Avg {
 		sk, err := s.statView("avg.sum").redisKey(o.Key, t.tag)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		nk, _ := s.statView("avg.n").redisKey(o.Key, t.tag)
+		ks, names := [][]string{s.counterKeys(sk, t.tag), s.counterKeys(nk, t.tag)}, []string{sk, nk}
 		if read {
-			return [][]string{{backend.ItemRead, t.shape}, {backend.ItemRead, t.shape}}, []string{sk, nk}, nil
+			return [][]string{{backend.ItemRead, t.shape}, {backend.ItemRead, t.shape}}, ks, names, nil
 		}
 		return [][]string{{backend.ItemCount, t.shape, strconv.FormatInt(o.Delta, 10)}, {backend.ItemCount, t.shape, "1"}},
-			[]string{sk, nk}, nil
+			ks, names, nil
 	}
 	dir, name, ok := o.Stat.dir()
 	if !ok {
-		return nil, nil, fmt.Errorf("no such statistic: %v", o.Stat)
+		return nil, nil, nil, fmt.Errorf("no such statistic: %v", o.Stat)
 	}
 	rk, err := s.statView(name).redisKey(o.Key, t.tag)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if read {
-		return [][]string{{backend.ItemXRead, t.shape, dir}}, []string{rk}, nil
+		return [][]string{{backend.ItemXRead, t.shape, dir}}, [][]string{{rk}}, []string{rk}, nil
 	}
 	val := strconv.FormatInt(o.Delta, 10)
 	if o.Stat == First || o.Stat == Last {
 		val = ""
 	}
-	return [][]string{{backend.ItemExtreme, t.shape, dir, val}}, []string{rk}, nil
+	return [][]string{{backend.ItemExtreme, t.shape, dir, val}}, [][]string{{rk}}, []string{rk}, nil
 }
 
 // statAnswer reads an Observe's item answer into v.Stat: an extreme's

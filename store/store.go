@@ -206,7 +206,7 @@ func (s *Store) add(ctx context.Context, key string, delta int64) (int64, error)
 	if err != nil {
 		return 0, rename(err, "add")
 	}
-	msg, err := s.run(ctx, []string{rk}, s.header(), false, backend.OpAdd, s.shape, strconv.FormatInt(delta, 10))
+	msg, err := s.run(ctx, s.counterKeys(rk, s.tag), s.header(), false, backend.OpAdd, s.shape, strconv.FormatInt(delta, 10))
 	if err != nil {
 		return 0, fail("add", key, s.be.Write, err)
 	}
@@ -223,7 +223,7 @@ func (s *Store) addNoSum(ctx context.Context, key string, delta int64) error {
 	if err != nil {
 		return rename(err, "add")
 	}
-	_, err = s.run(ctx, []string{rk}, s.header(), false, backend.OpAddNoSum, s.shape, strconv.FormatInt(delta, 10))
+	_, err = s.run(ctx, s.counterKeys(rk, s.tag), s.header(), false, backend.OpAddNoSum, s.shape, strconv.FormatInt(delta, 10))
 	return fail("add", key, s.be.Write, err)
 }
 

@@ -25,7 +25,7 @@ func (s *Store) sum(ctx context.Context, key string, lookback int64) (n int64, e
 	if err != nil {
 		return 0, rename(err, "sum")
 	}
-	msg, err := s.reads.Do(ctx, []string{rk}, s.header(), s.shape, strconv.FormatInt(lookback, 10))
+	msg, err := s.read(ctx, s.counterKeys(rk, s.tag), s.header(), s.shape, strconv.FormatInt(lookback, 10))
 	if err != nil {
 		return 0, fail("sum", key, s.be.Sum, err)
 	}
@@ -78,7 +78,7 @@ func (s *Store) SumMany(ctx context.Context, keys []string) (_ []int64, err erro
 	if err != nil {
 		return nil, err
 	}
-	rks := make([]string, 0, len(keys))
+	rks := make([][]string, 0, len(keys))
 	idx := make([]int, 0, len(keys))
 	errs := make([]error, len(keys))
 	failed := false
@@ -88,12 +88,12 @@ func (s *Store) SumMany(ctx context.Context, keys []string) (_ []int64, err erro
 			errs[i], failed = rename(err, "sum"), true
 			continue
 		}
-		rks = append(rks, rk)
+		rks = append(rks, s.counterKeys(rk, t.tag))
 		idx = append(idx, i)
 	}
 	if len(rks) > 0 {
 		lb := strconv.FormatInt(lookback, 10)
-		for j, o := range s.reads.Many(ctx, rks, s.header(), t.shape, lb) {
+		for j, o := range s.readMany(ctx, rks, s.header(), t.shape, lb) {
 			err := o.Err
 			if err == nil {
 				out[idx[j]], err = sumOf(o.Res)
@@ -123,7 +123,7 @@ func (s *Store) sumOver(ctx context.Context, key string, d time.Duration) (_ int
 	if err != nil {
 		return 0, rename(err, "sum")
 	}
-	msg, err := s.reads.Do(ctx, []string{rk}, s.header(), t.shape, strconv.FormatInt(d.Milliseconds(), 10))
+	msg, err := s.read(ctx, s.counterKeys(rk, t.tag), s.header(), t.shape, strconv.FormatInt(d.Milliseconds(), 10))
 	if err != nil {
 		return 0, fail("sum", key, s.be.Sum, err)
 	}

@@ -169,7 +169,7 @@ func TestACLMinimal(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrNoPermission)
 		require.NotContains(t, err.Error(), aclSecret)
 		// One rule less (the first write command): refused, and the key untouched.
-		write := map[string]string{"nativehash-plain": "+hset", "nativehash-fieldttl": "+hincrby", "tairhash": "+exhincrby"}[key]
+		write := map[string]string{"nativehash-plain": "+set", "nativehash-fieldttl": "+hincrby", "tairhash": "+exhincrby"}[key]
 		setUser(strings.Replace(rule, write, "", 1))
 		_, err = s.Add(ctx, k, 1)
 		require.ErrorIs(t, err, store.ErrNoPermission)

@@ -127,8 +127,9 @@ func TestREADMEServerErrors(t *testing.T) {
 	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
 		want = append(want, m[1])
 	}
-	str := prefix + "{str}:1m/1s"
-	require.NoError(t, c.Do(ctx, c.B().Set().Key(str).Value("x").Build()).Error())
+	for _, str := range cliCounterKeys(prefix + "{str}:1m/1s") {
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(str).Value("x").Build()).Error())
+	}
 	cases := map[string][]string{
 		"key holds a value that is not a counter": {"add", "str"},
 		"counter overflow":                        {"add", "big", "1"},

@@ -12,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/features"
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -523,11 +522,9 @@ func TestLinkFailure(t *testing.T) {
 		ctx := ctxT(t)
 		for name, other := range map[string]*store.Store{"one script": a, "reservations": c} {
 			bad := "bad:" + strings.ReplaceAll(name, " ", "")
-			rk, err := hook.RedisKey(other, bad)
-			require.NoError(t, err)
-			srv.Cmd(t, "SET", rk, "not a counter")
+			srv.Cmd(t, "SET", counterKey(t, other, bad), "not a counter")
 			user := "user:" + bad
-			_, err = store.AllowAll(ctx, 1, store.Policy{Store: a, Key: user, Limit: 5}, store.Policy{Store: other, Key: bad, Limit: 5})
+			_, err := store.AllowAll(ctx, 1, store.Policy{Store: a, Key: user, Limit: 5}, store.Policy{Store: other, Key: bad, Limit: 5})
 			require.ErrorIs(t, err, store.ErrWrongType, name)
 			n, err := a.Sum(ctx, user)
 			require.NoError(t, err)

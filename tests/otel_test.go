@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/windowstore/windowstore/httplimit"
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	wsotel "github.com/windowstore/windowstore/metrics/otel"
 	"github.com/windowstore/windowstore/store"
@@ -143,9 +142,7 @@ func TestOTelObserver(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalid)
 
 	// A key that holds a string: the server's error, given its kind.
-	rk, err := hook.RedisKey(s, "str")
-	require.NoError(t, err)
-	srv.Cmd(t, "SET", rk, "x")
+	srv.Cmd(t, "SET", counterKey(t, s, "str"), "x")
 	_, err = s.Add(ctx, "str", 1)
 	require.ErrorIs(t, err, store.ErrWrongType)
 

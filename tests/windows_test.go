@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -391,7 +392,9 @@ func TestWindowsMemory(t *testing.T) {
 			require.NoError(t, err)
 			enc, err := c.Do(ctx, c.B().ObjectEncoding().Key(k).Build()).ToString()
 			require.NoError(t, err)
-			require.Equal(t, "listpack", enc, k)
+			if !strings.HasSuffix(k, ":h") { // (the plain hash's head is a string)
+				require.Equal(t, "listpack", enc, k)
+			}
 			total += n
 		}
 		return total

@@ -36,9 +36,12 @@ func (c *cli) inspect(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
-	o := inspectOut{Key: s.Key, RedisKey: s.RedisKey, Backend: s.Backend, Buckets: []bucketOut{}, Meta: s.Meta}
+	o := inspectOut{Key: s.Key, RedisKey: s.RedisKey, Head: s.Head, Backend: s.Backend, Buckets: []bucketOut{}, Meta: s.Meta}
 	var b strings.Builder
 	fmt.Fprintf(&b, "key %s (redis key %s, backend %s, key TTL %s)\n", s.Key, s.RedisKey, s.Backend, ttlText(s.KeyTTL))
+	if s.Head != "" {
+		fmt.Fprintf(&b, "head %s (the current bucket and the running total)\n", s.Head)
+	}
 	for _, k := range slices.Sorted(maps.Keys(s.Meta)) {
 		fmt.Fprintf(&b, "backend field %s = %s\n", k, s.Meta[k])
 	}

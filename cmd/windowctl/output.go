@@ -96,6 +96,7 @@ type bucketOut struct {
 type inspectOut struct {
 	Key      string            `json:"key"`
 	RedisKey string            `json:"redis_key"`
+	Head     string            `json:"head,omitempty"`
 	Backend  string            `json:"backend"`
 	Buckets  []bucketOut       `json:"buckets"`
 	Meta     map[string]string `json:"meta"`

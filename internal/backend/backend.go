@@ -25,14 +25,32 @@
 // Prims must define:
 //
 //	WS_RESERVED                 table of the fields that are not buckets
-//	ws_read(key)                -> flat {field, value, ...} of the counter
+//	ws_read(key[, L])           -> flat {field, value, ...} of the counter
+//	                               (of window L: as the counter's operations
+//	                               see it)
 //	ws_drop(key, fields)        delete the given fields
 //	ws_ttls(key, fields, pttl)  -> each field's remaining life in ms (-1: none)
+//
+// Prims or Ops must define how a script takes a counter's keys and what a
+// call keeps between its operations:
+//
+//	WS_KPC                      how many entries of KEYS a counter takes
+//	ws_ckey(k, j)               -> the key of the j-th counter (from 0) of
+//	                               KEYS from index k
+//	ws_begin()                  at a script's start: forget the last call's
+//	ws_end()                    after each write operation: write what it
+//	                               left for its end
+//	ws_abort()                  after a failed operation: forget what it read
+//	ws_meta(L, key)             -> flat {field, value, ...} of the counter's
+//	                               state that is not in its buckets (Inspect)
+//	ws_life(key)                -> the counter's remaining life, ms, as PTTL
+//	                               answers (Inspect)
 //
 // Ops must define ws_open, ws_put, ws_prepare, ws_commit, ws_quiet,
 // ws_quietcommit, ws_detail, ws_addnosum, ws_sumover, ws_fastopen,
 // ws_fastcommit and ws_peek (see ops.lua); or be
-// ScanOps (scanops.lua), which answers every operation from ws_read and needs
+// ScanOps (scanops.lua), which answers every operation from ws_read, takes a
+// counter as one key and keeps nothing between operations, and needs
 // two more primitives:
 //
 //	ws_incr(L, key, B, delta)   -> add delta (a decimal string) to bucket B
@@ -92,6 +110,10 @@ type Spec struct {
 	Requires []string
 	// FieldTTL reports whether buckets expire on their own, field by field.
 	FieldTTL bool
+	// Head reports that the backend keeps a head per key beside each
+	// counter's hash (the plain hash: see package nativehash): a counter is
+	// then two keys in a script's KEYS, its hash and its head (WS_KPC).
+	Head bool
 	// Reserved lists the fields of a counter that are not buckets.
 	Reserved []string
 	// Why says in a few words why the backend suits a server that has it,
@@ -205,6 +227,7 @@ const (
 	OpAddNoSum = "n" // shape delta: AddNoSum
 	OpAllow    = "w" // shape limit cost: Allow
 	OpGroup    = "g" // a group of items of one slot (see group.lua)
+	OpLimits   = "W" // n cost (shape limit)...: a group of limits alone, compact (see ws_wlimits)
 	OpDCount   = "d" // shape lookback: a distinct count
 	OpDAdd     = "D" // shape n member...: AddDistinct, add and count
 	OpLink     = "L" // n group...: linked groups, all or nothing (see group.lua)
@@ -263,7 +286,7 @@ func constants() Fragment {
 	b.WriteString("-- Generated from package backend's Go constants: op and error codes.\n")
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
-		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
+		{"WS_OP_GROUP", OpGroup}, {"WS_OP_LIMITS", OpLimits}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
 		{"WS_OP_RESERVE", OpReserve}, {"WS_OP_XPUT", OpXPut}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},

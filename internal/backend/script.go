@@ -76,9 +76,19 @@ func (a *assembler) frag(f Fragment) {
 // NewScript assembles a script from fragments, each preceded by a marker line
 // "-- @file NAME". name names the script in errors ("nativehash-plain write").
 // A read-only script runs with EVALSHA_RO / EVAL_RO, so a replica can serve it.
+//
+// The last fragment, the script's body, runs as a function, as a library's
+// body does (see NewLibrary): its locals are the function's, not the
+// chunk's, and Lua allows a function 200 of them.
 func NewScript(name string, readOnly bool, frags ...Fragment) *Script {
 	a := newAssembler()
-	for _, f := range frags {
+	for i, f := range frags {
+		if i == len(frags)-1 && i > 0 {
+			a.text("local function ws_main()\n")
+			a.frag(f)
+			a.text("end\nreturn ws_main()\n")
+			continue
+		}
 		a.frag(f)
 	}
 	s := &Script{name: name, readOnly: readOnly, frags: frags, src: a.b.String(), segs: a.segs}

@@ -197,13 +197,14 @@ func (b *Batcher) drain() {
 	}
 }
 
-// Many runs one operation per key, each with the same arguments (reads), at
-// once, without queueing: one DoMulti of script calls of at most b.ops keys
-// per clock and slot. It answers in the order of keys.
-func (b *Batcher) Many(ctx context.Context, keys []string, hdr []string, args ...string) []*Op {
+// Many runs one operation per entry of keys (each operation's keys: a
+// counter's, see store's counterKeys), each with the same arguments (reads),
+// at once, without queueing: one DoMulti of script calls of at most b.ops
+// operations per clock and slot. It answers in the order of keys.
+func (b *Batcher) Many(ctx context.Context, keys [][]string, hdr []string, args ...string) []*Op {
 	ops := make([]*Op, len(keys))
 	for i, k := range keys {
-		ops[i] = b.NewOp(ctx, []string{k}, hdr, args)
+		ops[i] = b.NewOp(ctx, k, hdr, args)
 	}
 	b.Run(ops)
 	return ops

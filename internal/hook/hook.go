@@ -21,8 +21,14 @@ var (
 	// WithFunctions returns a store.Option: true (the default) runs the
 	// scripts as Redis Functions, false as EVALSHA from the start.
 	WithFunctions func(on bool) any
-	// RedisKey returns the Redis key of a *store.Store's counter key.
+	// RedisKey returns the Redis key of a *store.Store's counter key, as the
+	// keys of its event ids and distinct counts begin; the keys that hold
+	// the counter itself are CounterKeys.
 	RedisKey func(st any, key string) (string, error)
+	// CounterKeys returns every Redis key of a *store.Store's counter key,
+	// as its scripts take them: the hash of its buckets, then, with a
+	// backend that keeps heads (the plain hash), the key's head.
+	CounterKeys func(st any, key string) ([]string, error)
 	// Functions reports whether a *store.Store runs its scripts as Redis
 	// Functions now.
 	Functions func(st any) bool

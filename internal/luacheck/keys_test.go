@@ -359,6 +359,7 @@ func (f *fakeRedis) run(t *testing.T, sc *backend.Script, serverMs int64, keys, 
 		return 1
 	}))
 	L.SetGlobal("redis", redis)
+	setStruct(L)
 	kt, at := L.NewTable(), L.NewTable()
 	for _, k := range keys {
 		kt.Append(lua.LString(k))
@@ -409,8 +410,33 @@ func TestKeysDeclared(t *testing.T) {
 		}
 		return keys
 	}
+	shape2, shape3 := backend.Shape(2*bucket, 3*window), backend.Shape(10*bucket, 10*window)
 	for _, b := range backends {
 		f := newFake()
+		// c lists counters' keys as store's counterKeys gives them: with a
+		// backend that keeps heads, each counter's hash and a head (here
+		// one per counter, but {u}'s three windows share one).
+		c := func(ks ...string) []string {
+			if !b.Head {
+				return ks
+			}
+			var out []string
+			for _, k := range ks {
+				h := k + ":hd"
+				if strings.HasPrefix(k, "{u}") {
+					h = "{u}:hd"
+				}
+				out = append(out, k+":b", h)
+			}
+			return out
+		}
+		cat := func(parts ...[]string) []string {
+			var out []string
+			for _, p := range parts {
+				out = append(out, p...)
+			}
+			return out
+		}
 		t0 := time.Date(2025, 12, 31, 23, 59, 55, 300e6, time.UTC) // across a year end
 		for step := 0; step < 40; step++ {
 			at := t0.Add(time.Duration(step) * 700 * time.Millisecond)
@@ -426,51 +452,57 @@ func TestKeysDeclared(t *testing.T) {
 				keys []string
 				args []string
 			}{
-				{"add", b.Write, []string{"{a}"}, []string{backend.OpAdd, shape, "5"}},
-				{"add no sum", b.Write, []string{"{a}"}, []string{backend.OpAddNoSum, shape, "-2"}},
-				{"allow", b.Write, []string{"{b}"}, []string{backend.OpAllow, shape, "3", "1"}},
+				{"add", b.Write, c("{a}"), []string{backend.OpAdd, shape, "5"}},
+				{"add no sum", b.Write, c("{a}"), []string{backend.OpAddNoSum, shape, "-2"}},
+				{"allow", b.Write, c("{b}"), []string{backend.OpAllow, shape, "3", "1"}},
+				{"three windows of one key", b.Write, c("{u}:1", "{u}:2", "{u}:3"), // one head
+					[]string{backend.OpGroup, "3", "", "20000", "", backend.ItemLimit, shape, "100", "1",
+						backend.ItemLimit, shape2, "100", "1", backend.ItemLimit, shape3, strconv.Itoa(step % 4), "1"}},
+				{"tiers of one key", b.Write, c("{u}:1", "{u}:2", "{u}:3"),
+					[]string{backend.OpGroup, "3", "", "20000", late, backend.ItemCount, shape, "1",
+						backend.ItemCount, shape2, "1", backend.ItemQuiet, shape3, "-1"}},
 				{"group", b.Write,
-					append(append([]string{"{e}:id:" + strconv.Itoa(step%3), "{e}:c", "{e}:l"}, dk("{e}:h")...), "{e}:r"),
+					cat([]string{"{e}:id:" + strconv.Itoa(step%3)}, c("{e}:c", "{e}:l"), dk("{e}:h"), c("{e}:r")),
 					[]string{backend.OpGroup, "4", "id" + strconv.Itoa(step%3), "20000", "",
 						backend.ItemCount, shape, "2", backend.ItemLimit, shape, "4", "1",
 						backend.ItemDistinct, shape, "2", "m" + strconv.Itoa(step%7), "n" + strconv.Itoa(step%5), backend.ItemRead, shape}},
-				{"record batch", b.Write, append([]string{"{p}:c", "{p}:l"}, dk("{p}:h")...), // the fast group (no id, no time)
+				{"record batch", b.Write, cat(c("{p}:c", "{p}:l"), dk("{p}:h")), // the fast group (no id, no time)
 					[]string{backend.OpGroup, "3", "", "20000", "", backend.ItemCount, shape, "2", backend.ItemLimit, shape, "4", "1",
 						backend.ItemDistinct, shape, "2", "m" + strconv.Itoa(step%7), "n" + strconv.Itoa(step%5)}},
-				{"record batch with id", b.Write, append([]string{"{p}:id:" + strconv.Itoa(step%3), "{p}:c", "{p}:l"}, dk("{p}:h")...),
+				{"record batch with id", b.Write, cat([]string{"{p}:id:" + strconv.Itoa(step%3)}, c("{p}:c", "{p}:l"), dk("{p}:h")),
 					[]string{backend.OpGroup, "3", "id" + strconv.Itoa(step%3), "2000", "", backend.ItemCount, shape, "1",
 						backend.ItemLimit, shape, "6", "1", backend.ItemDistinct, shape, "1", "i" + strconv.Itoa(step%4)}},
-				{"record batch with statistics", b.Write, append([]string{"{p}:c", "{p}:max", "{p}:last", "{p}:recent"}, dk("{p}:h")...),
+				{"record batch with statistics", b.Write, cat(c("{p}:c"), []string{"{p}:max", "{p}:last", "{p}:recent"}, dk("{p}:h")),
 					[]string{backend.OpGroup, "5", "", "20000", "", backend.ItemCount, shape, "1",
 						backend.ItemExtreme, shape, backend.XMax, strconv.Itoa(step % 9), backend.ItemExtreme, shape, backend.XMax, "",
 						backend.ItemExtreme, shape, backend.XRecent, strconv.Itoa(step), backend.ItemDistinct, shape, "1", "s" + strconv.Itoa(step%4)}},
-				{"late group", b.Write, append([]string{"{e}:c"}, dk("{e}:h")...),
+				{"late group", b.Write, cat(c("{e}:c"), dk("{e}:h")),
 					[]string{backend.OpGroup, "2", "", "20000", late, backend.ItemCount, shape, "1",
 						backend.ItemDistinct, shape, "1", "late" + strconv.Itoa(step)}},
-				{"link", b.Write, []string{"{f}:id:x" + strconv.Itoa(step), "{f}:l", "{f}:k", "{g}:l"},
+				{"link", b.Write, cat([]string{"{f}:id:x" + strconv.Itoa(step)}, c("{f}:l", "{f}:k", "{g}:l")),
 					[]string{backend.OpLink, "2", "2", "x" + strconv.Itoa(step), "20000", "",
 						backend.ItemLimit, shape, "10", "1", backend.ItemIfOK, shape, "1",
 						"1", "", "20000", "", backend.ItemLimit, shape, "0", "1"}},
-				{"link of limits", b.Write, []string{"{q}:a", "{q}:b", "{r}:c", "{a}"}, // the fast link, then an add
+				{"link of limits", b.Write, c("{q}:a", "{q}:b", "{r}:c", "{a}"), // the fast link, then an add
 					[]string{backend.OpLink, "2", "2", "", "20000", "", backend.ItemLimit, shape, "10", "1", backend.ItemLimit, shape, "8", "2",
 						"1", "", "20000", "", backend.ItemLimit, shape, strconv.Itoa(step % 3), "1", backend.OpAdd, shape, "1"}},
-				{"link of fast groups", b.Write, []string{"{s}:c", "{s}:l", "{t}:l"}, // counts and limits, no id
+				{"link of fast groups", b.Write, c("{s}:c", "{s}:l", "{t}:l"), // counts and limits, no id
 					[]string{backend.OpLink, "2", "2", "", "20000", "", backend.ItemCount, shape, "1", backend.ItemLimit, shape, "10", "1",
 						"1", "", "20000", "", backend.ItemLimit, shape, strconv.Itoa(step % 3), "1"}},
-				{"reserve", b.Write, []string{"{h}:id:y" + strconv.Itoa(step), "{h}:l", "{h}:c"},
+				{"reserve", b.Write, cat([]string{"{h}:id:y" + strconv.Itoa(step)}, c("{h}:l", "{h}:c")),
 					[]string{backend.OpReserve, "2", "y" + strconv.Itoa(step), "20000", "",
 						backend.ItemLimit, shape, "10", "1", backend.ItemCount, shape, "1"}},
-				{"undo", b.Write, []string{"{h}:id:y" + strconv.Itoa(step), "{h}:l", "{h}:c"},
+				{"undo", b.Write, cat([]string{"{h}:id:y" + strconv.Itoa(step)}, c("{h}:l", "{h}:c")),
 					[]string{backend.OpUndo, "2", "y" + strconv.Itoa(step), "20000", "",
 						backend.ItemLimit, shape, "10", "1", backend.ItemCount, shape, "1"}},
-				{"lease and limit", b.Write, []string{"{k}:lease", "{k}:l"},
+				{"lease and limit", b.Write, cat([]string{"{k}:lease"}, c("{k}:l")),
 					[]string{backend.OpGroup, "2", "", "20000", "", backend.ItemAcquire, "2", "60000", "id" + strconv.Itoa(step%4),
 						backend.ItemLimit, shape, "100", "1"}},
 				{"refresh", b.Write, []string{"{k}:lease"},
 					[]string{backend.OpGroup, "1", "", "20000", "", backend.ItemRefresh, "2", "60000", "id" + strconv.Itoa(step%4)}},
 				{"release", b.Write, []string{"{k}:lease"},
 					[]string{backend.OpGroup, "1", "", "20000", "", backend.ItemRelease, "2", "60000", "id" + strconv.Itoa((step+1)%4)}},
-				{"lease link", b.Write, []string{"{m}:id:z" + strconv.Itoa(step), "{m}:lease", "{m}:c", "{n}:l"},
+				{"lease link", b.Write, cat([]string{"{m}:id:z" + strconv.Itoa(step), "{m}:lease"}, c("{m}:c", "{n}:l")),
 					[]string{backend.OpLink, "2", "2", "z" + strconv.Itoa(step), "20000", "",
 						backend.ItemAcquire, "1", "60000", "lz" + strconv.Itoa(step), backend.ItemCount, shape, "1",
 						"1", "", "20000", "", backend.ItemLimit, shape, strconv.Itoa(step % 2), "1"}},
@@ -478,15 +510,16 @@ func TestKeysDeclared(t *testing.T) {
 				{"add distinct", b.Write, dk("{e}:h"), []string{backend.OpDAdd, shape, "2", "a" + strconv.Itoa(step%7), "b" + strconv.Itoa(step%3)}},
 				{"count", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "10000"}},
 				{"count over 3s", b.Write, dk("{e}:h"), []string{backend.OpDCount, shape, "3000"}},
-				{"batch", b.Write, append([]string{"{a}", "{b}"}, dk("{e}:h")...),
+				{"batch", b.Write, cat(c("{a}", "{b}"), dk("{e}:h")),
 					[]string{backend.OpAdd, shape, "1", backend.OpAllow, shape, "100", "2", backend.OpDCount, shape, "10000"}},
-				{"batch of adds", b.Write, append(append([]string{"{a}"}, dk("{e}:h")...), dk("{f}:h")...),
+				{"batch of adds", b.Write, cat(c("{a}"), dk("{e}:h"), dk("{f}:h")),
 					[]string{backend.OpAdd, shape, "1", backend.OpDAdd, shape, "1", "m" + strconv.Itoa(step%5), backend.OpDAdd, shape, "1", "n"}},
 				{"max", b.Write, []string{"{x}:max"}, []string{backend.OpXPut, shape, backend.XMax, strconv.Itoa(step % 9), ""}},
 				{"late first", b.Write, []string{"{x}:first"}, []string{backend.OpXPut, shape, backend.XMin, "", late}},
-				{"sum", b.Sum, []string{"{a}", "{b}"}, []string{shape, "10000", shape, "4000"}},
+				{"sum", b.Sum, c("{a}", "{b}"), []string{shape, "10000", shape, "4000"}},
+				{"sums of one key", b.Sum, c("{u}:1", "{u}:2", "{u}:3"), []string{shape, "10000", shape2, "30000", shape3, "20000"}},
 				{"read extremes", b.Sum, []string{"{x}:max", "{x}:first"}, []string{shape, backend.XMax, shape, backend.XMin}},
-				{"inspect", b.Inspect, []string{"{a}"}, []string{shape}},
+				{"inspect", b.Inspect, c("{a}"), []string{shape}},
 			}
 			for _, c := range calls {
 				bad, err := f.run(t, c.sc, ms, c.keys, append(append([]string(nil), hdr...), c.args...))
@@ -503,6 +536,9 @@ func TestKeysDeclared(t *testing.T) {
 		}
 		if len(f.hlls) == 0 || len(f.hashes) == 0 {
 			t.Fatalf("%s: the scripts wrote nothing: the test walks no path", b.Name)
+		}
+		if _, ok := f.strs["{u}:hd"]; b.Head && !ok {
+			t.Fatalf("%s: no head was written for {u}'s windows", b.Name)
 		}
 		if _, ok := f.hashes["{f}:h:d"]; !ok {
 			t.Fatalf("%s: the batch's second distinct add wrote nothing under its own keys", b.Name)

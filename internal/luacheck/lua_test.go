@@ -89,7 +89,7 @@ func TestDeclared(t *testing.T) {
 func lib(t *testing.T, b *backend.Backend, serverMs int64) (*lua.LState, *lua.LTable) {
 	t.Helper()
 	src := b.Write.Source()
-	cut := strings.Index(src, "-- @file backend/lua/write.lua")
+	cut := strings.LastIndex(src[:strings.Index(src, "-- @file backend/lua/write.lua")], "local function ws_main()")
 	names := []string{"ws_header", "ws_shape", "ws_start", "ws_target", "ws_plus", "ws_num", "ws_split", "ws_sign", "ws_fits", "ws_pair"}
 	var exp []string
 	for _, n := range names {

@@ -1,24 +1,35 @@
--- The plain hash's running total. Beside the buckets, the hash keeps t, the
--- sum of the buckets that start at or after m, and m, the start (Unix ms) of
--- the oldest bucket that was live at the last write. So a write or a sum
--- reads m, t and its bucket (one HMGET), not the whole counter:
+-- The plain hash's operations, on its running totals (see plainprims.lua for
+-- the keys and the head's records). A record (m, t, c, v) of a window: t is
+-- the sum of the buckets that start at or after m; bucket c's value is v.
 --
---   fields of one counter, Window{10s, 1s}, at 12:00:15.3
---   m  1735732806000   (12:00:06: the oldest live bucket at the last write)
---   t  42              (the sum of the buckets from m on)
---   6 ... 15           the buckets (codes), 12:00:06 ... 12:00:15
+--   Window{10s, 1s}, at 12:00:15.3, the record synced at the last write:
+--   m  12:00:06   (the oldest live bucket at the last write)
+--   t  42         (the buckets from 12:00:06 on)
+--   c  12:00:15   v 3   (the current bucket: counted in the head alone)
+--   hash: 6 ... 14, the buckets before c (codes), 12:00:06 ... 12:00:14
 --
---   Add at 12:00:17.1: the oldest live bucket is now 12:00:08, so buckets 6
---   and 7 have left: read them (HMGET), take them off t, and write
---   m = 12:00:08, t and bucket 17 in one HSET; then HDEL 6 and 7.
+--   Add 1 at 12:00:15.8: the record is synced (m is the oldest live bucket,
+--   c the current one): t = 43, v = 4, in the head (GET, SET).
+--   Add 1 at 12:00:17.1: the oldest live bucket is now 12:00:08, so buckets
+--   6 and 7 have left: read them (HMGET), take them off t; the current bucket
+--   is 17: bucket 15's value goes to its field (HSET 15 4, a flush), and the
+--   record becomes m = 12:00:08, t = 43 - b6 - b7 + 1, c = 12:00:17, v = 1;
+--   then HDEL 6 and 7, and the hash's and the head's expiries move.
 --
--- The HSET comes before the HDEL, so that a write refused half-way (OOM is
--- refused at the HSET) leaves m and t as they were. Every number is exact: t
--- moves by sweeps whose values' magnitudes add up to less than 2^53 (checked),
--- and by writes done exactly (see ws_plus). A counter idle for more than
--- WS_SWEEP buckets, whose total reaches 2^53, whose m is past the clock's
--- oldest live bucket (a clock that went back), or without m and t (a new
--- counter), is read whole once (HGETALL) and its total rebuilt.
+-- The head is written at the operation's end (ws_end), after the hash. The
+-- first write of an operation is the only one the server can refuse (OOM),
+-- and whichever it is, a refusal leaves every count as it was. Every number
+-- is exact: a record holds integers below 2^53, t moves by sweeps whose
+-- values' magnitudes add up to less than 2^53 (checked), and by writes done
+-- exactly (see ws_plus). A counter without a record (new, or its total
+-- beyond 2^53), idle for more than WS_SWEEP buckets or past its window, or
+-- whose record is past the clock (a clock that went back), is read whole
+-- (HGETALL, the record's bucket in place of its field) and its total rebuilt.
+--
+-- The buckets' hash expires when the record's current bucket leaves the
+-- window: every flush, and every bucket the record moves to, sets it (a late
+-- bucket only extends it). So while a record's total counts a bucket, that
+-- bucket's field is there to be swept.
 
 -- WS_SWEEP is how many buckets a write may sweep one by one (see ws_dead).
 local WS_SWEEP = 32
@@ -51,68 +62,92 @@ local function ws_codes(L, from, to, n, codes, starts)
   return true, s
 end
 
--- ws_dead lists the codes of the buckets that start in [from, to): those that
--- left the window between a write whose oldest live bucket started at from,
--- and now (to = L.low). It answers nil when there are more than WS_SWEEP, or
--- when from is not a bucket start of this year or the last.
+-- ws_dead lists the codes and starts of the buckets that start in [from, to):
+-- those that left the window between a write whose oldest live bucket
+-- started at from, and now (to = L.low). It answers nil when there are more
+-- than WS_SWEEP, or when from is not a bucket start of this year or the last.
 local function ws_dead(L, from, to)
-  local codes = {}
-  if ws_codes(L, from, to, WS_SWEEP, codes, {}) then return codes end
+  local codes, starts = {}, {}
+  if ws_codes(L, from, to, WS_SWEEP, codes, starts) then return codes, starts end
   return nil
 end
 
--- ws_rebuild is ws_open's answer from a full read: t and m are to be written
--- anew, and every stale field deleted, by ws_put.
-local function ws_rebuild(L, key, B)
-  local all = ws_read(key)
+-- ws_rebuild is ws_open's answer from a full read (the record's bucket in
+-- place of its field): the total and the record are to be written anew, and
+-- every stale field deleted, by ws_commit.
+local function ws_rebuild(L, key, B, Hd, i)
+  local all = ws_read(key, L)
   local S = ws_scan(L, all, L.now - L.w, false)
   local sum, fits = ws_scansum(L, all, S, L.now - L.w)
-  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false, synced = nil, nsum = nil, nv = nil}
-  for i = 1, #all, 2 do
-    if all[i] == B.field then C.cur = all[i + 1] end
+  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false, synced = nil, nsum = nil, nv = nil,
+    hd = Hd, i = i}
+  for j = 1, #all, 2 do
+    if all[j] == B.field then C.cur = all[j + 1] end
   end
   return C
 end
 
--- ws_open reads the counter's state for a write to bucket B, or for a sum: C.sum
--- is the window sum (C.fits: within int64); C.synced tells whether m is the clock's oldest live
--- bucket already; C.dead lists the fields ws_put is to delete; C.cur is B's
--- value as stored (false: no such field). It writes nothing. mt, when given,
--- is the HMGET of m, t and B's field already made (see ws_fastopen).
-local function ws_open(L, key, B, mt)
-  local low = L.low
-  mt = mt or redis.call('HMGET', key, 'm', 't', B.field)
-  local m, t = tonumber(mt[1]), tonumber(mt[2])
-  if m == nil or t == nil or m > low or t >= WS_BIG or t <= -WS_BIG then
-    return ws_rebuild(L, key, B)
+-- ws_open reads the counter's state for a write to bucket B, or for a sum:
+-- C.sum is the window sum (C.fits: within int64); C.cur is B's value (a
+-- number from the record, a string from the hash, false: none); C.dead lists
+-- the fields ws_commit is to delete; C.hd and C.i are the head and the
+-- record (nil: none). It writes nothing. i, when given, is the record's
+-- index as ws_fastopen found it.
+local function ws_open(L, key, B, i)
+  local Hd = ws_hget(L, key)
+  if i ~= nil and i <= 0 then
+    -- (a move or a fresh start ws_fastopen checked: this open is a refusal's,
+    -- which writes nothing)
+    if i < 0 then i = -i else i = nil end
+    Hd.mvk, Hd.mvdel, Hd.mvflush = nil, nil, nil
   end
+  if i == nil then i = ws_hfind(Hd, L) end
+  if i == nil then return ws_rebuild(L, key, B, Hd, nil) end
+  ws_hcheck(Hd, i)
+  local a, low = Hd.a, L.low
+  local m, t, c, v = a[i + 2], a[i + 3], a[i + 4], a[i + 5]
+  if m > low or c > L.cstart or c + L.w <= L.now then return ws_rebuild(L, key, B, Hd, i) end
   -- (The fields set later are named too, as nil: the constructor sizes the
   -- table for them, so that it is not rehashed as it grows.)
-  local C = {sum = t, fits = true, cur = mt[3] or false, synced = m == low, dead = nil, nsum = nil, nv = nil}
-  if C.synced then return C end
-  local dead = ws_dead(L, m, low)
-  if dead == nil then return ws_rebuild(L, key, B) end
-  local vals = redis.call('HMGET', key, unpack(dead))
-  local gone, mag, del = 0, t < 0 and -t or t, {}
-  for i = 1, #dead do
-    if vals[i] then
-      local v = tonumber(vals[i])
-      if v == nil then return ws_rebuild(L, key, B) end
-      gone, mag = gone + v, mag + (v < 0 and -v or v)
-      del[#del + 1] = dead[i]
-    end
+  local C = {sum = t, fits = true, cur = v, synced = m == low, dead = nil, nsum = nil, nv = nil, hd = Hd, i = i,
+    all = nil}
+  local own = B.start == c
+  if C.synced and own then return C end
+  local names, dead, starts, nd = {}, nil, nil, 0
+  if not C.synced then
+    dead, starts = ws_dead(L, m, low)
+    if dead == nil then return ws_rebuild(L, key, B, Hd, i) end
+    nd = #dead
+    for j = 1, nd do names[j] = dead[j] end
   end
-  if mag >= WS_BIG then return ws_rebuild(L, key, B) end
+  if not own then names[nd + 1] = B.field end
+  local vals = redis.call('HMGET', KEYS[key], unpack(names))
+  local gone, mag, del = 0, t < 0 and -t or t, {}
+  for j = 1, nd do
+    local x, val = vals[j], 0
+    if x then
+      val = tonumber(x)
+      if val == nil then return ws_rebuild(L, key, B, Hd, i) end
+      del[#del + 1] = dead[j]
+    end
+    if starts[j] == c then val = v end
+    gone, mag = gone + val, mag + (val < 0 and -val or val)
+  end
+  if mag >= WS_BIG then return ws_rebuild(L, key, B, Hd, i) end
+  if not own then
+    local x = vals[nd + 1]
+    if x and tonumber(x) == nil then return ws_rebuild(L, key, B, Hd, i) end
+    C.cur = x or false
+  end
   C.sum, C.dead = t - gone, del
   return C
 end
 
 -- ws_prepare computes what adding delta (a decimal string) to bucket B does
--- to t and to the bucket, exactly, into C; it raises WS_E_OVERFLOW, having
--- written nothing, when the window sum or the bucket would leave int64.
--- ws_commit then writes it: one HSET (with m when it moves), then the HDEL
--- of the fields that left the window. A group prepares every write before it
--- commits one, so that no item's overflow leaves another written.
+-- to the window sum and to the bucket, exactly, into C; it raises
+-- WS_E_OVERFLOW, having written nothing, when either would leave int64.
+-- ws_commit then writes it. A group prepares every write before it commits
+-- one, so that no item's overflow leaves another written.
 --
 -- The common case, a total, a bucket and a delta all below 2^53 whose sums
 -- stay there, is done on doubles inline (the hot path of Add and Allow); any
@@ -131,19 +166,81 @@ local function ws_prepare(L, C, delta, B)
   end
   C.nsum = ws_addsum(s, delta)
   -- A bucket that is not an integer raises WS_E_NOTCOUNTER (ws_split).
-  C.nv = ws_bucketplus(cur or '0', delta)
+  C.nv = ws_bucketplus(cur and ws_str(cur) or '0', delta)
 end
 
+-- ws_exact reports whether x (a sum or a bucket as ws_num leaves it) is an
+-- integer a record can hold.
+local function ws_exact(x) return type(x) == 'number' and x < WS_BIG and x > -WS_BIG end
+
+-- ws_hexpire makes hash hk expire at instant at (script clock), or, with
+-- only, no sooner than it already does.
+local function ws_hexpire(L, hk, at, only)
+  local e = ws_expiry(L.H, at)
+  if only then
+    local pttl = redis.call('PTTL', hk)
+    if pttl >= 0 and ws_expiry(L.H, L.now) + pttl >= e then return end
+  end
+  redis.call('PEXPIREAT', hk, e)
+end
+
+-- ws_commit writes what ws_prepare prepared (C.nsum, C.nv) to bucket B, and
+-- answers the new window sum and the bucket's new value. A write to the
+-- current bucket moves the record there (the bucket it had goes to its
+-- field, a flush, while it is live); a write to an earlier bucket (a late
+-- event, a reservation taken back) goes to that bucket's field, unless it is
+-- the record's own. After a full read (C.all) the record is made anew on the
+-- current bucket, as read. A total or a bucket beyond 2^53 leaves the counter
+-- without a record: every bucket in its field.
 local function ws_commit(L, key, C, B)
   local sum, nv = C.nsum, C.nv
-  local ts, vs = ws_str(sum), ws_str(nv)
-  if C.synced then
-    redis.call('HSET', key, 't', ts, B.field, vs)
+  local Hd, i, cst = C.hd, C.i, L.cstart
+  local a = Hd.a
+  local oc, ov = nil, nil -- the record's bucket and value before the write
+  if i ~= nil then oc, ov = a[i + 4], a[i + 5] end
+  local nc, nvv -- the record's bucket and value after it
+  if B.start == cst then
+    nc, nvv = cst, nv
+  elseif C.all == nil then
+    -- (opened from a synced or swept record, on a bucket at or before cst)
+    nc, nvv = oc, ov
+    if B.start == oc then nvv = nv end
   else
-    redis.call('HSET', key, 'm', string.format('%d', L.low), 't', ts, B.field, vs)
+    nc, nvv = cst, 0
+    local f = L.field
+    for j = 1, #C.all, 2 do
+      if C.all[j] == f then
+        local x = C.all[j + 1]
+        nvv = tonumber(x)
+        if not ws_exact(nvv) then nvv = x end
+      end
+    end
   end
-  if C.dead ~= nil and #C.dead > 0 then ws_drop(key, C.dead) end
-  if not C.cur then ws_touch(L, key, B) end
+  local keep = ws_exact(sum) and ws_exact(nvv)
+  local set, ns = {}, 0
+  if B.start ~= nc or not keep then set[1], set[2], ns = B.field, ws_str(nv), 2 end
+  -- The record's old bucket, when the record leaves it and it is still
+  -- live (or ahead of a clock that went back), goes to its field.
+  if oc ~= nil and (oc ~= nc or not keep) and oc ~= B.start and oc + L.w > L.now then
+    local f = ws_code(L, oc)
+    if f ~= nil then set[ns + 1], set[ns + 2], ns = f, string.format('%d', ov), ns + 2 end
+  end
+  if ns > 0 then redis.call('HSET', KEYS[key], unpack(set)) end
+  if ns > 0 or (nc ~= oc and not (C.all ~= nil and #C.all == 0)) then
+    -- The hash lives while the record's bucket (or a later one) is live; a
+    -- write to an earlier bucket may only extend it. (A full read that
+    -- found no field: there is no hash.)
+    local at = nc
+    if B.start > at then at = B.start end
+    if oc ~= nil and oc > at then at = oc end
+    ws_hexpire(L, KEYS[key], at + L.w, B.start ~= cst)
+  end
+  if C.dead ~= nil and #C.dead > 0 then ws_drop(KEYS[key], C.dead) end
+  if keep then
+    ws_hset(Hd, L, i, L.low, sum, nc, nvv)
+  else
+    ws_hset(Hd, L, i, nil)
+  end
   if type(nv) == 'string' then nv = tonumber(nv) end
   return sum, nv
 end
@@ -165,31 +262,351 @@ end
 
 local ws_quietcommit = ws_commit
 
--- ws_fastopen is the open of a write to the current bucket under a limit
--- (Add, Allow, a group of limits; see ops.lua): when the counter is synced,
--- the limit admits cost (> 0) and every number stays below 2^53,
--- it answers the new total and bucket (doubles, exact) and its read (mt),
--- and ws_fastcommit writes them as ws_commit would, without a table per
--- counter; otherwise it answers nil, nil, nil and ws_open's state, from the
--- same read. (ws_open(L, key, L.target, mt) is the state of a counter on
--- the fast path, for a refusal.)
-local function ws_fastopen(L, key, limit, cost)
-  local mt = redis.call('HMGET', key, 'm', 't', L.field)
-  local t, cur = tonumber(mt[2]), mt[3]
-  if t ~= nil and tonumber(mt[1]) == L.low and cost > 0 and cost <= limit and limit < WS_BIG and
-      t > -WS_BIG and t <= limit - cost then
-    local v = 0
-    if cur then v = tonumber(cur) end
-    if v ~= nil and v > -WS_BIG and v + cost < WS_BIG and v + cost ~= 0 then
-      return t + cost, v + cost, mt
+-- ws_msweep checks a move of a record (m, t, c, v) of window L, counter key
+-- (see ws_hdecide): a cost (> 0) under a limit (a number below 2^53), counted
+-- in the current bucket once the buckets that left [m, low) are taken off t
+-- (one HMGET of them and of the current bucket; the record's own bucket from
+-- the record). It answers the new total and current bucket value, the
+-- fields of the buckets that left to delete, and the field of the record's
+-- bucket when it is still live (to get v, a flush), or nil, having written
+-- nothing, when the move is not one a fast path takes: more than WS_SWEEP
+-- buckets, or a year's start, or a clock behind the record, or a number that
+-- would reach 2^53.
+local function ws_msweep(L, key, m, t, c, v, limit, cost)
+  local b, y, low = L.b, L.cur, L.low
+  if c > L.cstart or m > low or m < y or m < low - WS_SWEEP * b or t <= -WS_BIG or v <= -WS_BIG then return nil end
+  local names, nd, mag, gone = {}, 0, t < 0 and -t or t, 0
+  for s = m, low - b, b do
+    if s == c then
+      gone, mag = gone + v, mag + (v < 0 and -v or v)
+    else
+      nd = nd + 1
+      names[nd] = string.format('%d', (s - y) / b)
     end
   end
-  return nil, nil, nil, ws_open(L, key, L.target, mt)
+  names[nd + 1] = L.field
+  local vals = redis.call('HMGET', KEYS[key], unpack(names, 1, nd + 1))
+  local del, nx = {}, 0
+  for j = 1, nd do
+    local x = vals[j]
+    if x then
+      local val = tonumber(x)
+      if val == nil then return nil end
+      gone, mag, nx = gone + val, mag + (val < 0 and -val or val), nx + 1
+      del[nx] = names[j]
+    end
+  end
+  local cur = 0
+  if vals[nd + 1] then
+    cur = tonumber(vals[nd + 1])
+    if cur == nil then return nil end
+  end
+  local nv = cur + cost
+  if mag >= WS_BIG or t - gone > limit - cost or cur <= -WS_BIG or nv >= WS_BIG or nv == 0 then return nil end
+  local flush = nil
+  if c >= low then flush = string.format('%d', (c - y) / b) end
+  return t - gone + cost, nv, del, flush
 end
 
-local function ws_fastcommit(L, key, nt, nv, mt)
-  redis.call('HSET', key, 't', string.format('%d', nt), L.field, string.format('%d', nv))
-  if not mt[3] then ws_touch(L, key, L.target) end
+-- ws_mwrite writes a move's hash (see ws_msweep): the record's old bucket's
+-- value v to its field when it is still live (a flush), the hash's expiry
+-- (when the new current bucket leaves the window: the hash lives as long as
+-- the record's bucket), and the buckets that left deleted.
+local function ws_mwrite(L, hk, flush, v, del)
+  if flush ~= nil then redis.call('HSET', hk, flush, string.format('%d', v)) end
+  redis.call('PEXPIREAT', hk, ws_expiry(L.H, L.cstart + L.w))
+  if #del > 0 then redis.call('HDEL', hk, unpack(del)) end
+end
+
+-- ws_hdecide is the fast paths' check of window L's record (m, t, c, v), or
+-- of no record (c nil), of counter key, for a cost (> 0) under a limit (a
+-- number below 2^53): when the cost fits and every number stays below 2^53,
+-- it answers the new total and current bucket value, and how to write them
+-- (kind), having written nothing; otherwise nil:
+--   kind 0   the record is synced and on the current bucket: the head alone
+--   kind 1   a move (ws_msweep: del, flush to write, ws_mwrite)
+--   kind 2   a fresh start: the record's buckets have all left (or it has
+--            none) and the counter's hash does not exist, so no bucket of
+--            the window holds anything (one EXISTS): the cost is the sum
+local function ws_hdecide(L, key, m, t, c, v, limit, cost)
+  if c ~= nil then
+    if c == L.cstart and m == L.low then
+      if t > limit - cost or t <= -WS_BIG or v <= -WS_BIG or v + cost >= WS_BIG or v + cost == 0 then return nil end
+      return t + cost, v + cost, 0
+    end
+    if c + L.w > L.now then
+      local nt, nv, del, flush = ws_msweep(L, key, m, t, c, v, limit, cost)
+      if nt == nil then return nil end
+      return nt, nv, 1, del, flush
+    end
+  end
+  if redis.call('EXISTS', KEYS[key]) ~= 0 then return nil end
+  return cost, cost, 2
+end
+
+-- ws_hcount writes what ws_hdecide checked into record i of head Hd (nil:
+-- a new one; the head written at the operation's end): the new total and
+-- current bucket value, and a move's hash (ws_mwrite).
+local function ws_hcount(L, Hd, i, key, nt, nv, kind, del, flush)
+  if kind == 0 then
+    local a = Hd.a
+    a[i + 3], a[i + 5], Hd.dirty = nt, nv, true
+    return
+  end
+  if kind == 1 then ws_mwrite(L, KEYS[key], flush, Hd.a[i + 5], del) end
+  ws_hset(Hd, L, i, L.low, nt, L.cstart, nv)
+end
+
+-- ws_leanone is Add's and Allow's leanest path (see ops.lua): a cost (costs,
+-- a decimal string; > 0) counted in the current bucket of window L's
+-- record of counter key, under limit (a number below 2^53), as ws_hdecide
+-- takes it: one GET and one SET of the head (SET with the head's expiry
+-- after a move or a fresh start), the record read and written in place
+-- (struct), and no table but a move's. It answers the new window sum, or nil,
+-- having written nothing (the head it read is left for ws_hget: ws_seedk).
+local function ws_leanone(L, key, costs, limit)
+  local hk = KEYS[key + 1]
+  local s = redis.call('GET', hk)
+  local cost = tonumber(costs)
+  local n, r = 0, 0
+  if s then
+    n = #s / (8 * WS_REC)
+    if n < 1 or n % 1 ~= 0 then n, r = 0, 1 end -- (not a head: ws_hget says so)
+    if n > 0 then
+      local b, w = struct.unpack('<dd', s)
+      while b ~= L.b or w ~= L.w do
+        r = r + 1
+        if r >= n then break end
+        b, w = struct.unpack('<dd', s, 8 * WS_REC * r + 1)
+      end
+    end
+  end
+  if r <= n and cost > 0 and cost <= limit then
+    local m, t, c, v
+    if r < n then
+      local _
+      _, _, m, t, c, v = struct.unpack(WS_REC1, s, 8 * WS_REC * r + 1)
+    end
+    local nt, nv, kind, del, flush = ws_hdecide(L, key, m, t, c, v, limit, cost)
+    if nt ~= nil then
+      local ns = struct.pack(WS_REC1, L.b, L.w, L.low, nt, L.cstart, nv)
+      if r < n and n > 1 then
+        ns = string.sub(s, 1, 8 * WS_REC * r) .. ns .. string.sub(s, 8 * WS_REC * (r + 1) + 1)
+      elseif r == n and n > 0 then
+        ns = s .. ns
+      end
+      if kind == 0 then
+        redis.call('SET', hk, ns, 'KEEPTTL')
+        return nt
+      end
+      if kind == 1 then ws_mwrite(L, KEYS[key], flush, v, del) end
+      -- The head lives until the latest of its records' buckets leaves.
+      local leave = L.cstart + L.w
+      for q = 0, n - 1 do
+        if q ~= r then
+          local wq, _, _, cq = struct.unpack('<dddd', s, 8 * WS_REC * q + 9)
+          if cq + wq > leave then leave = cq + wq end
+        end
+      end
+      redis.call('SET', hk, ns, 'PXAT', string.format('%d', ws_expiry(L.H, leave)))
+      return nt
+    end
+  end
+  ws_seedk, ws_seeds = hk, s
+  return nil
+end
+
+-- ws_fastopen is the open of a write to the current bucket under a limit
+-- (Add, Allow, a group of limits; see ops.lua): when ws_hdecide takes the
+-- counter's record, it answers the new total and bucket (doubles, exact) and
+-- R, the record's index (> 0), or, for a move or a fresh start (kept in Hd:
+-- one per head at a time), minus it (0: no record), which ws_fastcommit
+-- writes (the head at the operation's end: no table per counter, and no
+-- command but a move's); otherwise it answers nil, nil, nil and ws_open's
+-- state. (ws_open(L, key, L.target, R) is the state of a counter on the fast
+-- path, for a refusal.)
+local function ws_fastopen(L, key, limit, cost)
+  local Hd = ws_hget(L, key)
+  local i = ws_hfind(Hd, L)
+  if cost > 0 and cost <= limit and limit < WS_BIG and Hd.mvk == nil then
+    local a, nt, nv, kind, del, flush = Hd.a, nil, nil, nil, nil, nil
+    if i ~= nil then
+      nt, nv, kind, del, flush = ws_hdecide(L, key, a[i + 2], a[i + 3], a[i + 4], a[i + 5], limit, cost)
+    else
+      nt, nv, kind = ws_hdecide(L, key, nil, nil, nil, nil, limit, cost)
+    end
+    if nt ~= nil then
+      if kind == 0 then return nt, nv, i end
+      Hd.mvk, Hd.mvdel, Hd.mvflush = kind, del, flush
+      return nt, nv, -(i or 0)
+    end
+  end
+  return nil, nil, nil, ws_open(L, key, L.target, i)
+end
+
+local function ws_fastcommit(L, key, nt, nv, R)
+  local Hd = ws_hget(L, key)
+  if R > 0 then
+    local a = Hd.a
+    a[R + 3], a[R + 5], Hd.dirty = nt, nv, true
+    return
+  end
+  local i = nil
+  if R < 0 then i = -R end
+  ws_hcount(L, Hd, i, key, nt, nv, Hd.mvk, Hd.mvdel, Hd.mvflush)
+  Hd.mvk, Hd.mvdel, Hd.mvflush = nil, nil, nil
+end
+
+-- ws_headmoves is ws_headlimits' path for n limits of one cost whose
+-- counters share one head when some record is not synced: when ws_hdecide
+-- takes every record (the synced ones inline: a key's coarser windows; a
+-- move, as its finest one makes bucket after bucket, or a fresh start
+-- through it), it counts the cost in each (the head written at the
+-- operation's end) and answers {1, sum, reset, sum, reset...}; otherwise it
+-- answers nil, having written nothing, and ws_wlimits takes the limits one
+-- by one (the head read is ws_hget's).
+local function ws_headmoves(H, i, k, n)
+  local hk = KEYS[k + 1]
+  for j = 1, n - 1 do
+    if KEYS[k + 2 * j + 1] ~= hk then return nil end
+  end
+  local cost = tonumber(ARGV[i])
+  if cost <= 0 then return nil end
+  local Hd = ws_hget(ws_shape(H, ARGV[i + 1]), k)
+  local a, rn = Hd.a, WS_REC * Hd.n
+  local out, S, ls, lim = {1, false, false, false, false, false, false}, ws_hscratch, nil, 0
+  for j = 0, n - 1 do
+    local b = i + 1 + 2 * j
+    local L, l = ws_shape(H, ARGV[b]), ARGV[b + 1]
+    if l ~= ls then lim, ls = tonumber(l), l end
+    if cost > lim or lim >= WS_BIG then return nil end
+    local r = WS_REC * j + 1
+    if r > rn or a[r] ~= L.b or a[r + 1] ~= L.w then
+      r = nil
+      for q = 1, rn, WS_REC do
+        if a[q] == L.b and a[q + 1] == L.w then r = q end
+      end
+    end
+    local nt, nv, kind, del, flush = nil, nil, 0, nil, nil
+    if r ~= nil and a[r + 2] == L.low and a[r + 4] == L.cstart then
+      local t, v = a[r + 3], a[r + 5]
+      if t <= lim - cost and t > -WS_BIG and v > -WS_BIG and v + cost < WS_BIG and v + cost ~= 0 then
+        nt, nv = t + cost, v + cost
+      end
+    elseif r ~= nil then
+      nt, nv, kind, del, flush = ws_hdecide(L, k + 2 * j, a[r + 2], a[r + 3], a[r + 4], a[r + 5], lim, cost)
+    else
+      nt, nv, kind = ws_hdecide(L, k + 2 * j, nil, nil, nil, nil, lim, cost)
+    end
+    if nt == nil then return nil end
+    local x = 7 * j
+    S[x + 1], S[x + 2], S[x + 3], S[x + 4], S[x + 5], S[x + 6], S[x + 7] = r or false, nt, nv, L, kind, del, flush
+    out[2 * j + 2], out[2 * j + 3] = nt, L.cstart + L.w - L.now
+  end
+  -- Every limit admits: count.
+  for j = 0, n - 1 do
+    local x = 7 * j
+    local r, kind = S[x + 1], S[x + 5]
+    if kind == 0 then
+      a[r + 3], a[r + 5] = S[x + 2], S[x + 3]
+    else
+      ws_hcount(S[x + 4], Hd, r or nil, k + 2 * j, S[x + 2], S[x + 3], kind, S[x + 6], S[x + 7])
+    end
+    S[x + 4], S[x + 6], S[x + 7] = false, false, false
+  end
+  for x = 2 * n + 2, 7 do out[x] = nil end
+  Hd.dirty = true
+  return out
+end
+
+-- ws_headlimits is ws_wlimits' leanest path (see group.lua) for n limits of
+-- one cost whose counters share one head (the windows of one key): from
+-- ARGV[i] (the cost, then each limit's shape and limit) and KEYS[k] on.
+-- When the head holds exactly the n windows' records, in the limits' order,
+-- and ws_hdecide takes each (a synced one inline: a key's coarser windows;
+-- a move, as its finest makes bucket after bucket, and a fresh start
+-- through it), it counts the cost in each record and answers {1, sum,
+-- reset, sum, reset...}: one GET and one SET of the head, unpacked whole into
+-- one table, and no function call for a synced limit (a script pays more for
+-- its calls and table accesses than for its arithmetic). Otherwise it leaves
+-- the head it read for ws_hget (ws_seedk) and answers what ws_headmoves
+-- answers.
+local function ws_headlimits(H, i, k, n)
+  local hk = KEYS[k + 1]
+  for j = 1, n - 1 do
+    if KEYS[k + 2 * j + 1] ~= hk then return nil end
+  end
+  local s = redis.call('GET', hk)
+  local cost = tonumber(ARGV[i])
+  if s and #s == 8 * WS_REC * n and cost > 0 then
+    local A = {struct.unpack(ws_fmt(n), s)}
+    local shapes, out, ls, lim, ok, moved = H.shapes, {1, false, false, false, false, false, false}, nil, 0, true, nil
+    for j = 0, n - 1 do
+      local b, r = i + 1 + 2 * j, WS_REC * j
+      local L, l = shapes[ARGV[b]], ARGV[b + 1]
+      if L == nil then L = ws_shape(H, ARGV[b]) end
+      if l ~= ls then lim, ls = tonumber(l), l end
+      if A[r + 1] ~= L.b or A[r + 2] ~= L.w or cost > lim or lim >= WS_BIG then
+        ok = false
+        break
+      end
+      local t, v = A[r + 4], A[r + 6]
+      if A[r + 3] == L.low and A[r + 5] == L.cstart then
+        if t > lim - cost or t <= -WS_BIG or v <= -WS_BIG or v + cost >= WS_BIG or v + cost == 0 then
+          ok = false
+          break
+        end
+        t, v = t + cost, v + cost
+      else
+        local kind, del, flush
+        t, v, kind, del, flush = ws_hdecide(L, k + 2 * j, A[r + 3], t, A[r + 5], v, lim, cost)
+        if t == nil then
+          ok = false
+          break
+        end
+        -- (The moves are written once every limit has admitted: kept in
+        -- moved, a table only when something moves.)
+        if moved == nil then moved = {} end
+        local x = #moved
+        moved[x + 1], moved[x + 2], moved[x + 3], moved[x + 4], moved[x + 5] = j, kind, del or false, flush or false, v
+      end
+      out[2 * j + 2], out[2 * j + 3] = t, L.cstart + L.w - L.now
+    end
+    if ok then
+      if moved == nil then
+        for j = 0, n - 1 do
+          local r = WS_REC * j
+          A[r + 4], A[r + 6] = out[2 * j + 2], A[r + 6] + cost
+        end
+        for x = 2 * n + 2, 7 do out[x] = nil end
+        redis.call('SET', hk, struct.pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'KEEPTTL')
+        return out
+      end
+      local leave = -math.huge
+      for j = 0, n - 1 do
+        local r = WS_REC * j
+        local L = shapes[ARGV[i + 1 + 2 * j]]
+        local mk = nil
+        for x = 1, #moved, 5 do
+          if moved[x] == j then mk = x end
+        end
+        if mk == nil then
+          A[r + 4], A[r + 6] = out[2 * j + 2], A[r + 6] + cost
+        else
+          if moved[mk + 1] == 1 then ws_mwrite(L, KEYS[k + 2 * j], moved[mk + 3] or nil, A[r + 6], moved[mk + 2]) end
+          A[r + 3], A[r + 4], A[r + 5], A[r + 6] = L.low, out[2 * j + 2], L.cstart, moved[mk + 4]
+        end
+        local e = A[r + 5] + A[r + 2]
+        if e > leave then leave = e end
+      end
+      for x = 2 * n + 2, 7 do out[x] = nil end
+      redis.call('SET', hk, struct.pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'PXAT',
+        string.format('%d', ws_expiry(H, leave)))
+      return out
+    end
+  end
+  ws_seedk, ws_seeds = hk, s
+  return ws_headmoves(H, i, k, n)
 end
 
 -- WS_PEEK is how many of a refused counter's oldest live buckets ws_peek
@@ -203,17 +620,17 @@ local WS_PEEK, WS_PEEKUP = 4, 8
 -- the current bucket on, and, when the current bucket holds nothing, the
 -- WS_PEEK before it. A key kept at its limit, as a hammered key is, is let
 -- in again when its oldest buckets leave, and one of its newest buckets
--- holds its last admission: one HMGET of a few fields answers its retry and
--- reset, where the general path reads every field and sorts them. (Near a
--- year's end, whose last bucket may be short, the buckets before the
--- current one may not be found: the peek then gives up.) It answers nil when
--- C already read the counter whole, when the window sum is not a double
--- (past 2^53) or the magnitudes read could add up to 2^53, when more than
--- WS_PEEKUP buckets lie ahead, and, given the cost and limit of a refusal,
--- when what must leave for the cost to fit is more than twice what WS_PEEK
--- buckets of a window as full as this one hold on average (a limit far
--- below the sum): the few buckets would not settle it, and the read would be
--- wasted.
+-- holds its last admission: one HMGET of a few fields (the record's bucket
+-- from the head) answers its retry and reset, where the general path reads
+-- every field and sorts them. (Near a year's end, whose last bucket may be
+-- short, the buckets before the current one may not be found: the peek then
+-- gives up.) It answers nil when C already read the counter whole, when the
+-- window sum is not a double (past 2^53) or the magnitudes read could add up
+-- to 2^53, when more than WS_PEEKUP buckets lie ahead, and, given the cost
+-- and limit of a refusal, when what must leave for the cost to fit is more
+-- than twice what WS_PEEK buckets of a window as full as this one hold on
+-- average (a limit far below the sum): the few buckets would not settle it,
+-- and the read would be wasted.
 local function ws_peek(L, key, C, cost, limit)
   local sum = C.sum
   if C.all ~= nil or type(sum) ~= 'number' then return nil end
@@ -222,21 +639,24 @@ local function ws_peek(L, key, C, cost, limit)
   local whole, s = ws_codes(L, L.low, L.cstart, WS_PEEK, codes, starts)
   if whole == nil then return nil end
   local nold = #codes
-  if not whole and (not C.cur or tonumber(C.cur) == 0) then
+  local cur = C.cur
+  if not whole and (not cur or tonumber(cur) == 0) then
     local from = L.cstart - WS_PEEK * L.b
     if from <= s then from, whole = s, true end
     if ws_codes(L, from, L.cstart, WS_PEEK, codes, starts) ~= true then return nil end
   end
   if not ws_codes(L, L.cstart, L.now + L.H.F + 1, WS_PEEKUP, codes, starts) then return nil end
-  local raw = redis.call('HMGET', key, unpack(codes))
+  local raw = redis.call('HMGET', KEYS[key], unpack(codes))
+  local c = C.hd.a[C.i + 4]
   local vals, mag = {}, sum < 0 and -sum or sum
-  for i = 1, #codes do
+  for j = 1, #codes do
+    if starts[j] == c then raw[j] = string.format('%d', C.hd.a[C.i + 5]) end
     local v = 0
-    if raw[i] then
-      v = tonumber(raw[i])
+    if raw[j] then
+      v = tonumber(raw[j])
       if v == nil then return nil end
     end
-    vals[i], mag = v, mag + (v < 0 and -v or v)
+    vals[j], mag = v, mag + (v < 0 and -v or v)
   end
   if mag >= WS_BIG then return nil end
   return {starts = starts, vals = vals, raw = raw, nold = nold, whole = whole}
@@ -252,7 +672,7 @@ local function ws_peekreach(L)
 end
 
 local function ws_detail(L, key, C)
-  local all = (C ~= nil and C.all) or ws_read(key)
+  local all = (C ~= nil and C.all) or ws_read(key, L)
   return ws_scan(L, all, L.now - L.w, true)
 end
 

@@ -1,12 +1,301 @@
 -- The plain native hash, for servers without hash-field TTL: fields never
--- expire on their own. Besides the buckets, the hash keeps a running total
--- (see plain.lua) in the reserved fields m and t.
+-- expire on their own. A counter is two keys: its buckets' hash, one field
+-- per bucket (as every backend keeps them), and its key's head, a string that
+-- the counters of one key share (every window of a store's tiers, every
+-- store under one prefix):
+--
+--   ws:{user:42}:h          the head: per window, its running total and its
+--                           current bucket (see below)
+--   ws:{user:42}:1m/1s:b    the buckets of the 1m/1s window
+--   ws:{user:42}:1h/1m:b    the buckets of the 1h/1m window
+--
+-- The head is a record per window, six doubles each (struct.pack '<d...'):
+--
+--   b, w   the window's bucket and length (ms): which window the record is
+--   m      the start (Unix ms) of the oldest bucket that was live at the last
+--          write: the total covers the buckets from m on
+--   t      the sum of the buckets that start at or after m
+--   c, v   a bucket's start and its value: the value of bucket c is v, not
+--          its field (which may be missing or stale); c is the current
+--          bucket at the last write that counted in the current bucket
+--
+-- So an event that counts in the current bucket of a synced window (m is the
+-- oldest live bucket, c the current one) reads the head (GET) and writes it
+-- (SET), whatever the number of windows: one read and one write of one key.
+-- The bucket's field is written once, when the window's current bucket moves
+-- on (a flush), with the buckets that left the window swept from the total
+-- (see plain.lua). Every number of a record is an integer below 2^53 in
+-- magnitude: a total or a bucket beyond that is kept in the hash alone, with
+-- no record, and the counter is read whole on every operation.
+--
+-- A counter's keys come to a script as two entries of KEYS: the buckets'
+-- hash, then the head (WS_KPC). The plain hash's operations take a counter
+-- as the index in KEYS of its hash (ws_ckey; KEYS[key + 1] is its head),
+-- which shared code passes on as it is. An operation reads a head once
+-- (ws_hget) and writes it once at its end if it changed (ws_end), with its
+-- expiry: when the newest of its records' current buckets leaves its window.
+-- (A script pays for every table it makes, as garbage to collect: the heads
+-- an operation read are kept in tables reused from one operation and one
+-- call to the next, found by a walk of the few an operation reads.)
 
 local WS_RESERVED = {m = true, t = true}
 
+-- WS_KPC is how many entries of KEYS a counter takes: its hash and its head.
+local WS_KPC = 2
+
+-- WS_REC is how many numbers a head record holds; WS_REC1 packs one.
+local WS_REC = 6
+local WS_REC1 = '<dddddd'
+
+-- ws_fmts caches the struct formats of heads by their number of records.
+local ws_fmts = {WS_REC1}
+
+local function ws_fmt(n)
+  local f = ws_fmts[n]
+  if f == nil then
+    f = '<' .. string.rep('d', WS_REC * n)
+    ws_fmts[n] = f
+  end
+  return f
+end
+
+-- ws_hc holds the heads the current operation read (ws_hn of them): each
+-- {key, a = the records' numbers, n = how many records, H, dirty (to write
+-- at the operation's end), moved (a record's bucket moved, or a record came
+-- or went: the expiry may move), mvk, mvdel, mvflush (a move or a fresh
+-- start the fast path checked, see plain.lua's ws_fastopen)}. The tables are reused. An operation of
+-- more than WS_HWALK heads (a batch of many keys) finds them by key in
+-- ws_hmap.
+local ws_hc, ws_hn, ws_hmap = {}, 0, nil
+local WS_HWALK = 8
+
+-- ws_hscratch is a table the fast paths reuse from one call to the next.
+local ws_hscratch = {}
+
+-- ws_seedk and ws_seeds are a head's key and its value (or false) that a
+-- lean path (plain.lua) read and gave up on, for ws_hget to take rather than
+-- read the head again.
+local ws_seedk, ws_seeds = nil, nil
+
+local function ws_begin() ws_hn, ws_hmap, ws_seedk = 0, nil, nil end
+
+-- ws_abort forgets the heads read, after an operation failed: the next one
+-- reads them again from the server. (An operation that fails has changed no
+-- head: records change only when a write commits.)
+local function ws_abort() ws_hn, ws_hmap, ws_seedk = 0, nil, nil end
+
+-- ws_ckey is the counter of the j-th counter's keys (from 0) of KEYS from
+-- index k: the index of its hash.
+local function ws_ckey(k, j) return k + WS_KPC * j end
+
+-- ws_hget returns the head of counter key (read once per operation). A head
+-- that is not windowstore's raises WS_E_NOTCOUNTER (a key of another type,
+-- WRONGTYPE), before anything is written.
+local function ws_hget(L, key)
+  local hk = KEYS[key + 1]
+  if ws_hmap ~= nil then
+    local Hd = ws_hmap[hk]
+    if Hd ~= nil then return Hd end
+  else
+    for j = 1, ws_hn do
+      local Hd = ws_hc[j]
+      if Hd.key == hk then return Hd end
+    end
+  end
+  local s
+  if hk == ws_seedk then
+    s, ws_seedk = ws_seeds, nil
+  else
+    s = redis.call('GET', hk)
+  end
+  ws_hn = ws_hn + 1
+  local Hd = ws_hc[ws_hn]
+  if Hd == nil then
+    Hd = {key = hk, a = {}, n = 0, H = L.H, dirty = false, moved = false, mvk = nil, mvdel = nil, mvflush = nil}
+    ws_hc[ws_hn] = Hd
+  else
+    Hd.key, Hd.n, Hd.H, Hd.dirty, Hd.moved, Hd.mvk, Hd.mvdel, Hd.mvflush = hk, 0, L.H, false, false, nil, nil, nil
+  end
+  if s then
+    local n = #s / (8 * WS_REC)
+    if n < 1 or n % 1 ~= 0 then
+      ws_hn = ws_hn - 1
+      ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s')
+    end
+    local a, pos = Hd.a, 1
+    for i = 1, WS_REC * n, WS_REC do
+      a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], pos = struct.unpack(WS_REC1, s, pos)
+    end
+    Hd.n = n
+  end
+  if ws_hmap ~= nil then
+    ws_hmap[hk] = Hd
+  elseif ws_hn > WS_HWALK then
+    ws_hmap = {}
+    for j = 1, ws_hn do ws_hmap[ws_hc[j].key] = ws_hc[j] end
+  end
+  return Hd
+end
+
+-- ws_hfind is the index in Hd.a of the record of window L, or nil.
+local function ws_hfind(Hd, L)
+  local a, b, w = Hd.a, L.b, L.w
+  for i = 1, WS_REC * Hd.n, WS_REC do
+    if a[i] == b and a[i + 1] == w then return i end
+  end
+  return nil
+end
+
+-- ws_hcheck raises WS_E_NOTCOUNTER, before anything is written, when record
+-- i of Hd holds a number that is not an integer below 2^53: a head that is
+-- not windowstore's. (The fast path, ws_fastopen, needs no check: it takes
+-- a record whose m and c equal the clock's buckets, and whose t and v pass
+-- its bounds, which no such number does but a fraction, which only a hand
+-- could write.)
+local function ws_hcheck(Hd, i)
+  local a = Hd.a
+  for x = i + 2, i + 5 do
+    local y = a[x]
+    if y % 1 ~= 0 or y >= WS_BIG or y <= -WS_BIG then ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s') end
+  end
+end
+
+-- ws_hset writes window L's record into Hd (at index i, or a new one when i
+-- is nil), to be written to the server at the operation's end; m, t, c, v
+-- nil drops it. It answers the record's index.
+local function ws_hset(Hd, L, i, m, t, c, v)
+  local a = Hd.a
+  if i == nil then
+    if m == nil then return nil end
+    i = WS_REC * Hd.n + 1
+    Hd.n, Hd.moved = Hd.n + 1, true
+  end
+  if m == nil then
+    a[i], Hd.moved = 0, true -- dropped: ws_hsave leaves it out
+  else
+    if a[i + 4] ~= c then Hd.moved = true end
+    a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5] = L.b, L.w, m, t, c, v
+  end
+  Hd.dirty = true
+  return i
+end
+
+-- ws_hsave writes head Hd. A head whose records kept their buckets is
+-- written as it is, its expiry kept; otherwise without its records dropped
+-- and those whose current bucket has left the window (their buckets have all
+-- left), with the expiry of the newest bucket's leaving, or deleted when no
+-- record is left.
+local function ws_hsave(Hd)
+  Hd.dirty = false
+  local a, n = Hd.a, Hd.n
+  if not Hd.moved then
+    if n == 1 then
+      redis.call('SET', Hd.key, struct.pack(WS_REC1, a[1], a[2], a[3], a[4], a[5], a[6]), 'KEEPTTL')
+    else
+      redis.call('SET', Hd.key, struct.pack(ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL')
+    end
+    return
+  end
+  Hd.moved = false
+  local now, m, leave = Hd.H.now, 0, nil
+  for i = 1, WS_REC * n, WS_REC do
+    local e = a[i + 4] + a[i + 1]
+    if a[i] ~= 0 and e > now then
+      if m < i - 1 then
+        for x = 0, WS_REC - 1 do a[m + 1 + x] = a[i + x] end
+      end
+      m = m + WS_REC
+      if leave == nil or e > leave then leave = e end
+    end
+  end
+  n = m / WS_REC
+  Hd.n = n
+  if n == 0 then
+    redis.call('DEL', Hd.key)
+    return
+  end
+  redis.call('SET', Hd.key, struct.pack(ws_fmt(n), unpack(a, 1, m)), 'PXAT', string.format('%d', ws_expiry(Hd.H, leave)))
+end
+
+-- ws_end writes the heads that the operation changed: once per operation,
+-- after its last write.
+local function ws_end()
+  for j = 1, ws_hn do
+    local Hd = ws_hc[j]
+    if Hd.dirty then ws_hsave(Hd) end
+  end
+  ws_hn, ws_hmap, ws_seedk = 0, nil, nil
+end
+
+-- ws_code is the field of the bucket that starts at s, when s is a bucket
+-- start of window L within the three years around its clock; nil otherwise.
+local function ws_code(L, s)
+  local y
+  if s >= L.nxt then
+    y = L.nxt
+  elseif s >= L.cur then
+    y = L.cur
+  elseif s >= L.prev then
+    y = L.prev
+  else
+    return nil
+  end
+  local k = (s - y) / L.b
+  if k % 1 ~= 0 then return nil end
+  return string.format('%d', k)
+end
+
+-- ws_read reads a hash whole: a window extreme's (key, its name), or a
+-- counter's (key, its index in KEYS; L, its window): its fields as the hash
+-- holds them, with the head's record's bucket's value in place of its
+-- field's (or added).
+local function ws_read(key, L)
+  if type(key) == 'string' then return redis.call('HGETALL', key) end
+  local all = redis.call('HGETALL', KEYS[key])
+  local Hd = ws_hget(L, key)
+  local i = ws_hfind(Hd, L)
+  if i == nil then return all end
+  ws_hcheck(Hd, i)
+  local f = ws_code(L, Hd.a[i + 4])
+  if f == nil then return all end
+  local v = string.format('%d', Hd.a[i + 5])
+  for j = 1, #all, 2 do
+    if all[j] == f then
+      all[j + 1] = v
+      return all
+    end
+  end
+  all[#all + 1], all[#all + 2] = f, v
+  return all
+end
+
+-- ws_meta is what Inspect shows of the counter's record, as the reserved
+-- fields m (its mark, Unix ms) and t (its running total): {} without one.
+local function ws_meta(L, key)
+  local Hd = ws_hget(L, key)
+  local i = ws_hfind(Hd, L)
+  if i == nil then return {} end
+  ws_hcheck(Hd, i)
+  return {'m', string.format('%d', Hd.a[i + 2]), 't', string.format('%d', Hd.a[i + 3])}
+end
+
+-- ws_life is the counter's remaining life (ms) for Inspect: the longer of
+-- its hash's and its head's (-2: neither exists; -1: one has no expiry).
+local function ws_life(key)
+  local a, b = redis.call('PTTL', KEYS[key]), redis.call('PTTL', KEYS[key + 1])
+  if a == -1 or b == -1 then return -1 end
+  if a > b then return a end
+  return b
+end
+
+local function ws_drop(key, fields)
+  ws_chunks(fields, function(...) redis.call('HDEL', key, ...) end)
+end
+
 -- ws_touch makes the key expire when bucket B leaves the window, after a
 -- write created B: the newest bucket sets it; an earlier (late) one may only
--- extend it.
+-- extend it. (A window extreme's hash; a counter's hash sets its own, see
+-- plain.lua.)
 local function ws_touch(L, key, B)
   local at = ws_expiry(L.H, B.start + L.w)
   if not B.current then

@@ -329,8 +329,14 @@ local function ws_group(G)
   return out
 end
 
+-- WS_W is how many slots of W (see ws_limits) a limit takes: its window L,
+-- its state C, nt, nv and R from ws_fastopen, its limit (a number) and its
+-- cost (the string ARGV has).
+local WS_W = 7
+
 -- ws_limitspeek answers a refused group of n limits (see ws_limits: W holds
--- each limit's L, C, and its read R) from peeks of its counters (ws_peek),
+-- each limit's L, C, its read R, its limit and cost) from peeks of its
+-- counters (ws_peek),
 -- when they settle every answer: each limit's own retry and reset, and the
 -- group's retry. That is the earliest moment at which every limit admits,
 -- found as ws_groupretry finds it, by walking the moments the peeked buckets
@@ -343,22 +349,23 @@ end
 -- oldest bucket leaves past another limit's reach (ws_peekreach), as when a
 -- window of minutes refuses beside one of seconds: no limit can admit
 -- before its oldest bucket leaves, so the walk could not get there.
-local function ws_limitspeek(W, i, k, n)
-  local first, reach, limits, costs = -math.huge, math.huge, {}, {}
+local function ws_limitspeek(W, k, n)
+  local first, reach = -math.huge, math.huge
   for j = 0, n - 1 do
-    local L, C, a = W[5 * j + 1], W[5 * j + 2], i + 4 * j
-    local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    limits[j], costs[j], reach = limit, cost, math.min(reach, ws_peekreach(L))
-    if W[5 * j + 3] == nil and not (cost <= limit and ws_le(C.sum, limit - cost)) then
+    local L, C, w = W[WS_W * j + 1], W[WS_W * j + 2], WS_W * j
+    local limit, cost = W[w + 6], tonumber(W[w + 7])
+    reach = math.min(reach, ws_peekreach(L))
+    if W[w + 3] == nil and not (cost <= limit and ws_le(C.sum, limit - cost)) then
       first = math.max(first, L.low + L.w - L.now)
     end
   end
   if first > reach then return nil end
   local out, R, taus, fit, horizon = {0, 0}, {}, {}, 0, math.huge
   for j = 0, n - 1 do
-    local L, key, limit, cost = W[5 * j + 1], KEYS[k + j], limits[j], costs[j]
-    local C = W[5 * j + 2] or ws_open(L, key, L.target, W[5 * j + 5])
-    W[5 * j + 2] = C
+    local w = WS_W * j
+    local L, key, limit, cost = W[w + 1], ws_ckey(k, j), W[w + 6], tonumber(W[w + 7])
+    local C = W[w + 2] or ws_open(L, key, L.target, W[w + 5])
+    W[w + 2] = C
     if cost > limit or type(C.sum) ~= 'number' then return nil end
     local fits, P = C.sum <= limit - cost, nil
     if fits then P = ws_peek(L, key, C) else P = ws_peek(L, key, C, cost, limit) end
@@ -426,6 +433,45 @@ local function ws_limitcommit(L, key, C, nt, nv, R, costs)
   return {sum, 0, reset, 0}
 end
 
+-- ws_limitsend answers and writes a group of n limits opened into W (WS_W
+-- slots per limit, see ws_limitspeek) by ws_limits or ws_wlimits, with
+-- their counters' keys from KEYS[k] on; allowed says whether every limit
+-- admits. A refusal, which writes nothing, is ws_group's (answered from
+-- peeks when they settle it, ws_limitspeek): the counters opened are handed
+-- over (those on the fast path as ws_open's state from their read). An
+-- admission prepares every write (an overflow raises before any is made),
+-- then makes them, as ws_group does.
+local function ws_limitsend(H, W, k, n, allowed)
+  if not allowed then
+    local out = ws_limitspeek(W, k, n)
+    if out ~= nil then return out end
+    local G = {items = {}, H = H}
+    for j = 0, n - 1 do
+      local w = WS_W * j
+      local L, key, costs = W[w + 1], ws_ckey(k, j), W[w + 7]
+      G.items[j + 1] = {kind = WS_IT_LIMIT, L = L, key = key,
+        limit = W[w + 6], cost = tonumber(costs), delta = costs, members = nil, K = nil,
+        B = nil, C = W[w + 2] or ws_open(L, key, L.target, W[w + 5]), S = nil, Q = nil, d = nil, read = nil, fits = nil,
+        refused = nil, own = nil}
+    end
+    return ws_group(G)
+  end
+  for j = 0, n - 1 do
+    local w = WS_W * j
+    local C, costs = W[w + 2], W[w + 7]
+    if C ~= nil and tonumber(costs) > 0 then
+      local L = W[w + 1]
+      ws_prepare(L, C, costs, L.target)
+    end
+  end
+  local out = {1, 0}
+  for j = 0, n - 1 do
+    local w = WS_W * j
+    out[j + 3] = ws_limitcommit(W[w + 1], ws_ckey(k, j), W[w + 2], W[w + 3], W[w + 4], W[w + 5], W[w + 7])
+  end
+  return out
+end
+
 -- ws_limits runs the commonest group, n limits and nothing else, without an
 -- event id or time (Allow of several policies: store.AllowAll on one slot,
 -- limit.Combine), at ARGV[i] (the first item's kind) and KEYS[k]. Its answer
@@ -436,52 +482,86 @@ end
 -- counter is opened by the backend's ws_fastopen, which answers the
 -- counter's new total and bucket (nt, nv) and its read R when the backend
 -- can count the cost on a fast path of its own, and the counter's state C
--- otherwise (see ops.lua). A refusal, which writes nothing, is ws_group's:
--- the counters opened here are handed over (those on the fast path as
--- ws_open's state from their read).
+-- otherwise (see ops.lua); ws_limitsend answers and writes.
 local function ws_limits(H, i, k, n)
   -- (W is made at the size of four limits' slots, so that it is not rehashed
   -- as it fills.)
   local W, allowed = {false, false, false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false}, true
+    false, false, false, false, false, false, false, false, false, false, false, false, false, false}, true
   for j = 0, n - 1 do
     local a = i + 4 * j
     local L = ws_shape(H, ARGV[a + 1])
-    local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-    local nt, nv, R, C = ws_fastopen(L, KEYS[k + j], limit, cost)
+    local limit, costs = tonumber(ARGV[a + 2]), ARGV[a + 3]
+    local cost = tonumber(costs)
+    local nt, nv, R, C = ws_fastopen(L, ws_ckey(k, j), limit, cost)
     if nt == nil then
       ws_checked(C.sum, C.fits)
       if not (cost <= limit and ws_le(C.sum, limit - cost)) then allowed = false end
     end
-    W[5 * j + 1], W[5 * j + 2], W[5 * j + 3], W[5 * j + 4], W[5 * j + 5] = L, C, nt, nv, R
+    local w = WS_W * j
+    W[w + 1], W[w + 2], W[w + 3], W[w + 4], W[w + 5], W[w + 6], W[w + 7] = L, C, nt, nv, R, limit, costs
   end
-  if not allowed then
-    local out = ws_limitspeek(W, i, k, n)
+  return ws_limitsend(H, W, k, n, allowed)
+end
+
+-- ws_wscratch holds ws_wlimits' fast path's nt, nv and R per limit, from one
+-- call to the next (a table made per operation would be garbage to collect).
+local ws_wscratch = {}
+
+-- ws_wlimits runs n limits of one cost, nothing else, without an event id or
+-- time, from their compact operation (WS_OP_LIMITS: store.AllowAll of
+-- policies of one slot, such as the windows of one key): ARGV[i] is the
+-- cost, then each limit's shape and limit; KEYS[k] on, the counters' keys.
+-- When every counter counts the cost on its backend's fast path (ws_fastopen:
+-- on the plain hash, a record synced and on the current bucket), it writes
+-- the costs and answers {1, sum, reset, sum, reset...}, a sum and a reset
+-- per limit, without a table per limit. Otherwise it answers and writes as
+-- ws_limits does (ws_limitsend: a reply of ws_group's shape).
+local function ws_wlimits(H, i, k, n)
+  if ws_headlimits ~= nil then
+    local out = ws_headlimits(H, i, k, n)
     if out ~= nil then return out end
-    local G = {items = {}, H = H}
-    for j = 0, n - 1 do
-      local a, L, key = i + 4 * j, W[5 * j + 1], KEYS[k + j]
-      G.items[j + 1] = {kind = WS_IT_LIMIT, L = L, key = key,
-        limit = tonumber(ARGV[a + 2]), cost = tonumber(ARGV[a + 3]), delta = ARGV[a + 3], members = nil, K = nil,
-        B = nil, C = W[5 * j + 2] or ws_open(L, key, L.target, W[5 * j + 5]), S = nil, Q = nil, d = nil, read = nil, fits = nil,
-        refused = nil, own = nil}
-    end
-    return ws_group(G)
   end
-  -- Admitted: prepare every write (an overflow raises before any is made),
-  -- then make them, as ws_group does.
+  local costs = ARGV[i]
+  local cost, S = tonumber(costs), ws_wscratch
   for j = 0, n - 1 do
-    local a, C = i + 4 * j, W[5 * j + 2]
-    if C ~= nil and tonumber(ARGV[a + 3]) > 0 then
-      local L = W[5 * j + 1]
-      ws_prepare(L, C, ARGV[a + 3], L.target)
+    local a = i + 1 + 2 * j
+    local L = ws_shape(H, ARGV[a])
+    local limit = tonumber(ARGV[a + 1])
+    local nt, nv, R, C = ws_fastopen(L, ws_ckey(k, j), limit, cost)
+    if nt == nil then
+      -- The general path, from limit j on (those before it are on the fast
+      -- path, opened: nothing was written).
+      local W, allowed = {}, true
+      for q = 0, n - 1 do
+        local b, w = i + 1 + 2 * q, WS_W * q
+        local Lq, lq = ws_shape(H, ARGV[b]), tonumber(ARGV[b + 1])
+        local ntq, nvq, Rq, Cq
+        if q < j then
+          ntq, nvq, Rq = S[3 * q + 1], S[3 * q + 2], S[3 * q + 3]
+        elseif q == j then
+          Cq = C
+        else
+          ntq, nvq, Rq, Cq = ws_fastopen(Lq, ws_ckey(k, q), lq, cost)
+        end
+        if ntq == nil then
+          ws_checked(Cq.sum, Cq.fits)
+          if not (cost <= lq and ws_le(Cq.sum, lq - cost)) then allowed = false end
+        end
+        W[w + 1], W[w + 2], W[w + 3], W[w + 4], W[w + 5], W[w + 6], W[w + 7] = Lq, Cq, ntq, nvq, Rq, lq, costs
+      end
+      return ws_limitsend(H, W, k, n, allowed)
     end
+    S[3 * j + 1], S[3 * j + 2], S[3 * j + 3] = nt, nv, R
   end
-  local out = {1, 0}
+  -- (out is made at the size of three limits' answers, then cut to n's.)
+  local out = {1, false, false, false, false, false, false}
   for j = 0, n - 1 do
-    out[j + 3] = ws_limitcommit(W[5 * j + 1], KEYS[k + j], W[5 * j + 2], W[5 * j + 3], W[5 * j + 4], W[5 * j + 5],
-      ARGV[i + 4 * j + 3])
+    local L, nt = ws_shape(H, ARGV[i + 1 + 2 * j]), S[3 * j + 1]
+    ws_fastcommit(L, ws_ckey(k, j), nt, S[3 * j + 2], S[3 * j + 3])
+    out[2 * j + 2], out[2 * j + 3] = nt, L.cstart + L.w - L.now
   end
+  for x = 2 * n + 2, 7 do out[x] = nil end
   return out
 end
 
@@ -597,6 +677,9 @@ local function ws_readgroup(H, i, k)
         dir = nil, X = nil, own = nil}
     end
     k = k + 1
+    if kind == WS_IT_LIMIT or kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK or kind == WS_IT_READ then
+      it.key, k = ws_ckey(k - 1, 0), k - 1 + WS_KPC -- a counter: its keys (see ws_ckey)
+    end
     if it.lease then
       i = i + 4
     elseif kind == WS_IT_LIMIT then
@@ -647,8 +730,12 @@ local function ws_readfast(H, i, k)
     local it = {kind = kind, L = ws_shape(H, ARGV[a + 1]), key = KEYS[k], a = a, nt = nil, nv = nil, R = nil, C = nil,
       K = nil, members = nil, X = nil}
     if kind == WS_IT_COUNT then
-      a, k = a + 3, k + 1
-    elseif kind == WS_IT_LIMIT or kind == WS_IT_EXTREME then
+      it.key = ws_ckey(k, 0)
+      a, k = a + 3, k + WS_KPC
+    elseif kind == WS_IT_LIMIT then
+      it.key = ws_ckey(k, 0)
+      a, k = a + 4, k + WS_KPC
+    elseif kind == WS_IT_EXTREME then
       a, k = a + 4, k + 1
     elseif kind == WS_IT_DISTINCT and tonumber(ARGV[a + 2]) > 0 then
       local m = tonumber(ARGV[a + 2])
@@ -798,7 +885,7 @@ local function ws_linkopen(H, gs, W, ok)
       local a = g.i + 4 * j
       local L = ws_shape(H, ARGV[a + 1])
       local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-      local nt, nv, R, C = ws_fastopen(L, KEYS[g.k + j], limit, cost)
+      local nt, nv, R, C = ws_fastopen(L, ws_ckey(g.k, j), limit, cost)
       if nt == nil and not (C.fits and cost <= limit and ws_le(C.sum, limit - cost)) then fits = false end
       W[5 * m + 1], W[5 * m + 2], W[5 * m + 3], W[5 * m + 4], W[5 * m + 5] = L, C, nt, nv, R
       m = m + 1
@@ -841,7 +928,7 @@ local function ws_linkrefused(H, gs, W, ok)
           if tonumber(C.nv) == 0 then return nil end
           out[j + 3], some = {C.nsum, 0, B.start + L.w - L.now, 0}, true
         else
-          out[j + 3], zero = {C.sum, 0, ws_reset(L, ws_detail(L, KEYS[g.k + j], C)), 0}, true
+          out[j + 3], zero = {C.sum, 0, ws_reset(L, ws_detail(L, ws_ckey(g.k, j), C)), 0}, true
         end
         m = m + 1
       end
@@ -884,7 +971,7 @@ local function ws_linklimits(H, gs)
       for q, g in ipairs(gs) do
         local out = {1, 0}
         for j = 0, g.n - 1 do
-          out[j + 3] = ws_limitcommit(W[5 * m + 1], KEYS[g.k + j], W[5 * m + 2], W[5 * m + 3], W[5 * m + 4],
+          out[j + 3] = ws_limitcommit(W[5 * m + 1], ws_ckey(g.k, j), W[5 * m + 2], W[5 * m + 3], W[5 * m + 4],
             W[5 * m + 5], ARGV[g.i + 4 * j + 3])
           m = m + 1
         end

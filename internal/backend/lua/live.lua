@@ -19,23 +19,30 @@
 -- with the year-before range only within a window of January 1st, and the
 -- next-year range only within the tolerance of the next one.
 
--- ws_memo keeps the last server-clock header, with the shapes computed for
--- it (see ws_shape), from one call to the next. Under Redis Functions a
--- library's upvalues live as long as the library, so the calls of one
--- millisecond with the same years share them; under EVALSHA each call starts
--- with an empty one. Nothing ever changes a header or a shape once made: a
--- client-clock header, whose server time is read later if at all, is never
--- kept.
-local ws_memo = {H = nil, a2 = nil, a3 = nil, a4 = nil, a5 = nil, a6 = nil, a7 = nil}
+-- ws_memo keeps the last header, with the shapes computed for it (see
+-- ws_shape), from one call to the next. Under Redis Functions a library's
+-- upvalues live as long as the library, so the calls of one millisecond (on
+-- the server's clock) or of one instant (on a client's) with the same years
+-- share them; under EVALSHA each call starts with an empty one. Nothing
+-- changes a header or a shape once made, but a client-clock header's server
+-- time (srv), which each call that needs it reads (ws_expiry).
+local ws_memo = {H = nil, a1 = nil, a2 = nil, a3 = nil, a4 = nil, a5 = nil, a6 = nil, a7 = nil}
 
 -- ws_header reads ARGV's header. (Tables are built whole, by one
 -- constructor: a table that grows field by field is rehashed as it grows,
 -- and in a script that costs more than the arithmetic.)
 local function ws_header(a)
-  local now, srv = ws_clock(a[1])
   local M = ws_memo
-  if srv ~= nil and M.H ~= nil and M.H.now == now and M.a3 == a[3] and M.a4 == a[4] and M.a5 == a[5] and
+  if a[1] ~= '' and M.H ~= nil and M.a1 == a[1] and M.a3 == a[3] and M.a4 == a[4] and M.a5 == a[5] and
       M.a2 == a[2] and M.a6 == a[6] and M.a7 == a[7] then
+    -- The last client-clock header, at the same instant: its server time
+    -- (read when an expiry needs it, ws_expiry) is this call's to read.
+    M.H.srv = nil
+    return M.H
+  end
+  local now, srv = ws_clock(a[1])
+  if srv ~= nil and M.H ~= nil and M.a1 == '' and M.H.now == now and M.a3 == a[3] and M.a4 == a[4] and
+      M.a5 == a[5] and M.a2 == a[2] and M.a6 == a[6] and M.a7 == a[7] then
     return M.H
   end
   local y2, y3, y4 = tonumber(a[3]), tonumber(a[4]), tonumber(a[5])
@@ -53,9 +60,7 @@ local function ws_header(a)
     end
   end
   local H = {now = now, srv = srv, prev = prev, cur = cur, nxt = nxt, F = tonumber(a[7]), shapes = {}}
-  if srv ~= nil then
-    M.H, M.a2, M.a3, M.a4, M.a5, M.a6, M.a7 = H, a[2], a[3], a[4], a[5], a[6], a[7]
-  end
+  M.H, M.a1, M.a2, M.a3, M.a4, M.a5, M.a6, M.a7 = H, a[1], a[2], a[3], a[4], a[5], a[6], a[7]
   return H
 end
 

@@ -151,6 +151,10 @@ end
 -- It is a limit that always admits: the backend's fast path (ws_fastopen)
 -- takes a positive delta on a synced counter whose numbers stay below 2^53.
 local function ws_add(L, key, delta)
+  if ws_leanone ~= nil then
+    local nt = ws_leanone(L, key, delta, WS_BIG - 1)
+    if nt ~= nil then return nt end
+  end
   local nt, nv, R, C = ws_fastopen(L, key, WS_BIG - 1, tonumber(delta))
   if nt ~= nil then
     ws_fastcommit(L, key, nt, nv, R)
@@ -166,7 +170,12 @@ end
 -- common case, an admitted cost on a counter already synced. (Otherwise the
 -- cost goes on to ws_put as the client's string: no string.format of it.)
 local function ws_allow(L, key, limit, costs)
-  local B, cost = L.target, tonumber(costs)
+  local B = L.target
+  if ws_leanone ~= nil and limit < WS_BIG then
+    local nt = ws_leanone(L, key, costs, limit)
+    if nt ~= nil then return {1, nt, 0, B.start + L.w - L.now} end
+  end
+  local cost = tonumber(costs)
   local nt, nv, R, C = ws_fastopen(L, key, limit, cost)
   if nt ~= nil then
     ws_fastcommit(L, key, nt, nv, R)

@@ -116,7 +116,7 @@ end
 
 -- ws_scanread is the read-only sum over a lookback.
 local function ws_scanread(L, key, lb)
-  local all = ws_read(key)
+  local all = ws_read(key, L)
   local S = ws_scan(L, all, L.now - lb, false)
   return ws_checked(ws_scansum(L, all, S, L.now - lb))
 end

@@ -6,6 +6,18 @@
 -- A counter's state C holds its window sum (C.sum, as ws_num leaves it) and
 -- what the read saw.
 
+-- A counter is one key (KEYS takes WS_KPC entries per counter), and a call
+-- keeps nothing between operations: ws_begin, ws_end and ws_abort (see
+-- package backend's doc) do nothing, ws_meta has nothing to show, and a
+-- counter's life (ws_life) is its key's.
+local WS_KPC = 1
+local function ws_ckey(k, j) return KEYS[k + j] end
+local function ws_begin() end
+local function ws_end() end
+local function ws_abort() end
+local function ws_meta() return {} end
+local function ws_life(key) return redis.call('PTTL', key) end
+
 local function ws_scanopen(L, key, B)
   local all = ws_read(key)
   local S = ws_scan(L, all, L.now - L.w, false)
@@ -91,3 +103,7 @@ local ws_open, ws_put, ws_prepare, ws_commit, ws_detail, ws_addnosum, ws_sumover
   ws_scanopen, ws_scanput, ws_scanprepare, ws_scancommit, ws_scandetail, ws_scanaddnosum, ws_scanread
 local ws_quiet, ws_quietcommit = ws_scanquiet, ws_scanquietcommit
 local ws_fastopen, ws_fastcommit, ws_peek, ws_peekreach = ws_scanfastopen, nil, ws_scanpeek, ws_scanpeekreach
+
+-- ws_headlimits and ws_leanone (see ops.lua): no fast path for limits that
+-- share a head, nor a lean one for Add and Allow.
+local ws_headlimits, ws_leanone = nil, nil

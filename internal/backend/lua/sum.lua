@@ -1,18 +1,22 @@
 -- The Sum script, read-only: the sums of many counters. After the header,
--- ARGV holds one shape and one lookback (ms) per key, or a shape and a
--- direction (WS_X_MAX, WS_X_MIN, WS_X_RECENT) for a window extreme (see extreme.lua). The
--- reply has one entry per key: its sum over the lookback, or its extreme, or an
+-- ARGV holds one shape and one lookback (ms) per counter (its keys: WS_KPC
+-- of KEYS, see ws_ckey), or a shape and a direction (WS_X_MAX, WS_X_MIN,
+-- WS_X_RECENT) for a window extreme (one key, see extreme.lua). The reply has
+-- one entry per counter or extreme: its sum over the lookback, or its extreme, or an
 -- error reply where it failed. It writes nothing, so a replica can run it.
 
+ws_begin()
 local H = ws_header(ARGV)
-local out = {}
-for k = 1, #KEYS do
-  local i = WS_HEADER + 2 * k - 1
+local out, k = {}, 1
+for j = 1, (#ARGV - WS_HEADER) / 2 do
+  local i = WS_HEADER + 2 * j - 1
   local a = ARGV[i + 1]
   if a == WS_X_MAX or a == WS_X_MIN or a == WS_X_RECENT then
-    out[k] = ws_result(pcall(ws_xget, ws_shape(H, ARGV[i]), KEYS[k], a))
+    out[j] = ws_result(pcall(ws_xget, ws_shape(H, ARGV[i]), KEYS[k], a))
+    k = k + 1
   else
-    out[k] = ws_result(pcall(ws_sumover, ws_shape(H, ARGV[i]), KEYS[k], tonumber(a)))
+    out[j] = ws_result(pcall(ws_sumover, ws_shape(H, ARGV[i]), ws_ckey(k, 0), tonumber(a)))
+    k = k + WS_KPC
   end
 end
 return out

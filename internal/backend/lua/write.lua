@@ -5,6 +5,10 @@
 --   WS_OP_ADDNOSUM shape delta          AddNoSum: 1
 --   WS_OP_ALLOW    shape limit cost     Allow: {allowed, sum, retry ms, reset ms}
 --   WS_OP_GROUP    (see group.lua)      several counters of one slot at once
+--   WS_OP_LIMITS   n cost (shape limit)...  a group of n limits of one cost
+--                                       alone, compact: {1, sum, reset...}
+--                                       when each is on its fast path, else
+--                                       a group's answer (see ws_wlimits)
 --   WS_OP_LINK, WS_OP_RESERVE, WS_OP_UNDO
 --                  (see group.lua)      linked groups, all or nothing
 --   WS_OP_XPUT     shape dir value time a window extreme's write: {extreme}
@@ -25,6 +29,7 @@
 -- an error reply where it failed. One operation failing does not stop the
 -- others; a batch of one runs without pcall.
 
+ws_begin()
 local H = ws_header(ARGV)
 
 -- ws_onlylimits reports whether the n items of a group from ARGV[i] on are
@@ -47,7 +52,7 @@ local function ws_linkedlimits(i, k, n)
     local m = tonumber(ARGV[i])
     if ARGV[i + 1] ~= '' or ARGV[i + 3] ~= '' or not ws_onlylimits(i + 4, m) then return nil end
     gs[j] = {i = i + 4, k = k, n = m}
-    i, k = i + 4 + 4 * m, k + m
+    i, k = i + 4 + 4 * m, k + WS_KPC * m
   end
   return gs, i, k
 end
@@ -58,15 +63,18 @@ local function ws_op(i, k)
   local op, key = ARGV[i], KEYS[k]
   if op == WS_OP_ADD then
     local L = ws_shape(H, ARGV[i + 1])
-    return i + 3, k + 1, ws_add, L, key, ARGV[i + 2]
+    return i + 3, k + WS_KPC, ws_add, L, ws_ckey(k, 0), ARGV[i + 2]
   elseif op == WS_OP_ADDNOSUM then
     local L = ws_shape(H, ARGV[i + 1])
-    return i + 3, k + 1, ws_addnosum, L, key, ARGV[i + 2], L.target
+    return i + 3, k + WS_KPC, ws_addnosum, L, ws_ckey(k, 0), ARGV[i + 2], L.target
   elseif op == WS_OP_ALLOW then
-    return i + 4, k + 1, ws_allow, ws_shape(H, ARGV[i + 1]), key, tonumber(ARGV[i + 2]), ARGV[i + 3]
+    return i + 4, k + WS_KPC, ws_allow, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), tonumber(ARGV[i + 2]), ARGV[i + 3]
   elseif op == WS_OP_GROUP and ARGV[i + 2] == '' and ARGV[i + 4] == '' and ws_onlylimits(i + 5, tonumber(ARGV[i + 1])) then
     local n = tonumber(ARGV[i + 1])
-    return i + 5 + 4 * n, k + n, ws_limits, H, i + 5, k, n
+    return i + 5 + 4 * n, k + WS_KPC * n, ws_limits, H, i + 5, k, n
+  elseif op == WS_OP_LIMITS then
+    local n = tonumber(ARGV[i + 1])
+    return i + 3 + 2 * n, k + WS_KPC * n, ws_wlimits, H, i + 2, k, n
   elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
     if op == WS_OP_GROUP then
       local ni, nk, its, idkey = ws_readfast(H, i + 1, k)
@@ -111,14 +119,24 @@ local function ws_op(i, k)
   ws_err(WS_E_ARGS, 'unknown operation ' .. tostring(op))
 end
 
+-- ws_do runs an operation, then writes what it left for its end (the plain
+-- hash's heads: ws_end).
+local function ws_do(fn, a1, a2, a3, a4, a5)
+  local r = fn(a1, a2, a3, a4, a5)
+  ws_end()
+  return r
+end
+
 local i, k, n = WS_HEADER + 1, 1, #ARGV
 local ni, nk, fn, a1, a2, a3, a4, a5 = ws_op(i, k)
 if ni > n then
-  return {fn(a1, a2, a3, a4, a5)}
+  return {ws_do(fn, a1, a2, a3, a4, a5)}
 end
 local out, j = {}, 1
 while true do
-  out[j] = ws_result(pcall(fn, a1, a2, a3, a4, a5))
+  local ok, r = pcall(ws_do, fn, a1, a2, a3, a4, a5)
+  if not ok then ws_abort() end
+  out[j] = ws_result(ok, r)
   j, i, k = j + 1, ni, nk
   if i > n then break end
   ni, nk, fn, a1, a2, a3, a4, a5 = ws_op(i, k)

@@ -163,6 +163,57 @@ if ok then redis.call('HSET', KEYS[1], 'g', g + 1) end
 return 1
 `)
 
+// floorPack keeps every window's running state packed in one field of the
+// key's hash (struct.pack: the time of the last write, then per window its
+// total and current bucket, doubles): one HGET and one HSET of one field,
+// whatever the number of windows. KEYS[1]; ARGV: n.
+var floorPack = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = tonumber(ARGV[1])
+local s = redis.call('HGET', KEYS[1], 's')
+local T, t1, v1, t2, v2, t3, v3 = 0, 0, 0, 0, 0, 0, 0
+if s then
+  if n == 1 then T, t1, v1 = struct.unpack('<ddd', s) else T, t1, v1, t2, v2, t3, v3 = struct.unpack('<ddddddd', s) end
+end
+if t1 + 1 > 1099511627776 then return 0 end
+if n == 1 then
+  redis.call('HSET', KEYS[1], 's', struct.pack('<ddd', now, t1 + 1, v1 + 1))
+else
+  if t2 + 1 > 1099511627776 or t3 + 1 > 1099511627776 then return 0 end
+  redis.call('HSET', KEYS[1], 's', struct.pack('<ddddddd', now, t1 + 1, v1 + 1, t2 + 1, v2 + 1, t3 + 1, v3 + 1))
+end
+return 1
+`)
+
+// floorPackSep keeps each window's state packed in one field of the
+// window's own hash (KEYS[1..n]): n HGETs and n HSETs of one field each.
+// With ARGV[1] = "b", the current bucket keeps a field of its own as well
+// (HMGET of the state and the bucket, HSET of both).
+var floorPackSep = rueidis.NewLuaScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local both = ARGV[1] == 'b'
+for j = 1, #KEYS do
+  if both then
+    local c = string.format('%d', math.floor(now / 1000))
+    local r = redis.call('HMGET', KEYS[j], 'S', c)
+    local m, t1, v1 = 0, 0, 0
+    if r[1] then m, t1 = struct.unpack('<dd', r[1]) end
+    v1 = tonumber(r[2]) or 0
+    if t1 + 1 > 1099511627776 then return 0 end
+    redis.call('HSET', KEYS[j], 'S', struct.pack('<dd', now, t1 + 1), c, v1 + 1)
+  else
+    local s = redis.call('HGET', KEYS[j], 's')
+    local m, t1, v1 = 0, 0, 0
+    if s then m, t1, v1 = struct.unpack('<ddd', s) end
+    if t1 + 1 > 1099511627776 then return 0 end
+    redis.call('HSET', KEYS[j], 's', struct.pack('<ddd', now, t1 + 1, v1 + 1))
+  end
+end
+return 1
+`)
+
 // noop is a script that only answers: the part of a call's cost that no
 // layout changes.
 var noop = rueidis.NewLuaScript(`return 1`)
@@ -316,6 +367,24 @@ func main() {
 		{"floor3sep", floor(3, false)},
 		{"floorcum1", cum(1)},
 		{"floorcum3", cum(3)},
+		{"floorpack1", func(ctx context.Context, k string) error {
+			return floorPack.Exec(ctx, c, []string{"study:pack1:" + k}, []string{"1"}).Error()
+		}},
+		{"packsep1", func(ctx context.Context, k string) error {
+			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a"}, []string{"a"}).Error()
+		}},
+		{"packsep3", func(ctx context.Context, k string) error {
+			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a", "study:sep:" + k + ":b", "study:sep:" + k + ":c"}, []string{"a"}).Error()
+		}},
+		{"packsepb1", func(ctx context.Context, k string) error {
+			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a"}, []string{"b"}).Error()
+		}},
+		{"packsepb3", func(ctx context.Context, k string) error {
+			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a", "study:sep:" + k + ":b", "study:sep:" + k + ":c"}, []string{"b"}).Error()
+		}},
+		{"floorpack3", func(ctx context.Context, k string) error {
+			return floorPack.Exec(ctx, c, []string{"study:one:" + k}, []string{"3"}).Error()
+		}},
 	}
 	us := map[string][]float64{}
 	for r := 0; r < *runs; r++ {
