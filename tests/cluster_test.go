@@ -965,7 +965,7 @@ func TestClusterSlotMigration(t *testing.T) {
 			t.Logf("MIGRATION: slot %d split: %d keys on the source, %d on the target", slot, onSrc, onDst)
 		}
 		a0 := attempts.Load() - inflight.Load()
-		time.Sleep(50 * time.Millisecond) // let writes run against the split slot
+		time.Sleep(50 * time.Millisecond)     // let writes run against the split slot
 		splitAttempts += attempts.Load() - a0 // (the calls started, and those in flight, meanwhile)
 	})
 	mu.Lock()

@@ -281,7 +281,7 @@ local function ws_msweep(L, key, m, t, c, v, limit, cost)
       gone, mag = gone + v, mag + (v < 0 and -v or v)
     else
       nd = nd + 1
-      names[nd] = string.format('%d', (s - y) / b)
+      names[nd] = (s - y) / b -- (a number: redis.call writes an integer below 2^53 as one)
     end
   end
   names[nd + 1] = L.field
@@ -304,7 +304,7 @@ local function ws_msweep(L, key, m, t, c, v, limit, cost)
   local nv = cur + cost
   if mag >= WS_BIG or t - gone > limit - cost or cur <= -WS_BIG or nv >= WS_BIG or nv == 0 then return nil end
   local flush = nil
-  if c >= low then flush = string.format('%d', (c - y) / b) end
+  if c >= low then flush = (c - y) / b end
   return t - gone + cost, nv, del, flush
 end
 
@@ -313,7 +313,7 @@ end
 -- (when the new current bucket leaves the window: the hash lives as long as
 -- the record's bucket), and the buckets that left deleted.
 local function ws_mwrite(L, hk, flush, v, del)
-  if flush ~= nil then redis.call('HSET', hk, flush, string.format('%d', v)) end
+  if flush ~= nil then redis.call('HSET', hk, flush, v) end
   redis.call('PEXPIREAT', hk, ws_expiry(L.H, L.cstart + L.w))
   if #del > 0 then redis.call('HDEL', hk, unpack(del)) end
 end
@@ -408,7 +408,7 @@ local function ws_leanone(L, key, costs, limit)
           if cq + wq > leave then leave = cq + wq end
         end
       end
-      redis.call('SET', hk, ns, 'PXAT', string.format('%d', ws_expiry(L.H, leave)))
+      redis.call('SET', hk, ns, 'PXAT', ws_expiry(L.H, leave))
       return nt
     end
   end
@@ -501,7 +501,7 @@ local function ws_headmoves(H, i, k, n)
     if nt == nil then return nil end
     local x = 7 * j
     S[x + 1], S[x + 2], S[x + 3], S[x + 4], S[x + 5], S[x + 6], S[x + 7] = r or false, nt, nv, L, kind, del, flush
-    out[2 * j + 2], out[2 * j + 3] = nt, L.cstart + L.w - L.now
+    out[2 * j + 2], out[2 * j + 3] = nt, L.reset
   end
   -- Every limit admits: count.
   for j = 0, n - 1 do
@@ -540,68 +540,72 @@ local function ws_headlimits(H, i, k, n)
   local cost = tonumber(ARGV[i])
   if s and #s == 8 * WS_REC * n and cost > 0 then
     local A = {struct.unpack(ws_fmt(n), s)}
-    local shapes, out, ls, lim, ok, moved = H.shapes, {1, false, false, false, false, false, false}, nil, 0, true, nil
-    for j = 0, n - 1 do
-      local b, r = i + 1 + 2 * j, WS_REC * j
+    local shapes, out, ok, moved = H.shapes, {1, false, false, false, false, false, false}, true, nil
+    -- (Per limit, the least the loop can do: the checks against constants
+    -- worked out once, lc the room left under the limit, worked out when the
+    -- limit changes; a synced record counted in place.)
+    local nbig, vbig, ncost, ls, lc = -WS_BIG, WS_BIG - cost, -cost, nil, 0
+    local r, b, kj = 0, i + 1, k
+    for j = 1, n do
       local L, l = shapes[ARGV[b]], ARGV[b + 1]
       if L == nil then L = ws_shape(H, ARGV[b]) end
-      if l ~= ls then lim, ls = tonumber(l), l end
-      if A[r + 1] ~= L.b or A[r + 2] ~= L.w or cost > lim or lim >= WS_BIG then
+      if l ~= ls then
+        ls, lc = l, tonumber(l)
+        if cost > lc or lc >= WS_BIG then
+          ok = false
+          break
+        end
+        lc = lc - cost
+      end
+      if A[r + 1] ~= L.b or A[r + 2] ~= L.w then
         ok = false
         break
       end
       local t, v = A[r + 4], A[r + 6]
       if A[r + 3] == L.low and A[r + 5] == L.cstart then
-        if t > lim - cost or t <= -WS_BIG or v <= -WS_BIG or v + cost >= WS_BIG or v + cost == 0 then
+        if t > lc or t <= nbig or v <= nbig or v >= vbig or v == ncost then
           ok = false
           break
         end
-        t, v = t + cost, v + cost
+        t = t + cost
+        A[r + 4], A[r + 6] = t, v + cost
       else
         local kind, del, flush
-        t, v, kind, del, flush = ws_hdecide(L, k + 2 * j, A[r + 3], t, A[r + 5], v, lim, cost)
+        t, v, kind, del, flush = ws_hdecide(L, kj, A[r + 3], t, A[r + 5], v, lc + cost, cost)
         if t == nil then
           ok = false
           break
         end
-        -- (The moves are written once every limit has admitted: kept in
-        -- moved, a table only when something moves.)
+        -- (A move is written once every limit has admitted: kept in moved,
+        -- a table only when something moves.)
         if moved == nil then moved = {} end
         local x = #moved
-        moved[x + 1], moved[x + 2], moved[x + 3], moved[x + 4], moved[x + 5] = j, kind, del or false, flush or false, v
+        moved[x + 1], moved[x + 2], moved[x + 3], moved[x + 4], moved[x + 5], moved[x + 6] = r, kj, kind, del or false,
+          flush or false, v
+        A[r + 4] = t
       end
-      out[2 * j + 2], out[2 * j + 3] = t, L.cstart + L.w - L.now
+      out[2 * j], out[2 * j + 1] = t, L.reset
+      r, b, kj = r + WS_REC, b + 2, kj + 2
     end
     if ok then
+      for x = 2 * n + 2, 7 do out[x] = nil end
       if moved == nil then
-        for j = 0, n - 1 do
-          local r = WS_REC * j
-          A[r + 4], A[r + 6] = out[2 * j + 2], A[r + 6] + cost
-        end
-        for x = 2 * n + 2, 7 do out[x] = nil end
         redis.call('SET', hk, struct.pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'KEEPTTL')
         return out
       end
+      for x = 1, #moved, 6 do
+        local q = moved[x]
+        local L = shapes[ARGV[i + 1 + 2 * q / WS_REC]]
+        if moved[x + 2] == 1 then ws_mwrite(L, KEYS[moved[x + 1]], moved[x + 4] or nil, A[q + 6], moved[x + 3]) end
+        A[q + 3], A[q + 5], A[q + 6] = L.low, L.cstart, moved[x + 5]
+      end
+      -- The head lives until the latest of its records' buckets leaves.
       local leave = -math.huge
-      for j = 0, n - 1 do
-        local r = WS_REC * j
-        local L = shapes[ARGV[i + 1 + 2 * j]]
-        local mk = nil
-        for x = 1, #moved, 5 do
-          if moved[x] == j then mk = x end
-        end
-        if mk == nil then
-          A[r + 4], A[r + 6] = out[2 * j + 2], A[r + 6] + cost
-        else
-          if moved[mk + 1] == 1 then ws_mwrite(L, KEYS[k + 2 * j], moved[mk + 3] or nil, A[r + 6], moved[mk + 2]) end
-          A[r + 3], A[r + 4], A[r + 5], A[r + 6] = L.low, out[2 * j + 2], L.cstart, moved[mk + 4]
-        end
-        local e = A[r + 5] + A[r + 2]
+      for q = 0, WS_REC * (n - 1), WS_REC do
+        local e = A[q + 5] + A[q + 2]
         if e > leave then leave = e end
       end
-      for x = 2 * n + 2, 7 do out[x] = nil end
-      redis.call('SET', hk, struct.pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'PXAT',
-        string.format('%d', ws_expiry(H, leave)))
+      redis.call('SET', hk, struct.pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'PXAT', ws_expiry(H, leave))
       return out
     end
   end

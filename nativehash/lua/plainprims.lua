@@ -214,7 +214,7 @@ local function ws_hsave(Hd)
     redis.call('DEL', Hd.key)
     return
   end
-  redis.call('SET', Hd.key, struct.pack(ws_fmt(n), unpack(a, 1, m)), 'PXAT', string.format('%d', ws_expiry(Hd.H, leave)))
+  redis.call('SET', Hd.key, struct.pack(ws_fmt(n), unpack(a, 1, m)), 'PXAT', ws_expiry(Hd.H, leave))
 end
 
 -- ws_end writes the heads that the operation changed: once per operation,

@@ -559,7 +559,7 @@ local function ws_wlimits(H, i, k, n)
   for j = 0, n - 1 do
     local L, nt = ws_shape(H, ARGV[i + 1 + 2 * j]), S[3 * j + 1]
     ws_fastcommit(L, ws_ckey(k, j), nt, S[3 * j + 2], S[3 * j + 3])
-    out[2 * j + 2], out[2 * j + 3] = nt, L.cstart + L.w - L.now
+    out[2 * j + 2], out[2 * j + 3] = nt, L.reset
   end
   for x = 2 * n + 2, 7 do out[x] = nil end
   return out

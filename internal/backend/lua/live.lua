@@ -78,6 +78,7 @@ end
 --   lo..hi      live codes of this year; plo..phi of the year before; 0..nhi
 --               of the next (an empty range has lo > hi)
 --   low         the start of the oldest live bucket
+--   reset       ms from the instant until the current bucket leaves the window
 local function ws_shape(H, shape)
   local L = H.shapes[shape]
   if L ~= nil then return L end
@@ -101,7 +102,7 @@ local function ws_shape(H, shape)
   local low
   if plo <= phi then low = prev + plo * b else low = cur + lo * b end
   L = {H = H, b = b, w = w, now = now, prev = prev, cur = cur, nxt = nxt, c = c, cstart = cstart, field = field,
-    lo = lo, hi = hi, plo = plo, phi = phi, nhi = nhi, low = low,
+    lo = lo, hi = hi, plo = plo, phi = phi, nhi = nhi, low = low, reset = cstart + w - now,
     target = {field = field, start = cstart, current = true}}
   H.shapes[shape] = L
   return L

@@ -1,0 +1,133 @@
+// Command cgprobe drives one operation of the store against a server at a
+// steady pace on a virtual clock, for counting the server's instructions per
+// operation under valgrind's callgrind (scripts/callgrind.sh): unlike the
+// server's CPU time, which varies on a shared machine by up to 3x, an
+// instruction count is the same from run to run for the same code, keys and
+// calls (to within the few per cent by which the store's batching of
+// concurrent operations varies), so a change of a script can be measured
+// alone.
+//
+// It makes three stores of one prefix (windows of 10 buckets: 10s/1s,
+// 100s/10s, 1000s/100s, as the bench's allow3) and the bench's six-feature
+// set (record6, on the 10s/1s window), one op per key first (not
+// measured), then runs --n operations of --op over --keys keys from --conc
+// callers; with --step, on a client clock (Store.At) that advances by step
+// once every key has had an operation: --step 0 keeps every key's window
+// synced (no bucket starts), --step 300ms starts the 1 s window's bucket on
+// about one operation in three. With --pid, it zeroes callgrind's counters
+// after the first operations (callgrind_control -z) and dumps them at the
+// end (-d).
+//
+//	go run ./tests/cmd/cgprobe --addr 127.0.0.1:6379 --op allow3 --step 300ms --conc 32
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/store"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:6379", "the server")
+	op := flag.String("op", "add", "add, allow, allow3 (store.AllowAll of the three stores), sum, distinct (AddDistinct of one of 1,000 members) or record6 (the bench's)")
+	n := flag.Int("n", 6000, "operations measured")
+	keys := flag.Int("keys", 100, "keys")
+	conc := flag.Int("conc", 32, "callers")
+	step := flag.Duration("step", 0, "virtual time between two passes over the keys (a client clock); <0: the server's clock")
+	pid := flag.Int("pid", 0, "the callgrind process to zero after the first operations, and dump at the end")
+	warm := flag.Bool("warm", true, "one operation per key before measuring")
+	prefix := flag.String("prefix", "cg:", "key prefix")
+	flag.Parse()
+	ctx := context.Background()
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{*addr}, DisableCache: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	var st []*store.Store
+	for _, sc := range []time.Duration{1, 10, 100} {
+		s, err := store.New(ctx, c, store.Window{Length: 10 * sc * time.Second, Bucket: sc * time.Second},
+			store.WithPrefix(*prefix), store.WithBackend("nativehash-plain"))
+		if err != nil {
+			log.Fatal(err)
+		}
+		st = append(st, s)
+	}
+	one := st[0].Window()
+	set, err := features.New(ctx, c, []features.Feature{
+		{Name: "user_logins", Entity: "user", Kind: features.Count, Windows: []store.Window{one}},
+		{Name: "user_limit", Entity: "user", Kind: features.Limit, Windows: []store.Window{one}, Limits: []int64{1 << 40}},
+		{Name: "user_ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{one}},
+		{Name: "ip_logins", Entity: "ip", Kind: features.Count, Windows: []store.Window{one}},
+		{Name: "ip_amount", Entity: "ip", Kind: features.Sum, Windows: []store.Window{one}},
+		{Name: "ip_users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{one}},
+	}, store.WithPrefix(*prefix+"fx:"), store.WithBackend("nativehash-plain"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Hour)
+	do := func(k string, i int) {
+		st, set := st, set
+		if *step >= 0 {
+			at := t0.Add(time.Duration(i / *keys) * *step)
+			st, set = []*store.Store{st[0].At(at), st[1].At(at), st[2].At(at)}, set.At(at)
+		}
+		var err error
+		switch *op {
+		case "add":
+			_, err = st[0].Add(ctx, k, 1)
+		case "allow":
+			_, err = st[0].Allow(ctx, k, 1<<40, 1)
+		case "allow3":
+			_, err = store.AllowAll(ctx, 1, store.Policy{Store: st[0], Key: k, Limit: 1 << 40},
+				store.Policy{Store: st[1], Key: k, Limit: 1 << 40}, store.Policy{Store: st[2], Key: k, Limit: 1 << 40})
+		case "sum":
+			_, err = st[0].Sum(ctx, k)
+		case "distinct":
+			_, err = st[0].AddDistinct(ctx, k, strconv.Itoa(i*7919%1000))
+		case "record6":
+			_, err = set.Record(ctx, features.Event{Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
+		default:
+			log.Fatalf("no operation %q", *op)
+		}
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	for i := 0; i < *keys && *warm; i++ {
+		do(strconv.Itoa(i), i)
+	}
+	if *pid != 0 {
+		if err := exec.Command("callgrind_control", "-z", strconv.Itoa(*pid)).Run(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	t1 := time.Now()
+	var wg sync.WaitGroup
+	for g := 0; g < *conc; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := g; i < *n; i += *conc {
+				do(strconv.Itoa(i%*keys), *keys+i)
+			}
+		}(g)
+	}
+	wg.Wait()
+	if *pid != 0 {
+		if err := exec.Command("callgrind_control", "-d", strconv.Itoa(*pid)).Run(); err != nil {
+			log.Fatal(err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "cgprobe: %d %s in %v\n", *n, *op, time.Since(t1))
+}
