@@ -1,14 +1,16 @@
-// Package nativehash keeps window counters in native Redis hashes, one hash
-// per counter, one field per bucket.
+// Package nativehash keeps window counters in native Redis hashes, one field
+// per bucket.
 //
 // It has two modes, two backends of the same family ("nativehash"):
 //
 //   - Plain (any Redis >= 7.0, any Valkey): fields never expire on their own.
-//     The hash keeps a running total beside the buckets (fields m and t, below), so a write
-//     reads three fields, not the whole counter; the buckets that leave the
-//     window are deleted by the next write, and a write that starts a bucket
-//     sets the key's expiry to the moment that bucket leaves the window, so an
-//     idle counter vanishes on its own.
+//     Each key has a head beside its counters' hashes: a short string that
+//     holds, per window, a running total and the current bucket's value
+//     (below), so an event on a synced window reads and writes the head
+//     alone, one GET and one SET whatever the number of windows. The buckets
+//     that leave a window are swept from its total and deleted once per
+//     bucket, and every key expires when its newest bucket leaves its
+//     window, so an idle counter vanishes on its own.
 //   - FieldTTL (Redis >= 7.4, Valkey >= 9): every bucket field expires on its
 //     own (HPEXPIREAT with an absolute time, once per bucket: HINCRBY keeps a
 //     field's TTL). Reads never need to delete; the key's expiry stays as a
@@ -18,38 +20,53 @@
 // operations into one script call). The commands of one operation:
 //
 //	operation  plain                                   field TTL
-//	Add        HMGET (3 fields), HSET, [PEXPIREAT]     HGETALL, HINCRBY, [HPEXPIREAT, PEXPIREAT]
+//	Add        GET, SET (the head)                     HGETALL, HINCRBY, [HPEXPIREAT, PEXPIREAT]
 //	NoSum      as Add                                  HGET, HINCRBY, [HGETALL, HPEXPIREAT, PEXPIREAT]
 //	Allow      as Add when it fits; else HGETALL too   HGETALL, [HINCRBY, HPEXPIREAT, PEXPIREAT]
-//	Sum        HMGET (3 fields)                        HGETALL
+//	Sum        GET (the head), [HMGET]                 HGETALL
 //
 // (NoSum: a write that asks for no sum, store.Event.NoSum; in brackets: once
 // per bucket; NoSum's HGETALL refuses a hash that is not a counter before its
-// first write gives it an expiry). On the plain hash, once per bucket boundary
-// a write also sweeps: HMGET and HDEL of the buckets that left; a counter idle
+// first write gives it an expiry). On the plain hash, once per bucket of a
+// window, a write also moves the window's record: HMGET of the buckets that
+// left and of the new bucket, HSET of the bucket the record held (a flush),
+// PEXPIREAT of the hash, HDEL of the buckets that left, and the head's SET
+// with its new expiry; a sum of a window that moved since its last write
+// reads the buckets that left (HMGET). The limits of one key's windows (store.AllowAll of
+// policies on one key) are one GET and one SET of its head. A counter idle
 // for more than 32 buckets, or whose total reaches 2^53, is read whole
-// (HGETALL) once. With the server clock (the default) each script call also
-// runs TIME once.
+// (HGETALL). With the server clock (the default) each script call also runs
+// TIME once.
 //
-// # The plain hash's fields
+// # The plain hash's keys
 //
-// Besides the buckets, a plain hash keeps a running total (field t) of the
-// buckets that start at or after a mark (field m, Unix ms): the start of the
-// oldest bucket that was live at the last write. So a write or a sum reads
-// three fields (m, t and its bucket), not the whole counter:
+// A counter is its buckets' hash, one field per bucket code as on every
+// backend, and its key's head, shared by the counters of one key under one
+// prefix (the windows of a store's tiers, stores of other windows):
 //
-//	fields of one counter, Window{10s, 1s}, at 12:00:15.3
-//	m  1735732806000   (12:00:06: oldest live bucket at the last write)
-//	t  42              (sum of the buckets that start at or after m)
-//	6 ... 15           the buckets (codes), 12:00:06 ... 12:00:15
+//	ws:{user:42}:h           the head: one record per window
+//	ws:{user:42}:10s/1s:b    the buckets of the 10s/1s window
 //
-//	Add at 12:00:17.1: the oldest live bucket is now 12:00:08, so buckets 6
-//	and 7 have left: HMGET them, take them off t, HSET m, t and bucket 17,
-//	then HDEL 6 and 7.
+// A record is six doubles: the window's bucket and length (which window it
+// is), m, the start of the oldest bucket live at the last write, t, the sum
+// of the buckets that start at or after m, and c and v, the current bucket's
+// start and value, which the bucket's field does not hold until the window
+// moves on:
+//
+//	Window{10s, 1s} at 12:00:15.3, synced at the last write
+//	head     m 12:00:06  t 42  c 12:00:15  v 3
+//	hash     6 ... 14           the buckets before c (codes), 12:00:06 ... 12:00:14
+//
+//	Add 1 at 12:00:15.8: t 43, v 4 (GET and SET of the head)
+//	Add 1 at 12:00:17.1: buckets 6 and 7 have left: HMGET them, take them
+//	off t; HSET 15 4 (the flush); the record becomes m 12:00:08,
+//	t 43 - b6 - b7 + 1, c 12:00:17, v 1; HDEL 6 and 7; both keys' expiries move.
 //
 // A write sweeps at most 32 buckets that way; a counter idle for longer, a
-// total that reaches 2^53, a clock that went back past m, or a hash without m
-// and t (a new counter) is read whole once (HGETALL) and its total rebuilt.
+// total that reaches 2^53, a clock that went back past m, or a counter
+// without a record (new) is read whole once (HGETALL) and its record rebuilt.
+// Store.Inspect reports the record as Meta["m"] and Meta["t"]; the plain
+// hash's Lua (lua/plainprims.lua, lua/plain.lua) has the details.
 package nativehash
 
 import (
@@ -81,7 +98,7 @@ var plain = backend.Register(backend.New(backend.Spec{
 	Head:     true,
 	Reserved: []string{"m", "t"},
 	Why:      "the plain native hash works on any Redis or Valkey: writes delete the buckets that left the window",
-	Prims:    []backend.Fragment{frag("plainprims.lua")},
+	Prims:    []backend.Fragment{frag("pack.lua"), frag("plainprims.lua")},
 	Ops:      []backend.Fragment{frag("plain.lua")},
 	ACL:      backend.ACLRule{Label: "plain hash", Rule: "+time +pttl +hgetall +hmget +hset +pexpireat +hdel +get +set +del +exists"},
 }))

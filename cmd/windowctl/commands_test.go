@@ -120,7 +120,7 @@ func TestSumKeyErrors(t *testing.T) {
 	if _, err := st.Add(ctx, "a", 4); err != nil {
 		t.Fatal(err)
 	}
-	if err := mr.Set("t:{str}:1m/1s", "keep me"); err != nil {
+	if err := mr.Set("t:{str}:1m/1s:b", "keep me"); err != nil {
 		t.Fatal(err)
 	}
 	sum := func(json bool, keys ...string) (string, int) {
@@ -148,7 +148,7 @@ func TestSumKeyErrors(t *testing.T) {
 	if code != exitError || out != want {
 		t.Errorf("text: exit %d, output:\n%s", code, out)
 	}
-	if v, _ := mr.Get("t:{str}:1m/1s"); v != "keep me" {
+	if v, _ := mr.Get("t:{str}:1m/1s:b"); v != "keep me" {
 		t.Errorf("the string became %q", v)
 	}
 	// Every key good: exit 0, nothing on stderr.

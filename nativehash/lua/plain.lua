@@ -373,11 +373,11 @@ local function ws_leanone(L, key, costs, limit)
     n = #s / (8 * WS_REC)
     if n < 1 or n % 1 ~= 0 then n, r = 0, 1 end -- (not a head: ws_hget says so)
     if n > 0 then
-      local b, w = struct.unpack('<dd', s)
+      local b, w = ws_unpack('<dd', s)
       while b ~= L.b or w ~= L.w do
         r = r + 1
         if r >= n then break end
-        b, w = struct.unpack('<dd', s, 8 * WS_REC * r + 1)
+        b, w = ws_unpack('<dd', s, 8 * WS_REC * r + 1)
       end
     end
   end
@@ -385,11 +385,11 @@ local function ws_leanone(L, key, costs, limit)
     local m, t, c, v
     if r < n then
       local _
-      _, _, m, t, c, v = struct.unpack(WS_REC1, s, 8 * WS_REC * r + 1)
+      _, _, m, t, c, v = ws_unpack(WS_REC1, s, 8 * WS_REC * r + 1)
     end
     local nt, nv, kind, del, flush = ws_hdecide(L, key, m, t, c, v, limit, cost)
     if nt ~= nil then
-      local ns = struct.pack(WS_REC1, L.b, L.w, L.low, nt, L.cstart, nv)
+      local ns = ws_pack(WS_REC1, L.b, L.w, L.low, nt, L.cstart, nv)
       if r < n and n > 1 then
         ns = string.sub(s, 1, 8 * WS_REC * r) .. ns .. string.sub(s, 8 * WS_REC * (r + 1) + 1)
       elseif r == n and n > 0 then
@@ -404,7 +404,7 @@ local function ws_leanone(L, key, costs, limit)
       local leave = L.cstart + L.w
       for q = 0, n - 1 do
         if q ~= r then
-          local wq, _, _, cq = struct.unpack('<dddd', s, 8 * WS_REC * q + 9)
+          local wq, _, _, cq = ws_unpack('<dddd', s, 8 * WS_REC * q + 9)
           if cq + wq > leave then leave = cq + wq end
         end
       end
@@ -539,7 +539,7 @@ local function ws_headlimits(H, i, k, n)
   local s = redis.call('GET', hk)
   local cost = tonumber(ARGV[i])
   if s and #s == 8 * WS_REC * n and cost > 0 then
-    local A = {struct.unpack(ws_fmt(n), s)}
+    local A = {ws_unpack(ws_fmt(n), s)}
     local shapes, out, ok, moved = H.shapes, {1, false, false, false, false, false, false}, true, nil
     -- (Per limit, the least the loop can do: the checks against constants
     -- worked out once, lc the room left under the limit, worked out when the
@@ -590,7 +590,7 @@ local function ws_headlimits(H, i, k, n)
     if ok then
       for x = 2 * n + 2, 7 do out[x] = nil end
       if moved == nil then
-        redis.call('SET', hk, struct.pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'KEEPTTL')
+        redis.call('SET', hk, ws_pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'KEEPTTL')
         return out
       end
       for x = 1, #moved, 6 do
@@ -605,7 +605,7 @@ local function ws_headlimits(H, i, k, n)
         local e = A[q + 5] + A[q + 2]
         if e > leave then leave = e end
       end
-      redis.call('SET', hk, struct.pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'PXAT', ws_expiry(H, leave))
+      redis.call('SET', hk, ws_pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'PXAT', ws_expiry(H, leave))
       return out
     end
   end

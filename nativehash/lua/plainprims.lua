@@ -124,7 +124,7 @@ local function ws_hget(L, key)
     end
     local a, pos = Hd.a, 1
     for i = 1, WS_REC * n, WS_REC do
-      a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], pos = struct.unpack(WS_REC1, s, pos)
+      a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], pos = ws_unpack(WS_REC1, s, pos)
     end
     Hd.n = n
   end
@@ -190,9 +190,9 @@ local function ws_hsave(Hd)
   local a, n = Hd.a, Hd.n
   if not Hd.moved then
     if n == 1 then
-      redis.call('SET', Hd.key, struct.pack(WS_REC1, a[1], a[2], a[3], a[4], a[5], a[6]), 'KEEPTTL')
+      redis.call('SET', Hd.key, ws_pack(WS_REC1, a[1], a[2], a[3], a[4], a[5], a[6]), 'KEEPTTL')
     else
-      redis.call('SET', Hd.key, struct.pack(ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL')
+      redis.call('SET', Hd.key, ws_pack(ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL')
     end
     return
   end
@@ -214,7 +214,7 @@ local function ws_hsave(Hd)
     redis.call('DEL', Hd.key)
     return
   end
-  redis.call('SET', Hd.key, struct.pack(ws_fmt(n), unpack(a, 1, m)), 'PXAT', ws_expiry(Hd.H, leave))
+  redis.call('SET', Hd.key, ws_pack(ws_fmt(n), unpack(a, 1, m)), 'PXAT', ws_expiry(Hd.H, leave))
 end
 
 -- ws_end writes the heads that the operation changed: once per operation,
