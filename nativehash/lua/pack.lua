@@ -8,7 +8,7 @@
 -- is settled by the first call (ws_packing): a Functions library's code
 -- runs at FUNCTION LOAD, where the struct library is not in sight, and
 -- every call after the first goes straight to the one chosen.
-local ws_pack, ws_unpack
+local ws_pack, ws_unpack = nil, nil
 
 local function ws_packing()
   local ok, S = pcall(function() return struct end)
