@@ -22,10 +22,6 @@ cd "$(dirname "$0")/.."
 ops=("$@")
 [ ${#ops[@]} -gt 0 ] || ops=(add allow allow3 record6 distinct)
 port=${PROFILE_PORT:-16391}
-version=7.0.15
-sha=4b1dc4ee6d622a09fff9c6777191209750fb5e5a725ef78ea012d6eef4c22982
-url=https://deb.debian.org/debian/pool/main/r/redis/redis_$version.orig.tar.gz
-
 missing=()
 for c in perf cc make curl taskset; do command -v "$c" >/dev/null || missing+=("$c"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -33,17 +29,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 1
 fi
 
-cache=${XDG_CACHE_HOME:-$HOME/.cache}/windowstore
-server=$cache/redis-$version/src/redis-server
-if [ ! -x "$server" ]; then
-  mkdir -p "$cache"
-  echo "profile: building Redis $version with symbols in $cache (once, a few minutes)" >&2
-  curl -fsSL -o "$cache/redis-$version.tar.gz" "$url"
-  echo "$sha  $cache/redis-$version.tar.gz" | sha256sum -c --quiet
-  tar -xzf "$cache/redis-$version.tar.gz" -C "$cache"
-  make -C "$cache/redis-$version" -j"$(nproc)" BUILD_TLS=no OPTIMIZATION=-O2 CFLAGS=-fno-omit-frame-pointer >"$cache/build.log" 2>&1 ||
-    { tail -20 "$cache/build.log" >&2; exit 1; }
-fi
+# shellcheck source=scripts/lib/symbolized-redis.sh
+. scripts/lib/symbolized-redis.sh
+symbolized_redis
 
 cpus=$(nproc)
 server_cpu=$((cpus - 1)) client_cpus=0-$((cpus > 1 ? cpus - 2 : 0))
@@ -53,7 +41,6 @@ taskset -c "$server_cpu" "$server" --port "$port" --bind 127.0.0.1 --save '' --a
 trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 50); do [ -s "$dir/redis.pid" ] && break; sleep 0.1; done
 pid=$(cat "$dir/redis.pid")
-cli=$cache/redis-$version/src/redis-cli
 
 (cd tests && go build -o "$dir/bench" ./cmd/bench && go build -o "$dir/perfcat" ./cmd/perfcat)
 for op in "${ops[@]}"; do

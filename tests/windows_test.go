@@ -337,9 +337,11 @@ func TestWindowsKeys(t *testing.T) {
 // TestWindowsMemory: the README's three limits of one key (per minute in
 // seconds, per hour in minutes, per day in hours), with every bucket of every
 // window holding a count, as a hammered key's do: the windows limiter's keys
-// against Combine's three store counters (limit.NewSlidingWindow), by MEMORY
-// USAGE. Each of the limiter's hashes stays a listpack, and the whole costs
-// at most 1.2x Combine's.
+// against Combine's three store counters (limit.NewSlidingWindow), and
+// against three stores of one prefix decided together (store.AllowAll of
+// three policies on the key: on the plain hash, one head for the three), by
+// MEMORY USAGE. Each of the limiter's hashes stays a listpack, and the whole
+// costs at most 1.2x Combine's.
 func TestWindowsMemory(t *testing.T) {
 	t.Parallel()
 	srv := harness.Shared(t, harness.Redis70)
@@ -350,6 +352,7 @@ func TestWindowsMemory(t *testing.T) {
 		{Length: 24 * time.Hour, Bucket: time.Hour}}
 	var rules []limit.Rule
 	var parts []limit.Limiter
+	var policies []store.Policy
 	for i, w := range shapes {
 		name := []string{"persec", "permin", "perday"}[i]
 		rules = append(rules, limit.Rule{Name: name, Limit: 1 << 40, Window: w})
@@ -358,6 +361,9 @@ func TestWindowsMemory(t *testing.T) {
 		l, err := limit.NewSlidingWindow(st, name, 1<<40)
 		require.NoError(t, err)
 		parts = append(parts, l)
+		ps, err := store.New(ctx, c, w, store.WithPrefix(prefix+"all:"))
+		require.NoError(t, err)
+		policies = append(policies, store.Policy{Store: ps, Key: "k", Limit: 1 << 40})
 	}
 	win, err := limit.NewWindows(c, "three", rules, limit.WithPrefix(prefix+"win:"))
 	require.NoError(t, err)
@@ -382,6 +388,13 @@ func TestWindowsMemory(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 		}
+		pol := make([]store.Policy, len(policies))
+		for i, p := range policies {
+			pol[i] = store.Policy{Store: p.Store.At(ts), Key: p.Key, Limit: p.Limit}
+		}
+		d, err := store.AllowAll(ctx, 1, pol...)
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
 	}
 	usage := func(pattern string) (total int64) {
 		keys, err := c.Do(ctx, c.B().Keys().Pattern(pattern).Build()).AsStrSlice()
@@ -399,13 +412,15 @@ func TestWindowsMemory(t *testing.T) {
 		}
 		return total
 	}
-	w, m := usage(prefix+"win:*"), usage(prefix+"sw:*")
-	t.Logf("three windows of one key, every bucket counted: windows limiter %d B, Combine %d B (%.2fx)", w, m, float64(w)/float64(m))
+	w, m, a := usage(prefix+"win:*"), usage(prefix+"sw:*"), usage(prefix+"all:*")
+	t.Logf("three windows of one key, every bucket counted: windows limiter %d B, Combine %d B (%.2fx), AllowAll of three stores %d B",
+		w, m, float64(w)/float64(m), a)
 	require.LessOrEqual(t, float64(w), 1.2*float64(m))
 	server := srv.Version(t)
 	how := "MEMORY USAGE SAMPLES 0 of every key of one key's three limits (1m/1s, 1h/1m, 1d/1h), every bucket counted"
 	figures.Check(t, "limiters/three/windows", figures.Figure{Value: float64(w), Unit: "B", How: how, Server: server}, 0.03)
 	figures.Check(t, "limiters/three/combine", figures.Figure{Value: float64(m), Unit: "B", How: how, Server: server}, 0.03)
+	figures.Check(t, "limiters/three/allowall", figures.Figure{Value: float64(a), Unit: "B", How: how, Server: server}, 0.03)
 }
 
 // TestWindowsMiddleware: a rule whose limiter is a windows limiter answers

@@ -34,12 +34,13 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/internal/baseline"
 	"github.com/windowstore/windowstore/store"
 )
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "the server")
-	op := flag.String("op", "add", "add, allow, allow3 (store.AllowAll of the three stores), sum, distinct (AddDistinct of one of 1,000 members) or record6 (the bench's)")
+	op := flag.String("op", "add", "add, allow, allow3 (store.AllowAll of the three stores), sum, distinct (AddDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
 	n := flag.Int("n", 6000, "operations measured")
 	keys := flag.Int("keys", 100, "keys")
 	conc := flag.Int("conc", 32, "callers")
@@ -95,6 +96,12 @@ func main() {
 			_, err = st[0].Sum(ctx, k)
 		case "distinct":
 			_, err = st[0].AddDistinct(ctx, k, strconv.Itoa(i*7919%1000))
+		case "naive":
+			now := time.Now()
+			if *step >= 0 {
+				now = t0.Add(time.Duration(i / *keys) * *step)
+			}
+			err = baseline.Naive.Exec(ctx, c, []string{*prefix + "naive:" + k}, baseline.NaiveArgs(now, 10)).Error()
 		case "record6":
 			_, err = set.Record(ctx, features.Event{Entities: map[string]string{"user": k, "ip": "ip" + k}, Amount: 3})
 		default:

@@ -182,7 +182,7 @@ func limiters(f figures.File) string {
 		return strings.Join(parts, "; ")
 	}
 	fmt.Fprintf(&b, "| exact sliding log (ZSET) | `limit.NewLog` | exact, to the ms | %s | `ZCOUNT` `ZREMRANGEBYSCORE` `ZADD` `PEXPIREAT` `ZRANGE` |\n", ev("log"))
-	fmt.Fprintf(&b, "| bucketed sliding window | `limit.NewSlidingWindow` | one bucket; never over-admits | %s | `HMGET` `HSET` on the plain hash (see Backends) |\n", ev("sliding-window"))
+	fmt.Fprintf(&b, "| bucketed sliding window | `limit.NewSlidingWindow` | one bucket; never over-admits | %s | `GET` `SET` of the head on the plain hash; `HMGET` `HSET` `HDEL` once per bucket (see Backends) |\n", ev("sliding-window"))
 	fmt.Fprintf(&b, "| fixed window | `limit.NewFixedWindow` | a window; up to 2x the limit across an edge | %s | `HMGET` `HSET`/`HINCRBY` `PEXPIREAT` |\n", ev("fixed-window"))
 	fmt.Fprintf(&b, "| token bucket, GCRA | `limit.NewGCRA` | exact, to the ms; a smooth rate, bursts up to a burst size | %s | `GET` `SET` |\n", ev("gcra"))
 	if w, ok := f["limiters/three/windows"]; ok {

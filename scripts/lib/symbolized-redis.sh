@@ -1,0 +1,27 @@
+# Sourced by the profiling scripts (profile.sh, callgrind.sh): Redis 7.0.15
+# built from the source tarball Debian ships (checked against its SHA-256),
+# with symbols and frame pointers, once, under
+# ${XDG_CACHE_HOME:-~/.cache}/windowstore. After `symbolized_redis`:
+#
+#   server   the redis-server binary
+#   cli      the redis-cli binary
+#
+# It needs a C compiler, make and curl.
+
+symbolized_redis() {
+  local version=7.0.15
+  local sha=4b1dc4ee6d622a09fff9c6777191209750fb5e5a725ef78ea012d6eef4c22982
+  local url=https://deb.debian.org/debian/pool/main/r/redis/redis_$version.orig.tar.gz
+  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/windowstore
+  server=$cache/redis-$version/src/redis-server
+  cli=$cache/redis-$version/src/redis-cli
+  if [ ! -x "$server" ]; then
+    mkdir -p "$cache"
+    echo "building Redis $version with symbols in $cache (once, a few minutes)" >&2
+    curl -fsSL -o "$cache/redis-$version.tar.gz" "$url"
+    echo "$sha  $cache/redis-$version.tar.gz" | sha256sum -c --quiet
+    tar -xzf "$cache/redis-$version.tar.gz" -C "$cache"
+    make -C "$cache/redis-$version" -j"$(nproc)" BUILD_TLS=no OPTIMIZATION=-O2 CFLAGS=-fno-omit-frame-pointer >"$cache/build.log" 2>&1 ||
+      { tail -20 "$cache/build.log" >&2; return 1; }
+  fi
+}
