@@ -22,7 +22,13 @@ cd "$(dirname "$0")/.."
 op=${1:?usage: ./scripts/callgrind.sh OPERATION [cgprobe flags]}
 shift
 n=${N:-3000}
-port=${CALLGRIND_PORT:-16392}
+port=${CALLGRIND_PORT:-}
+if [ -z "$port" ]; then # a free port
+  for _ in $(seq 20); do
+    port=$((20000 + RANDOM % 10000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+  done
+fi
 missing=()
 for c in valgrind callgrind_control cc make curl; do command -v "$c" >/dev/null || missing+=("$c"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -41,6 +47,7 @@ valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$server" --port "$p
 vg=$!
 trap 'kill "$vg" 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+kill -0 "$vg" 2>/dev/null || { cat "$dir/valgrind.log" >&2; exit 1; }
 
 "$dir/cgprobe" --addr "127.0.0.1:$port" --op "$op" --n "$n" --pid "$vg" "$@"
 kill -INT "$vg"
@@ -48,5 +55,5 @@ wait "$vg" 2>/dev/null || true
 # cgprobe's dump (callgrind_control -d) holds the measured operations alone.
 dump=$(ls "$dir"/cg."$vg".* | head -1)
 total=$(sed -n 's/^summary: *//p; s/^totals: *//p' "$dump" | head -1 | awk '{print $1}')
-echo "$op $*: $((total / n)) server instructions per operation (callgrind, $n operations)"
+echo "$op${*:+ $*}: $((total / n)) server instructions per operation (callgrind, $n operations)"
 if [ -n "${CALLGRIND_OUT:-}" ]; then cp "$dump" "$CALLGRIND_OUT"; fi
