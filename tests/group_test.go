@@ -602,6 +602,50 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 	})
 }
 
+// TestHeadLivesForItsLongestWindow: one key's windows share a head on the
+// plain hash, which holds each window's running total and current bucket.
+// The head must live until the last of its windows' current buckets leaves,
+// whichever window was written last: a head that expired with its shortest
+// window would take the longer windows' current buckets with it. The
+// shortest window is written with the others, as it starts a new bucket and
+// after it has passed whole (the limits in the head's order, then in
+// another), and alone. Real time, about 2 s.
+func TestHeadLivesForItsLongestWindow(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		ss := policyStores(t, tg, store.Window{Length: 400 * time.Millisecond, Bucket: 100 * time.Millisecond},
+			store.Window{Length: time.Minute, Bucket: time.Second})
+		ctx := ctxT(t)
+		both := func(order ...int) {
+			t.Helper()
+			var ps []store.Policy
+			for _, i := range order {
+				ps = append(ps, store.Policy{Store: ss[i], Key: "k", Limit: 100})
+			}
+			d, err := store.AllowAll(ctx, 1, ps...)
+			require.NoError(t, err)
+			require.True(t, d.Allowed)
+		}
+		long := func(want int64, when string) {
+			t.Helper()
+			sum, err := ss[1].Sum(ctx, "k")
+			require.NoError(t, err)
+			require.EqualValues(t, want, sum, "the minute's sum %s", when)
+		}
+		both(0, 1)                         // the head written new
+		time.Sleep(150 * time.Millisecond) // the short window's bucket moves on
+		both(0, 1)                         // (the head's records in the limits' order)
+		time.Sleep(600 * time.Millisecond) // the short window passes whole
+		long(2, "once the short window has passed")
+		both(1, 0) // (the limits in another order than the head's records)
+		time.Sleep(600 * time.Millisecond)
+		long(3, "once the short window, written in another order, has passed")
+		_, err := ss[0].Add(ctx, "k", 1) // the short window alone
+		require.NoError(t, err)
+		time.Sleep(600 * time.Millisecond)
+		long(3, "once the short window, written alone, has passed")
+	})
+}
+
 // TestAllowAllEdges covers the paths of a group of limits that the random
 // walks rarely take, on every backend: the plain hash's fast path
 // (ws_fastopen) must hand each of them to the general one, or take it
