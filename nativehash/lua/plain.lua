@@ -173,6 +173,37 @@ end
 -- integer a record can hold.
 local function ws_exact(x) return type(x) == 'number' and x < WS_BIG and x > -WS_BIG end
 
+-- ws_fname is the field of this year's bucket with code k of window L, as a
+-- string made once per shape and header, and ws_expat the server's Unix ms
+-- of instant at (script clock), as a string, made once per shape and header
+-- for the current bucket's leaving (L.cstart + L.w), the expiry of a head
+-- or hash after a move. A move's arguments are passed to redis.call as
+-- strings: a number argument is written there with snprintf's %.17g, which
+-- on Redis 7.0 cost a move about a fifth of its instructions (callgrind),
+-- and the calls of one header share each string.
+local function ws_fname(L, k)
+  local f = L.fnames
+  if f == nil then
+    f = {}
+    L.fnames = f
+  end
+  local n = f[k]
+  if n == nil then
+    n = string.format('%d', k)
+    f[k] = n
+  end
+  return n
+end
+
+local function ws_expat(L, at)
+  local H = L.H
+  if H.srv == nil then H.srv = ws_srvnow() end
+  if at ~= L.cstart + L.w then return string.format('%d', H.srv + (at - H.now)) end
+  -- (A client-clock header's server time is read anew by each call: see ws_memo.)
+  if L.xsrv ~= H.srv then L.xs, L.xsrv = string.format('%d', H.srv + (at - H.now)), H.srv end
+  return L.xs
+end
+
 -- ws_hexpire makes hash hk expire at instant at (script clock), or, with
 -- only, no sooner than it already does.
 local function ws_hexpire(L, hk, at, only)
@@ -281,7 +312,7 @@ local function ws_msweep(L, key, m, t, c, v, limit, cost)
       gone, mag = gone + v, mag + (v < 0 and -v or v)
     else
       nd = nd + 1
-      names[nd] = (s - y) / b -- (a number: redis.call writes an integer below 2^53 as one)
+      names[nd] = ws_fname(L, (s - y) / b)
     end
   end
   names[nd + 1] = L.field
@@ -304,7 +335,7 @@ local function ws_msweep(L, key, m, t, c, v, limit, cost)
   local nv = cur + cost
   if mag >= WS_BIG or t - gone > limit - cost or cur <= -WS_BIG or nv >= WS_BIG or nv == 0 then return nil end
   local flush = nil
-  if c >= low then flush = (c - y) / b end
+  if c >= low then flush = ws_fname(L, (c - y) / b) end
   return t - gone + cost, nv, del, flush
 end
 
@@ -314,7 +345,7 @@ end
 -- the record's bucket), and the buckets that left deleted.
 local function ws_mwrite(L, hk, flush, v, del)
   if flush ~= nil then redis.call('HSET', hk, flush, v) end
-  redis.call('PEXPIREAT', hk, ws_expiry(L.H, L.cstart + L.w))
+  redis.call('PEXPIREAT', hk, ws_expat(L, L.cstart + L.w))
   if #del > 0 then redis.call('HDEL', hk, unpack(del)) end
 end
 
@@ -408,7 +439,7 @@ local function ws_leanone(L, key, costs, limit)
           if cq + wq > leave then leave = cq + wq end
         end
       end
-      redis.call('SET', hk, ns, 'PXAT', ws_expiry(L.H, leave))
+      redis.call('SET', hk, ns, 'PXAT', ws_expat(L, leave))
       return nt
     end
   end
@@ -600,12 +631,13 @@ local function ws_headlimits(H, i, k, n)
         A[q + 3], A[q + 5], A[q + 6] = L.low, L.cstart, moved[x + 5]
       end
       -- The head lives until the latest of its records' buckets leaves.
-      local leave = -math.huge
+      local leave, lq = -math.huge, nil
       for q = 0, WS_REC * (n - 1), WS_REC do
         local e = A[q + 5] + A[q + 2]
-        if e > leave then leave = e end
+        if e > leave then leave, lq = e, q end
       end
-      redis.call('SET', hk, ws_pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'PXAT', ws_expiry(H, leave))
+      redis.call('SET', hk, ws_pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'PXAT',
+        ws_expat(shapes[ARGV[i + 1 + 2 * lq / WS_REC]], leave))
       return out
     end
   end
