@@ -549,6 +549,7 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 			keys = append(keys, counterKeys(t, u, k)...)
 		}
 		first, err := hook.RedisKey(u, "a") // what the batch's id key begins with
+		require.NoError(t, err)
 		c := clientOf(s)
 		before := dump(t, c, keys...)
 		at := t0.Add(time.Second + 500*time.Millisecond)
