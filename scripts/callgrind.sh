@@ -29,15 +29,9 @@ if [ -z "$port" ]; then # a free port
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
   done
 fi
-missing=()
-for c in valgrind callgrind_control cc make curl; do command -v "$c" >/dev/null || missing+=("$c"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "callgrind: missing ${missing[*]}; on Debian: apt-get install valgrind gcc make curl" >&2
-  exit 1
-fi
-
 # shellcheck source=scripts/lib/symbolized-redis.sh
 . scripts/lib/symbolized-redis.sh
+need_tools callgrind "on Debian: apt-get install valgrind gcc make curl" valgrind callgrind_control cc make curl
 symbolized_redis
 
 dir=$(mktemp -d)

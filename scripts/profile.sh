@@ -22,15 +22,9 @@ cd "$(dirname "$0")/.."
 ops=("$@")
 [ ${#ops[@]} -gt 0 ] || ops=(add allow allow3 record6 distinct)
 port=${PROFILE_PORT:-16391}
-missing=()
-for c in perf cc make curl taskset; do command -v "$c" >/dev/null || missing+=("$c"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "profile: missing ${missing[*]}; on Debian: apt-get install linux-perf gcc make curl util-linux" >&2
-  exit 1
-fi
-
 # shellcheck source=scripts/lib/symbolized-redis.sh
 . scripts/lib/symbolized-redis.sh
+need_tools profile "on Debian: apt-get install linux-perf gcc make curl util-linux" perf cc make curl taskset
 symbolized_redis
 
 cpus=$(nproc)

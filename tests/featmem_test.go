@@ -34,17 +34,7 @@ func TestFeatureSetMemory(t *testing.T) {
 		{Name: "cards", Entity: "device", Kind: features.Distinct, Of: "card", Windows: []store.Window{day}},
 	}, store.WithPrefix(harness.Prefix(t)), store.WithBackend("nativehash-plain"))
 	require.NoError(t, err)
-	end := time.Now().Truncate(time.Hour).Add(-time.Hour + 30*time.Second)
-	var at []time.Time
-	for h := 23; h >= 1; h-- {
-		at = append(at, end.Add(-time.Duration(h)*time.Hour))
-	}
-	for m := 59; m >= 1; m-- {
-		at = append(at, end.Add(-time.Duration(m)*time.Minute))
-	}
-	for s := 59; s >= 0; s-- {
-		at = append(at, end.Add(-time.Duration(s)*time.Second))
-	}
+	at := threeWindowsFull() // (the logins' three windows full)
 	fill := func(k int) error {
 		id := strconv.Itoa(k)
 		for i, ts := range at {
@@ -66,7 +56,7 @@ func TestFeatureSetMemory(t *testing.T) {
 	after := memoryInfo(t, c)
 	per := float64(dataGrowth(t, before, after)) / pairs
 	t.Logf("the README's feature set, every bucket written: %.0f bytes per user and device", per)
-	res, err := set.At(end).Read(ctx, map[string]string{"user": "u0", "device": "d0"})
+	res, err := set.At(at[len(at)-1]).Read(ctx, map[string]string{"user": "u0", "device": "d0"})
 	require.NoError(t, err)
 	logins, _ := res.Get("logins")
 	require.Equal(t, []int64{60, 119, 142}, logins.Sums)

@@ -369,19 +369,7 @@ func TestWindowsMemory(t *testing.T) {
 	require.NoError(t, err)
 	multi, err := limit.Combine(parts...)
 	require.NoError(t, err)
-	// One count in each of the day's last 24 hours, the last hour's 60
-	// minutes and the last minute's 60 seconds, oldest first.
-	end := time.Now().Truncate(time.Hour).Add(-time.Hour + 30*time.Second)
-	var at []time.Time
-	for h := 23; h >= 1; h-- {
-		at = append(at, end.Add(-time.Duration(h)*time.Hour))
-	}
-	for m := 59; m >= 1; m-- {
-		at = append(at, end.Add(-time.Duration(m)*time.Minute))
-	}
-	for s := 59; s >= 0; s-- {
-		at = append(at, end.Add(-time.Duration(s)*time.Second))
-	}
+	at := threeWindowsFull()
 	for _, ts := range at {
 		for _, l := range []limit.Limiter{win, multi} {
 			d, err := l.AllowAt(ctx, ts, "k", 1)
@@ -561,4 +549,23 @@ func TestWindowsMarkFarBehind(t *testing.T) {
 	n, err := c.Do(ctx, c.B().Hlen().Key(state).Build()).AsInt64()
 	require.NoError(t, err)
 	require.LessOrEqual(t, n, int64(8), "the state and the new bucket")
+}
+
+// threeWindowsFull lists the instants of one count in each bucket of the
+// README's three windows (1d/1h, 1h/1m, 1m/1s) as they end half a minute
+// into the last hour: each of the day's last 23 hours, the last hour's 59
+// minutes before its last, the last minute's 60 seconds, oldest first.
+func threeWindowsFull() []time.Time {
+	end := time.Now().Truncate(time.Hour).Add(-time.Hour + 30*time.Second)
+	var at []time.Time
+	for h := 23; h >= 1; h-- {
+		at = append(at, end.Add(-time.Duration(h)*time.Hour))
+	}
+	for m := 59; m >= 1; m-- {
+		at = append(at, end.Add(-time.Duration(m)*time.Minute))
+	}
+	for s := 59; s >= 0; s-- {
+		at = append(at, end.Add(-time.Duration(s)*time.Second))
+	}
+	return at
 }

@@ -6,7 +6,7 @@
 #   server   the redis-server binary
 #   cli      the redis-cli binary
 #
-# It needs a C compiler, make and curl.
+# It needs a C compiler, make and curl. need_tools checks a script's tools.
 
 symbolized_redis() {
   local version=7.0.15
@@ -23,5 +23,17 @@ symbolized_redis() {
     tar -xzf "$cache/redis-$version.tar.gz" -C "$cache"
     make -C "$cache/redis-$version" -j"$(nproc)" BUILD_TLS=no OPTIMIZATION=-O2 CFLAGS=-fno-omit-frame-pointer >"$cache/build.log" 2>&1 ||
       { tail -20 "$cache/build.log" >&2; return 1; }
+  fi
+}
+
+# need_tools WHO HINT TOOL... exits, saying which are missing and HINT (how
+# to install them), unless every TOOL is on PATH.
+need_tools() {
+  local who=$1 hint=$2 missing=() c
+  shift 2
+  for c in "$@"; do command -v "$c" >/dev/null || missing+=("$c"); done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "$who: missing ${missing[*]}; $hint" >&2
+    exit 1
   fi
 }
