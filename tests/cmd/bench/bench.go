@@ -23,6 +23,7 @@ import (
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/figures/render"
 	"github.com/windowstore/windowstore/tests/internal/serverstat"
+	"github.com/windowstore/windowstore/tests/internal/workload"
 )
 
 // benchConfig is what bench measures.
@@ -473,14 +474,7 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		return nil, nil, err
 	}
 	one := store.Window{Length: w.Length, Bucket: w.Bucket}
-	six := []features.Feature{
-		{Name: "user_logins", Entity: "user", Kind: features.Count, Windows: []store.Window{one}},
-		{Name: "user_limit", Entity: "user", Kind: features.Limit, Windows: []store.Window{one}, Limits: []int64{1 << 40}},
-		{Name: "user_ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{one}},
-		{Name: "ip_logins", Entity: "ip", Kind: features.Count, Windows: []store.Window{one}},
-		{Name: "ip_amount", Entity: "ip", Kind: features.Sum, Windows: []store.Window{one}},
-		{Name: "ip_users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{one}},
-	}
+	six := workload.Record6(one)
 	set, err := features.New(ctx, client, six, append(opts, store.WithPrefix(prefix+"fx:"))...)
 	if err != nil {
 		return nil, nil, err

@@ -36,6 +36,7 @@ import (
 	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/baseline"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/internal/workload"
 )
 
 func main() {
@@ -65,14 +66,7 @@ func main() {
 		st = append(st, s)
 	}
 	one := st[0].Window()
-	set, err := features.New(ctx, c, []features.Feature{
-		{Name: "user_logins", Entity: "user", Kind: features.Count, Windows: []store.Window{one}},
-		{Name: "user_limit", Entity: "user", Kind: features.Limit, Windows: []store.Window{one}, Limits: []int64{1 << 40}},
-		{Name: "user_ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{one}},
-		{Name: "ip_logins", Entity: "ip", Kind: features.Count, Windows: []store.Window{one}},
-		{Name: "ip_amount", Entity: "ip", Kind: features.Sum, Windows: []store.Window{one}},
-		{Name: "ip_users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{one}},
-	}, store.WithPrefix(*prefix+"fx:"), store.WithBackend("nativehash-plain"))
+	set, err := features.New(ctx, c, workload.Record6(one), store.WithPrefix(*prefix+"fx:"), store.WithBackend("nativehash-plain"))
 	if err != nil {
 		log.Fatal(err)
 	}
