@@ -117,25 +117,26 @@ func WithRetries(n int) Option { return func(c *config) { c.retries = max(n, 0) 
 func init() {
 	hook.WithCalendar = func(cal codec.Calendar) any { return Option(func(c *config) { c.cal = cal }) }
 	hook.WithFunctions = func(on bool) any { return Option(func(c *config) { c.functions = on }) }
-	hook.CounterKeys = func(st any, key string) ([]string, error) {
-		s := st.(*Store)
-		t, err := s.overTier() // an Over view whose span is a tier's window: that tier's key
-		if err != nil {
-			t = 0
-		}
-		rk, err := s.redisKey(key, s.tiers[t].tag)
-		if err != nil {
-			return nil, err
-		}
-		return s.counterKeys(rk, s.tiers[t].tag), nil
-	}
-	hook.RedisKey = func(st any, key string) (string, error) {
-		s := st.(*Store)
+	// tag is the shape tag of the counter a hook names: an Over view's
+	// whose span is a tier's window, that tier's; else the first tier's.
+	tag := func(s *Store) string {
 		t, err := s.overTier()
 		if err != nil {
 			t = 0
 		}
-		return s.redisKey(key, s.tiers[t].tag)
+		return s.tiers[t].tag
+	}
+	hook.CounterKeys = func(st any, key string) ([]string, error) {
+		s := st.(*Store)
+		rk, err := s.redisKey(key, tag(s))
+		if err != nil {
+			return nil, err
+		}
+		return s.counterKeys(rk, tag(s)), nil
+	}
+	hook.RedisKey = func(st any, key string) (string, error) {
+		s := st.(*Store)
+		return s.redisKey(key, tag(s))
 	}
 	hook.Functions = func(st any) bool { return st.(*Store).runner.Functions() }
 	hook.Codec = func(st any) *codec.Codec { return st.(*Store).codec }

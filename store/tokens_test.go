@@ -21,13 +21,12 @@ import (
 // server. They prove the wire format, not behaviour: behaviour is proven by
 // the integration suite on real servers.
 
-// detectReply answers Detect's three commands like a Redis 8 (fieldTTL) or
-// 7.0 server.
-
 // ck is the keys of the plain hash's counter of key key of a 10s/1s store
 // under the default prefix, as its scripts take them: its hash and its head.
 func ck(key string) []string { return []string{"ws:{" + key + "}:10s/1s:b", "ws:{" + key + "}:h"} }
 
+// detectReply answers Detect's three commands like a Redis 8 (fieldTTL) or
+// 7.0 server.
 func detectReply(fieldTTL bool) func(cmd []string) (string, bool) {
 	return func(cmd []string) (string, bool) {
 		switch cmd[0] {
