@@ -1,6 +1,7 @@
 package luacheck
 
 import (
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -342,6 +343,12 @@ func (f *fakeRedis) call(L *lua.LState, nowMs int64) int {
 	return 1
 }
 
+// maxScriptAlloc bounds what one script call may allocate here, compiling
+// the script included (a few MB): a table indexed by a bucket code (up to 31
+// million for one-second buckets, near a year's end, where TestKeysDeclared
+// runs) costs gopher-lua 16 bytes per code below it, hundreds of MB.
+const maxScriptAlloc = 64 << 20
+
 // run runs a script's source as EVALSHA would, with keys and args, at
 // serverMs; it returns the keys its redis.calls touched that it did not
 // declare, and the script's error.
@@ -370,7 +377,14 @@ func (f *fakeRedis) run(t *testing.T, sc *backend.Script, serverMs int64, keys, 
 	L.SetGlobal("KEYS", kt)
 	L.SetGlobal("ARGV", at)
 	f.touched = nil
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	err := L.DoString(sc.Source())
+	runtime.ReadMemStats(&after)
+	if d := after.TotalAlloc - before.TotalAlloc; d > maxScriptAlloc {
+		t.Errorf("a script call allocated %d MB: gopher-lua (miniredis, the demo's server) fills a table's array "+
+			"with nils up to a positive integer key below 2^26, such as a bucket code: key such tables otherwise", d>>20)
+	}
 	f.ret = nil
 	if err == nil {
 		f.ret = L.Get(-1)

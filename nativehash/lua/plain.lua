@@ -180,17 +180,22 @@ local function ws_exact(x) return type(x) == 'number' and x < WS_BIG and x > -WS
 -- or hash after a move. A move's arguments are passed to redis.call as
 -- strings: a number argument is written there with snprintf's %.17g, which
 -- on Redis 7.0 cost a move about a fifth of its instructions (callgrind),
--- and the calls of one header share each string.
+-- and the calls of one header share each string. The names are kept under
+-- -k, never k: a code reaches 31 million (a one-second bucket in late
+-- December), and gopher-lua (miniredis: the demo's server) stores a table's
+-- positive integer keys below 2^26 in an array it fills with nils up to the
+-- key, half a gigabyte and seconds for one name (TestKeysDeclared checks what
+-- a script allocates).
 local function ws_fname(L, k)
   local f = L.fnames
   if f == nil then
     f = {}
     L.fnames = f
   end
-  local n = f[k]
+  local n = f[-k]
   if n == nil then
     n = string.format('%d', k)
-    f[k] = n
+    f[-k] = n
   end
   return n
 end
