@@ -211,27 +211,35 @@ type plan struct {
 
 // compact rewrites the plan of a group of limits alone, of one cost, without
 // an event id or time (store.AllowAll of policies of one slot, such as the
-// windows of one key), as the compact operation backend.OpLimits: two
-// arguments per limit (its shape and limit), where a group item takes four,
-// and, when every counter counts on its backend's fast path, an answer of two
-// numbers per limit, where a group's is an array per limit. Only a group
-// sent alone (Apply's, not a link's or a reservation's) can be compact. It
-// reports whether it rewrote the plan.
+// windows of one key), as the compact operation backend.OpLimits: every
+// limit's shape and limit in one argument (the policies, "shape limit shape
+// limit...", parsed once per script call for the operations that share
+// them), where a group item takes four arguments (an argument costs the
+// server about a thousand instructions), and, when every counter counts on
+// its backend's fast path, an answer of two numbers per limit, where a
+// group's is an array per limit. Only a group sent alone (Apply's, not a
+// link's or a reservation's) can be compact. It reports whether it rewrote
+// the plan.
 func (p *plan) compact() bool {
 	n := len(p.items)
 	if n == 0 || p.args[0] != backend.OpGroup || p.args[2] != "" || p.args[4] != "" || len(p.args) != 5+4*n {
 		return false
 	}
-	args := make([]string, 3, 3+2*n)
-	args[0], args[1], args[2] = backend.OpLimits, strconv.Itoa(n), p.args[5+3]
+	cost := p.args[5+3]
+	var spec strings.Builder
 	for j, it := range p.items {
 		a := p.args[5+4*j : 5+4*j+4] // kind, shape, limit, cost
-		if it.kind != backend.ItemLimit || a[0] != backend.ItemLimit || a[3] != args[2] {
+		if it.kind != backend.ItemLimit || a[0] != backend.ItemLimit || a[3] != cost {
 			return false
 		}
-		args = append(args, a[1], a[2])
+		if j > 0 {
+			spec.WriteByte(' ')
+		}
+		spec.WriteString(a[1])
+		spec.WriteByte(' ')
+		spec.WriteString(a[2])
 	}
-	p.args, p.compacted = args, true
+	p.args, p.compacted = []string{backend.OpLimits, strconv.Itoa(n), cost, spec.String()}, true
 	return true
 }
 

@@ -227,7 +227,7 @@ const (
 	OpAddNoSum = "n" // shape delta: AddNoSum
 	OpAllow    = "w" // shape limit cost: Allow
 	OpGroup    = "g" // a group of items of one slot (see group.lua)
-	OpLimits   = "W" // n cost (shape limit)...: a group of limits alone, compact (see ws_wlimits)
+	OpLimits   = "W" // n cost policies ("shape limit shape limit..."): a group of limits alone, compact (see ws_wlimits)
 	OpDCount   = "d" // shape lookback: a distinct count
 	OpDAdd     = "D" // shape n member...: AddDistinct, add and count
 	OpLink     = "L" // n group...: linked groups, all or nothing (see group.lua)

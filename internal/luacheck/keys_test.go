@@ -472,6 +472,8 @@ func TestKeysDeclared(t *testing.T) {
 				{"three windows of one key", b.Write, c("{u}:1", "{u}:2", "{u}:3"), // one head
 					[]string{backend.OpGroup, "3", "", "20000", "", backend.ItemLimit, shape, "100", "1",
 						backend.ItemLimit, shape2, "100", "1", backend.ItemLimit, shape3, strconv.Itoa(step % 4), "1"}},
+				{"three windows of one key, compact", b.Write, c("{u}:1", "{u}:2", "{u}:3"), // as store.AllowAll sends them
+					[]string{backend.OpLimits, "3", "1", shape + " 100 " + shape2 + " 100 " + shape3 + " " + strconv.Itoa(step%4)}},
 				{"tiers of one key", b.Write, c("{u}:1", "{u}:2", "{u}:3"),
 					[]string{backend.OpGroup, "3", "", "20000", late, backend.ItemCount, shape, "1",
 						backend.ItemCount, shape2, "1", backend.ItemQuiet, shape3, "-1"}},

@@ -501,19 +501,19 @@ end
 -- operation's end) and answers {1, sum, reset, sum, reset...}; otherwise it
 -- answers nil, having written nothing, and ws_wlimits takes the limits one
 -- by one (the head read is ws_hget's).
-local function ws_headmoves(H, i, k, n)
+local function ws_headmoves(H, P, costs, k, n)
   local hk = KEYS[k + 1]
   for j = 1, n - 1 do
     if KEYS[k + 2 * j + 1] ~= hk then return nil end
   end
-  local cost = tonumber(ARGV[i])
+  local cost = tonumber(costs)
   if cost <= 0 then return nil end
-  local Hd = ws_hget(ws_shape(H, ARGV[i + 1]), k)
+  local Hd = ws_hget(ws_shape(H, P[1]), k)
   local a, rn = Hd.a, WS_REC * Hd.n
   local out, S, ls, lim = {1, false, false, false, false, false, false}, ws_hscratch, nil, 0
   for j = 0, n - 1 do
-    local b = i + 1 + 2 * j
-    local L, l = ws_shape(H, ARGV[b]), ARGV[b + 1]
+    local b = 1 + 2 * j
+    local L, l = ws_shape(H, P[b]), P[b + 1]
     if l ~= ls then lim, ls = tonumber(l), l end
     if cost > lim or lim >= WS_BIG then return nil end
     local r = WS_REC * j + 1
@@ -556,8 +556,9 @@ local function ws_headmoves(H, i, k, n)
 end
 
 -- ws_headlimits is ws_wlimits' leanest path (see group.lua) for n limits of
--- one cost whose counters share one head (the windows of one key): from
--- ARGV[i] (the cost, then each limit's shape and limit) and KEYS[k] on.
+-- one cost whose counters share one head (the windows of one key): costs
+-- (the cost, a decimal string), P (each limit's shape and limit, see
+-- ws_policies) and KEYS[k] on.
 -- When the head holds exactly the n windows' records, in the limits' order,
 -- and ws_hdecide takes each (a synced one inline: a key's coarser windows;
 -- a move, as its finest makes bucket after bucket, and a fresh start
@@ -567,13 +568,13 @@ end
 -- its calls and table accesses than for its arithmetic). Otherwise it leaves
 -- the head it read for ws_hget (ws_seedk) and answers what ws_headmoves
 -- answers.
-local function ws_headlimits(H, i, k, n)
+local function ws_headlimits(H, P, costs, k, n)
   local hk = KEYS[k + 1]
   for j = 1, n - 1 do
     if KEYS[k + 2 * j + 1] ~= hk then return nil end
   end
   local s = redis.call('GET', hk)
-  local cost = tonumber(ARGV[i])
+  local cost = tonumber(costs)
   if s and #s == 8 * WS_REC * n and cost > 0 then
     local A = {ws_unpack(ws_fmt(n), s)}
     local shapes, out, ok, moved = H.shapes, {1, false, false, false, false, false, false}, true, nil
@@ -581,10 +582,10 @@ local function ws_headlimits(H, i, k, n)
     -- worked out once, lc the room left under the limit, worked out when the
     -- limit changes; a synced record counted in place.)
     local nbig, vbig, ncost, ls, lc = -WS_BIG, WS_BIG - cost, -cost, nil, 0
-    local r, b, kj = 0, i + 1, k
+    local r, b, kj = 0, 1, k
     for j = 1, n do
-      local L, l = shapes[ARGV[b]], ARGV[b + 1]
-      if L == nil then L = ws_shape(H, ARGV[b]) end
+      local L, l = shapes[P[b]], P[b + 1]
+      if L == nil then L = ws_shape(H, P[b]) end
       if l ~= ls then
         ls, lc = l, tonumber(l)
         if cost > lc or lc >= WS_BIG then
@@ -631,7 +632,7 @@ local function ws_headlimits(H, i, k, n)
       end
       for x = 1, #moved, 6 do
         local q = moved[x]
-        local L = shapes[ARGV[i + 1 + 2 * q / WS_REC]]
+        local L = shapes[P[1 + 2 * q / WS_REC]]
         if moved[x + 2] == 1 then ws_mwrite(L, KEYS[moved[x + 1]], moved[x + 4] or nil, A[q + 6], moved[x + 3]) end
         A[q + 3], A[q + 5], A[q + 6] = L.low, L.cstart, moved[x + 5]
       end
@@ -642,12 +643,12 @@ local function ws_headlimits(H, i, k, n)
         if e > leave then leave, lq = e, q end
       end
       redis.call('SET', hk, ws_pack(ws_fmt(n), unpack(A, 1, WS_REC * n)), 'PXAT',
-        ws_expat(shapes[ARGV[i + 1 + 2 * lq / WS_REC]], leave))
+        ws_expat(shapes[P[1 + 2 * lq / WS_REC]], leave))
       return out
     end
   end
   ws_seedk, ws_seeds = hk, s
-  return ws_headmoves(H, i, k, n)
+  return ws_headmoves(H, P, costs, k, n)
 end
 
 -- WS_PEEK is how many of a refused counter's oldest live buckets ws_peek

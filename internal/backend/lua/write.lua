@@ -5,10 +5,13 @@
 --   WS_OP_ADDNOSUM shape delta          AddNoSum: 1
 --   WS_OP_ALLOW    shape limit cost     Allow: {allowed, sum, retry ms, reset ms}
 --   WS_OP_GROUP    (see group.lua)      several counters of one slot at once
---   WS_OP_LIMITS   n cost (shape limit)...  a group of n limits of one cost
---                                       alone, compact: {1, sum, reset...}
---                                       when each is on its fast path, else
---                                       a group's answer (see ws_wlimits)
+--   WS_OP_LIMITS   n cost policies      a group of n limits of one cost
+--                                       alone, compact (policies: each
+--                                       limit's shape and limit, in one
+--                                       argument, see ws_policies):
+--                                       {1, sum, reset...} when each is on
+--                                       its fast path, else a group's
+--                                       answer (see ws_wlimits)
 --   WS_OP_LINK, WS_OP_RESERVE, WS_OP_UNDO
 --                  (see group.lua)      linked groups, all or nothing
 --   WS_OP_XPUT     shape dir value time a window extreme's write: {extreme}
@@ -74,7 +77,7 @@ local function ws_op(i, k)
     return i + 5 + 4 * n, k + WS_KPC * n, ws_limits, H, i + 5, k, n
   elseif op == WS_OP_LIMITS then
     local n = tonumber(ARGV[i + 1])
-    return i + 3 + 2 * n, k + WS_KPC * n, ws_wlimits, H, i + 2, k, n
+    return i + 4, k + WS_KPC * n, ws_wlimits, H, ws_policies(H, ARGV[i + 3], n), ARGV[i + 2], k, n
   elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
     if op == WS_OP_GROUP then
       local ni, nk, its, idkey = ws_readfast(H, i + 1, k)
