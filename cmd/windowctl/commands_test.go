@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -60,6 +61,33 @@ func TestAllowExitStatus(t *testing.T) {
 	// A limit of 0 with a cost of 0 is allowed.
 	if _, errs, code := ctl("allow", "--limit", "0", "zero", "0"); code != 0 {
 		t.Errorf("cost 0: exit %d, %s", code, errs)
+	}
+}
+
+// TestAllowLateInTheYear: allow on the embedded server at the end of a
+// year, where a one-second bucket's code is near 31.5 million, across a
+// bucket move and the year's end: each call answers at once and allocates
+// little. (A move once cached its field names in a table under the code,
+// and gopher-lua, miniredis's Lua, fills a table's array up to a positive
+// integer key: 2.4 GB and seconds per call, `allow` timing out.)
+func TestAllowLateInTheYear(t *testing.T) {
+	mr, ctl := embedded(t)
+	at := time.Date(2026, 12, 31, 23, 59, 58, 500e6, time.UTC)
+	for i, step := range []time.Duration{0, 0, time.Second, time.Second, time.Second} {
+		at = at.Add(step)
+		mr.SetTime(at)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		out, errs, code := ctl("--json", "allow", "--limit", "2", "k")
+		runtime.ReadMemStats(&after)
+		m := jsonObject(t, out)
+		want := i < 2 // two admitted, then refused: the window is a minute
+		if errs != "" || m["allowed"] != want || (code == 0) != want || m["sum"] != float64(min(i+1, 2)) {
+			t.Errorf("call %d at %v: exit %d, stdout %q, stderr %q", i, at, code, out, errs)
+		}
+		if d := after.TotalAlloc - before.TotalAlloc; d > 256<<20 {
+			t.Errorf("call %d at %v allocated %d MB", i, at, d>>20)
+		}
 	}
 }
 
