@@ -215,7 +215,7 @@ type plan struct {
 // limit's shape and limit in one argument (the policies, "shape limit shape
 // limit...", parsed once per script call for the operations that share
 // them), where a group item takes four arguments (an argument costs the
-// server about a thousand instructions), and, when every counter counts on
+// server several hundred instructions), and, when every counter counts on
 // its backend's fast path, an answer of two numbers per limit, where a
 // group's is an array per limit. Only a group sent alone (Apply's, not a
 // link's or a reservation's) can be compact. It reports whether it rewrote

@@ -513,9 +513,9 @@ local ws_wscratch = {}
 -- 60000:3600000 20"), as a table P of strings, P[2j + 1] the shape of limit
 -- j (from 0) and P[2j + 2] its limit; once per script call for the calls
 -- that share them (the operations of one policy set, batched). An argument
--- costs the server about a thousand instructions to read, hold and free,
+-- costs the server several hundred instructions to read, hold and free,
 -- more than its parse shared by a batch: three limits in one argument take
--- five fewer.
+-- five fewer arguments.
 local function ws_policies(H, spec, n)
   local ps = H.policies
   if ps == nil then
