@@ -184,8 +184,8 @@ local function ws_exact(x) return type(x) == 'number' and x < WS_BIG and x > -WS
 -- -k, never k: a code reaches 31 million (a one-second bucket in late
 -- December), and gopher-lua (miniredis: the demo's server) stores a table's
 -- positive integer keys below 2^26 in an array it fills with nils up to the
--- key, half a gigabyte and seconds for one name (TestKeysDeclared checks what
--- a script allocates).
+-- key: for one name, an array of half a gigabyte, 2.4 GB allocated as it
+-- grows, and seconds (TestKeysDeclared checks what a script allocates).
 local function ws_fname(L, k)
   local f = L.fnames
   if f == nil then
