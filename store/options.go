@@ -117,7 +117,7 @@ func WithRetries(n int) Option { return func(c *config) { c.retries = max(n, 0) 
 func init() {
 	hook.WithCalendar = func(cal codec.Calendar) any { return Option(func(c *config) { c.cal = cal }) }
 	hook.WithFunctions = func(on bool) any { return Option(func(c *config) { c.functions = on }) }
-	// tag is the shape tag of the counter a hook names: an Over view's
+	// tag is the shape tag of the counter a hook names: for an Over view
 	// whose span is a tier's window, that tier's; else the first tier's.
 	tag := func(s *Store) string {
 		t, err := s.overTier()
@@ -128,11 +128,12 @@ func init() {
 	}
 	hook.CounterKeys = func(st any, key string) ([]string, error) {
 		s := st.(*Store)
-		rk, err := s.redisKey(key, tag(s))
+		tg := tag(s)
+		rk, err := s.redisKey(key, tg)
 		if err != nil {
 			return nil, err
 		}
-		return s.counterKeys(rk, tag(s)), nil
+		return s.counterKeys(rk, tg), nil
 	}
 	hook.RedisKey = func(st any, key string) (string, error) {
 		s := st.(*Store)
