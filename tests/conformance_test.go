@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -483,6 +484,64 @@ func TestConformanceAddNoSum(t *testing.T) {
 		_, err = s.Record(ctx, store.Event{Key: "", Delta: 1, NoSum: true})
 		require.ErrorIs(t, err, store.ErrInvalid)
 	})
+}
+
+// TestAddNoSumIsAdd: on the plain hash a write without a sum moves the
+// running total as Add does, and calls the commands Add calls: on a synced
+// counter one GET and one SET of the head, nothing else; on a move, Add's
+// move. (Since it runs Add's own Lua, the lean path, it also costs what Add
+// costs: see docs/benchmarks.md, row addnosum.) On a server of its own,
+// whose command counts are the calls' alone.
+func TestAddNoSumIsAdd(t *testing.T) {
+	t.Parallel()
+	srv := harness.Fresh(t, harness.Redis70)
+	c := srv.Client(t)
+	ctx := ctxT(t)
+	s, err := store.New(ctx, c, store.Window{Length: 10 * time.Second, Bucket: time.Second},
+		store.WithBackend("nativehash-plain"), store.WithPrefix(harness.Prefix(t)))
+	require.NoError(t, err)
+	at := s.At(time.Now().Truncate(time.Second).Add(500 * time.Millisecond))
+	// commands runs write and answers the commands the server ran for it,
+	// as "name=calls": the script's, not the script call itself, the
+	// stats' own, or a connection's setup (the client opens one when it
+	// needs one).
+	commands := func(write func() error) []string {
+		srv.Cmd(t, "CONFIG", "RESETSTAT")
+		require.NoError(t, write())
+		var out []string
+		for _, l := range strings.Split(srv.Cmd(t, "INFO", "commandstats"), "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(l), ":")
+			name, isCmd := strings.CutPrefix(name, "cmdstat_")
+			if !ok || !isCmd || slices.Contains([]string{"fcall", "info", "config|resetstat", "hello", "ping", "select", "auth"}, name) ||
+				strings.HasPrefix(name, "client|") || strings.HasPrefix(name, "cluster|") || strings.HasPrefix(name, "command") {
+				continue
+			}
+			calls, _, _ := strings.Cut(rest, ",")
+			out = append(out, name+"="+strings.TrimPrefix(calls, "calls="))
+		}
+		slices.Sort(out)
+		return out
+	}
+	_, err = at.Add(ctx, "k", 1) // the counter's record, on the current bucket
+	require.NoError(t, err)
+	add := commands(func() error { _, err := at.Add(ctx, "k", 2); return err })
+	require.Equal(t, []string{"get=1", "set=1"}, add, "Add on a synced counter")
+	noSum := commands(func() error { _, err := at.Record(ctx, store.Event{Key: "k", Delta: 3, NoSum: true}); return err })
+	require.Equal(t, add, noSum, "a write without a sum calls what Add calls")
+	// A move: the next second's first write, on two counters alike.
+	next := s.At(time.Now().Truncate(time.Second).Add(1500 * time.Millisecond))
+	_, err = at.Add(ctx, "k2", 1)
+	require.NoError(t, err)
+	_, err = at.Add(ctx, "k2", 2)
+	require.NoError(t, err)
+	add = commands(func() error { _, err := next.Add(ctx, "k", 1); return err })
+	noSum = commands(func() error { _, err := next.Record(ctx, store.Event{Key: "k2", Delta: 1, NoSum: true}); return err })
+	require.Equal(t, add, noSum, "a move without a sum calls what Add's calls")
+	for k, want := range map[string]int64{"k": 7, "k2": 4} {
+		n, err := next.Sum(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, want, n, k)
+	}
 }
 
 // TestConformanceRandomWalk plays a random stream of Add, AddNoSum, Allow and

@@ -47,8 +47,9 @@
 //	                               answers (Inspect)
 //
 // Ops must define ws_open, ws_put, ws_prepare, ws_commit, ws_quiet,
-// ws_quietcommit, ws_detail, ws_addnosum, ws_sumover, ws_fastopen,
-// ws_fastcommit and ws_peek (see ops.lua); or be
+// ws_quietcommit, ws_detail, ws_addnosum (nil: a write without a sum is
+// Add's), ws_sumover, ws_fastopen, ws_fastcommit and ws_peek (see ops.lua);
+// or be
 // ScanOps (scanops.lua), which answers every operation from ws_read, takes a
 // counter as one key and keeps nothing between operations, and needs
 // two more primitives:

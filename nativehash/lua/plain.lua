@@ -718,10 +718,9 @@ local function ws_detail(L, key, C)
   return ws_scan(L, all, L.now - L.w, true)
 end
 
-local function ws_addnosum(L, key, delta, B)
-  ws_put(L, key, ws_open(L, key, B), delta, B)
-  return 1
-end
+-- Every write here moves a running total, answered or not: no write without
+-- a read, so AddNoSum is Add without the answer (ws_addquiet, ops.lua).
+local ws_addnosum = nil
 
 local function ws_sumover(L, key, lb)
   if lb ~= L.w then return ws_scanread(L, key, lb) end

@@ -19,7 +19,8 @@
 --                                    ws_quietcommit(L, key, Q, B) writes it
 --   ws_detail(L, key, C) -> S        the live buckets (see ws_scan, keep): from
 --                                    C's read if it has one, else a new read
---   ws_addnosum(L, key, delta, B)    a write that need not return the sum
+--   ws_addnosum(L, key, delta, B)    a write that need not return the sum, or
+--                                    nil: AddNoSum is then Add (ws_addquiet)
 --   ws_sumover(L, key, lb)           the read-only sum over a lookback
 --   ws_fastopen(L, key, limit, cost) -> nt, nv, R | nil, nil, nil, C
 --                                    the open of a write of cost (a number)
@@ -161,6 +162,18 @@ local function ws_add(L, key, delta)
     return nt
   end
   return (ws_put(L, key, C, delta, L.target))
+end
+
+-- ws_addquiet is AddNoSum: the backend's ws_addnosum, which need not read
+-- the counter; or, on a backend without one (the plain hash, whose every
+-- write moves a running total), Add without the answer, on Add's paths (a
+-- synced counter's head alone).
+local function ws_addquiet(L, key, delta)
+  if ws_addnosum == nil then
+    ws_add(L, key, delta)
+    return 1
+  end
+  return ws_addnosum(L, key, delta, L.target)
 end
 
 -- ws_allow counts cost (a canonical decimal string, as the client sends it; at

@@ -69,7 +69,7 @@ local function ws_op(i, k)
     return i + 3, k + WS_KPC, ws_add, L, ws_ckey(k, 0), ARGV[i + 2]
   elseif op == WS_OP_ADDNOSUM then
     local L = ws_shape(H, ARGV[i + 1])
-    return i + 3, k + WS_KPC, ws_addnosum, L, ws_ckey(k, 0), ARGV[i + 2], L.target
+    return i + 3, k + WS_KPC, ws_addquiet, L, ws_ckey(k, 0), ARGV[i + 2]
   elseif op == WS_OP_ALLOW then
     return i + 4, k + WS_KPC, ws_allow, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), tonumber(ARGV[i + 2]), ARGV[i + 3]
   elseif op == WS_OP_GROUP and ARGV[i + 2] == '' and ARGV[i + 4] == '' and ws_onlylimits(i + 5, tonumber(ARGV[i + 1])) then

@@ -41,7 +41,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "the server")
-	op := flag.String("op", "add", "add, allow, allow3 (store.AllowAll of the three stores), sum, distinct (AddDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
+	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), sum, distinct (AddDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
 	n := flag.Int("n", 6000, "operations measured")
 	keys := flag.Int("keys", 100, "keys")
 	conc := flag.Int("conc", 32, "callers")
@@ -81,6 +81,8 @@ func main() {
 		switch *op {
 		case "add":
 			_, err = st[0].Add(ctx, k, 1)
+		case "addnosum":
+			_, err = st[0].Record(ctx, store.Event{Key: k, Delta: 1, NoSum: true})
 		case "allow":
 			_, err = st[0].Allow(ctx, k, 1<<40, 1)
 		case "allow3":
