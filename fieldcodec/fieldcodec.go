@@ -46,7 +46,7 @@
 // bucket.) Decimal also costs the scripts nothing: it is what Lua's tostring
 // writes, and it reads plainly in redis-cli. What a counter written by the
 // store costs on each backend, measured by the integration tests on every
-// run, is in the memory table of docs/benchmarks.md.
+// run, is in the memory table of docs/backends.md.
 //
 // The zero value of [Codec] is not usable; create one with [New]. A Codec is
 // immutable and safe for concurrent use.
