@@ -260,6 +260,13 @@ func TestConformanceWrongType(t *testing.T) {
 			require.ErrorIs(t, err, store.ErrWrongType, k)
 			_, err = s.Record(ctx, store.Event{ID: "e", Key: k, Delta: 1})
 			require.ErrorIs(t, err, store.ErrWrongType, k)
+			// Decided with a counter of another key (linked, all or
+			// nothing): refused, and the other counter is not written.
+			_, err = store.AllowAll(ctx, 1, store.Policy{Store: s, Key: "fine", Limit: 10}, store.Policy{Store: s, Key: k, Limit: 10})
+			require.ErrorIs(t, err, store.ErrWrongType, k)
+			n, err := s.Sum(ctx, "fine")
+			require.NoError(t, err)
+			require.Zero(t, n, "the other counter counted beside %s", k)
 		}
 		v, err := c.Do(ctx, c.B().Get().Key(str).Build()).ToString()
 		require.NoError(t, err)

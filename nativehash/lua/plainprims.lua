@@ -74,15 +74,16 @@ local ws_hscratch = {}
 
 -- ws_seedk and ws_seeds are a head's key and its value (or false) that a
 -- lean path (plain.lua) read and gave up on, for ws_hget to take rather than
--- read the head again.
-local ws_seedk, ws_seeds = nil, nil
+-- read the head again; ws_seedm (nil: none) maps more such heads' keys to
+-- their values (ws_leanlink's). Both last until the operation's end.
+local ws_seedk, ws_seeds, ws_seedm = nil, nil, nil
 
-local function ws_begin() ws_hn, ws_hmap, ws_seedk = 0, nil, nil end
+local function ws_begin() ws_hn, ws_hmap, ws_seedk, ws_seedm = 0, nil, nil, nil end
 
 -- ws_abort forgets the heads read, after an operation failed: the next one
 -- reads them again from the server. (An operation that fails has changed no
 -- head: records change only when a write commits.)
-local function ws_abort() ws_hn, ws_hmap, ws_seedk = 0, nil, nil end
+local function ws_abort() ws_hn, ws_hmap, ws_seedk, ws_seedm = 0, nil, nil, nil end
 
 -- ws_ckey is the counter of the j-th counter's keys (from 0) of KEYS from
 -- index k: the index of its hash.
@@ -105,6 +106,9 @@ local function ws_hget(L, key)
   local s
   if hk == ws_seedk then
     s, ws_seedk = ws_seeds, nil
+  elseif ws_seedm ~= nil and ws_seedm[hk] ~= nil then
+    s = ws_seedm[hk]
+    ws_seedm[hk] = nil
   else
     s = redis.call('GET', hk)
   end
@@ -224,7 +228,7 @@ local function ws_end()
     local Hd = ws_hc[j]
     if Hd.dirty then ws_hsave(Hd) end
   end
-  ws_hn, ws_hmap, ws_seedk = 0, nil, nil
+  ws_hn, ws_hmap, ws_seedk, ws_seedm = 0, nil, nil, nil
 end
 
 -- ws_code is the field of the bucket that starts at s, when s is a bucket

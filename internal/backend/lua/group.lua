@@ -984,6 +984,10 @@ end
 -- does (its errors are ws_link's). gs lists the groups, each as {i = its
 -- first item in ARGV, k = its first key in KEYS, n = its items}.
 local function ws_linklimits(H, gs)
+  if ws_leanlink ~= nil then
+    local outs = ws_leanlink(H, gs)
+    if outs ~= nil then return outs end
+  end
   local W, ok = {}, {}
   local opened = pcall(ws_linkopen, H, gs, W, ok)
   if opened then
