@@ -532,18 +532,26 @@ do
   -- having written nothing, and leaves the heads it read to ws_hget
   -- (ws_seedm).
   ws_leanlink = function(H, gs)
+    -- Before any read: costs above 0 and within their limits (a cost over
+    -- its limit is refused whatever the counters hold: the general way
+    -- answers it), limits below 2^53, heads all different.
+    for q = 1, #gs do
+      local g = gs[q]
+      for a = g.i, g.i + 4 * (g.n - 1), 4 do
+        local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+        if limit >= WS_BIG or cost <= 0 or cost > limit then return nil end
+      end
+    end
     local S, x = ws_hscratch, 0
-    -- The limits (before any read: limits below 2^53, heads all different).
     for q = 1, #gs do
       local g = gs[q]
       for j = 0, g.n - 1 do
         local a, key = g.i + 4 * j, ws_ckey(g.k, j)
-        local limit, hk = tonumber(ARGV[a + 2]), KEYS[key + 1]
-        if limit >= WS_BIG then return nil end
+        local limit, cost, hk = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), KEYS[key + 1]
         for y = 1, x, WS_LS do
           if KEYS[S[y] + 1] == hk then return nil end
         end
-        S[x + 1], S[x + 2], S[x + 3], S[x + 4] = key, ws_shape(H, ARGV[a + 1]), limit, tonumber(ARGV[a + 3])
+        S[x + 1], S[x + 2], S[x + 3], S[x + 4] = key, ws_shape(H, ARGV[a + 1]), limit, cost
         x = x + WS_LS
       end
     end
