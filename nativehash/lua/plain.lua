@@ -470,7 +470,7 @@ do
   ws_leanone = function(L, key, costs, limit)
     local hk = KEYS[key + 1]
     local s = redis.call('GET', hk)
-    local cost = tonumber(costs)
+    local cost = ws_tonum(costs)
     local n, r = 0, 0
     if s then
       n = #s / (8 * WS_REC)
@@ -535,19 +535,13 @@ do
     -- Before any read: costs above 0 and within their limits (a cost over
     -- its limit is refused whatever the counters hold: the general way
     -- answers it), limits below 2^53, heads all different.
-    for q = 1, #gs do
-      local g = gs[q]
-      for a = g.i, g.i + 4 * (g.n - 1), 4 do
-        local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-        if limit >= WS_BIG or cost <= 0 or cost > limit then return nil end
-      end
-    end
     local S, x = ws_hscratch, 0
     for q = 1, #gs do
       local g = gs[q]
       for j = 0, g.n - 1 do
         local a, key = g.i + 4 * j, ws_ckey(g.k, j)
-        local limit, cost, hk = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3]), KEYS[key + 1]
+        local limit, cost, hk = ws_tonum(ARGV[a + 2]), ws_tonum(ARGV[a + 3]), KEYS[key + 1]
+        if limit >= WS_BIG or cost <= 0 or cost > limit then return nil end
         for y = 1, x, WS_LS do
           if KEYS[S[y] + 1] == hk then return nil end
         end
@@ -642,7 +636,7 @@ local function ws_headmoves(H, P, costs, k, n)
   for j = 1, n - 1 do
     if KEYS[k + 2 * j + 1] ~= hk then return nil end
   end
-  local cost = tonumber(costs)
+  local cost = ws_tonum(costs)
   if cost <= 0 then return nil end
   local Hd = ws_hget(ws_shape(H, P[1]), k)
   local a, rn = Hd.a, WS_REC * Hd.n
@@ -650,7 +644,7 @@ local function ws_headmoves(H, P, costs, k, n)
   for j = 0, n - 1 do
     local b = 1 + 2 * j
     local L, l = ws_shape(H, P[b]), P[b + 1]
-    if l ~= ls then lim, ls = tonumber(l), l end
+    if l ~= ls then lim, ls = ws_tonum(l), l end
     if cost > lim or lim >= WS_BIG then return nil end
     local r = WS_REC * j + 1
     if r > rn or a[r] ~= L.b or a[r + 1] ~= L.w then
@@ -710,7 +704,7 @@ local function ws_headlimits(H, P, costs, k, n)
     if KEYS[k + 2 * j + 1] ~= hk then return nil end
   end
   local s = redis.call('GET', hk)
-  local cost = tonumber(costs)
+  local cost = ws_tonum(costs)
   if s and #s == 8 * WS_REC * n and cost > 0 then
     local A = {ws_unpack(ws_fmt(n), s)}
     local shapes, out, ok, moved = H.shapes, {1, false, false, false, false, false, false}, true, nil
@@ -723,7 +717,7 @@ local function ws_headlimits(H, P, costs, k, n)
       local L, l = shapes[P[b]], P[b + 1]
       if L == nil then L = ws_shape(H, P[b]) end
       if l ~= ls then
-        ls, lc = l, tonumber(l)
+        ls, lc = l, ws_tonum(l)
         if cost > lc or lc >= WS_BIG then
           ok = false
           break

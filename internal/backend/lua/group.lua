@@ -491,8 +491,8 @@ local function ws_limits(H, i, k, n)
   for j = 0, n - 1 do
     local a = i + 4 * j
     local L = ws_shape(H, ARGV[a + 1])
-    local limit, costs = tonumber(ARGV[a + 2]), ARGV[a + 3]
-    local cost = tonumber(costs)
+    local limit, costs = ws_tonum(ARGV[a + 2]), ARGV[a + 3]
+    local cost = ws_tonum(costs)
     local nt, nv, R, C = ws_fastopen(L, ws_ckey(k, j), limit, cost)
     if nt == nil then
       ws_checked(C.sum, C.fits)
@@ -546,11 +546,11 @@ local function ws_wlimits(H, P, costs, k, n)
     local out = ws_headlimits(H, P, costs, k, n)
     if out ~= nil then return out end
   end
-  local cost, S = tonumber(costs), ws_wscratch
+  local cost, S = ws_tonum(costs), ws_wscratch
   for j = 0, n - 1 do
     local a = 1 + 2 * j
     local L = ws_shape(H, P[a])
-    local limit = tonumber(P[a + 1])
+    local limit = ws_tonum(P[a + 1])
     local nt, nv, R, C = ws_fastopen(L, ws_ckey(k, j), limit, cost)
     if nt == nil then
       -- The general path, from limit j on (those before it are on the fast
@@ -558,7 +558,7 @@ local function ws_wlimits(H, P, costs, k, n)
       local W, allowed = {}, true
       for q = 0, n - 1 do
         local b, w = 1 + 2 * q, WS_W * q
-        local Lq, lq = ws_shape(H, P[b]), tonumber(P[b + 1])
+        local Lq, lq = ws_shape(H, P[b]), ws_tonum(P[b + 1])
         local ntq, nvq, Rq, Cq
         if q < j then
           ntq, nvq, Rq = S[3 * q + 1], S[3 * q + 2], S[3 * q + 3]
@@ -907,7 +907,7 @@ local function ws_linkopen(H, gs, W, ok)
     for j = 0, g.n - 1 do
       local a = g.i + 4 * j
       local L = ws_shape(H, ARGV[a + 1])
-      local limit, cost = tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+      local limit, cost = ws_tonum(ARGV[a + 2]), ws_tonum(ARGV[a + 3])
       local nt, nv, R, C = ws_fastopen(L, ws_ckey(g.k, j), limit, cost)
       if nt == nil and not (C.fits and cost <= limit and ws_le(C.sum, limit - cost)) then fits = false end
       W[5 * m + 1], W[5 * m + 2], W[5 * m + 3], W[5 * m + 4], W[5 * m + 5] = L, C, nt, nv, R

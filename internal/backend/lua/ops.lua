@@ -156,7 +156,7 @@ local function ws_add(L, key, delta)
     local nt = ws_leanone(L, key, delta, WS_BIG - 1)
     if nt ~= nil then return nt end
   end
-  local nt, nv, R, C = ws_fastopen(L, key, WS_BIG - 1, tonumber(delta))
+  local nt, nv, R, C = ws_fastopen(L, key, WS_BIG - 1, ws_tonum(delta))
   if nt ~= nil then
     ws_fastcommit(L, key, nt, nv, R)
     return nt
@@ -188,7 +188,7 @@ local function ws_allow(L, key, limit, costs)
     local nt = ws_leanone(L, key, costs, limit)
     if nt ~= nil then return {1, nt, 0, B.start + L.w - L.now} end
   end
-  local cost = tonumber(costs)
+  local cost = ws_tonum(costs)
   local nt, nv, R, C = ws_fastopen(L, key, limit, cost)
   if nt ~= nil then
     ws_fastcommit(L, key, nt, nv, R)

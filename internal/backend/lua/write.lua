@@ -52,7 +52,7 @@ end
 local function ws_linkedlimits(i, k, n)
   local gs = {}
   for j = 1, n do
-    local m = tonumber(ARGV[i])
+    local m = ws_tonum(ARGV[i])
     if ARGV[i + 1] ~= '' or ARGV[i + 3] ~= '' or not ws_onlylimits(i + 4, m) then return nil end
     gs[j] = {i = i + 4, k = k, n = m}
     i, k = i + 4 + 4 * m, k + WS_KPC * m
@@ -71,12 +71,12 @@ local function ws_op(i, k)
     local L = ws_shape(H, ARGV[i + 1])
     return i + 3, k + WS_KPC, ws_addquiet, L, ws_ckey(k, 0), ARGV[i + 2]
   elseif op == WS_OP_ALLOW then
-    return i + 4, k + WS_KPC, ws_allow, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), tonumber(ARGV[i + 2]), ARGV[i + 3]
-  elseif op == WS_OP_GROUP and ARGV[i + 2] == '' and ARGV[i + 4] == '' and ws_onlylimits(i + 5, tonumber(ARGV[i + 1])) then
-    local n = tonumber(ARGV[i + 1])
+    return i + 4, k + WS_KPC, ws_allow, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), ws_tonum(ARGV[i + 2]), ARGV[i + 3]
+  elseif op == WS_OP_GROUP and ARGV[i + 2] == '' and ARGV[i + 4] == '' and ws_onlylimits(i + 5, ws_tonum(ARGV[i + 1])) then
+    local n = ws_tonum(ARGV[i + 1])
     return i + 5 + 4 * n, k + WS_KPC * n, ws_limits, H, i + 5, k, n
   elseif op == WS_OP_LIMITS then
-    local n = tonumber(ARGV[i + 1])
+    local n = ws_tonum(ARGV[i + 1])
     return i + 4, k + WS_KPC * n, ws_wlimits, H, ws_policies(H, ARGV[i + 3], n), ARGV[i + 2], k, n
   elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
     if op == WS_OP_GROUP then
@@ -87,7 +87,7 @@ local function ws_op(i, k)
     G.reserve = op == WS_OP_RESERVE
     return ni, nk, ws_group, G
   elseif op == WS_OP_LINK then
-    local gs, li, lk = ws_linkedlimits(i + 2, k, tonumber(ARGV[i + 1]))
+    local gs, li, lk = ws_linkedlimits(i + 2, k, ws_tonum(ARGV[i + 1]))
     if gs ~= nil then return li, lk, ws_linklimits, H, gs end
     local Gs, ni, nk = {}, i + 2, k
     for j = 1, tonumber(ARGV[i + 1]) do
