@@ -217,9 +217,12 @@ type plan struct {
 // them), where a group item takes four arguments (an argument costs the
 // server several hundred instructions), and, when every counter counts on
 // its backend's fast path, an answer of two numbers per limit, where a
-// group's is an array per limit. Only a group sent alone (Apply's, not a
-// link's or a reservation's) can be compact. It reports whether it rewrote
-// the plan.
+// group's is an array per limit. Counters that share a head (the plain
+// hash's windows of one key) declare it once (backend.OpLimitsH: three
+// limits take four keys, not six; a declared key costs the server more than
+// a thousand instructions). Only a group sent alone (Apply's, not a link's
+// or a reservation's) can be compact. It reports whether it rewrote the
+// plan.
 func (p *plan) compact() bool {
 	n := len(p.items)
 	if n == 0 || p.args[0] != backend.OpGroup || p.args[2] != "" || p.args[4] != "" || len(p.args) != 5+4*n {
@@ -239,7 +242,28 @@ func (p *plan) compact() bool {
 		spec.WriteByte(' ')
 		spec.WriteString(a[2])
 	}
-	p.args, p.compacted = []string{backend.OpLimits, strconv.Itoa(n), cost, spec.String()}, true
+	op := backend.OpLimits
+	if p.st.be.Head && len(p.keys) == 2*n && sharedHead(p.keys) {
+		// Counters of one head (the plain hash's windows of one key): their
+		// hashes, then the head, declared once.
+		keys := make([]string, 0, n+1)
+		for j := 0; j < n; j++ {
+			keys = append(keys, p.keys[2*j])
+		}
+		p.keys, op = append(keys, p.keys[1]), backend.OpLimitsH
+	}
+	p.args, p.compacted = []string{op, strconv.Itoa(n), cost, spec.String()}, true
+	return true
+}
+
+// sharedHead reports whether the counters of keys (each a hash and a head,
+// see counterKeys) all have the same head.
+func sharedHead(keys []string) bool {
+	for j := 3; j < len(keys); j += 2 {
+		if keys[j] != keys[1] {
+			return false
+		}
+	}
 	return true
 }
 

@@ -516,3 +516,41 @@ func TestObserveResendable(t *testing.T) {
 		}
 	}
 }
+
+// TestTokensAllowAllOneHead: AllowAll of policies on one key whose counters
+// share a head (stores of one prefix, no Sub name) is one compact operation
+// that declares the head once, after the counters' hashes; counters of
+// different heads (Sub names) declare each counter's hash and head.
+func TestTokensAllowAllOneHead(t *testing.T) {
+	ctx := context.Background()
+	s, rec := tokenStore(t, false, func([]string) string {
+		return resptest.Arr(resptest.Arr(resptest.Int(1), resptest.Int(1), resptest.Int(9000), resptest.Int(1), resptest.Int(90000)))
+	})
+	s2, err := New(ctx, s.client, Window{Length: 100 * time.Second, Bucket: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := AllowAll(ctx, 1, Policy{Store: s, Key: "u", Limit: 5}, Policy{Store: s2, Key: "u", Limit: 50})
+	if err != nil || !d.Allowed || d.Policies[1].Sum != 1 || d.Policies[1].Remaining != 49 {
+		t.Fatalf("%+v %v", d, err)
+	}
+	hdr := append([]string{""}, years(time.Now())...)
+	hdr = append(hdr, "5000")
+	want := append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "3",
+		"ws:{u}:10s/1s:b", "ws:{u}:100s/10s:b", "ws:{u}:h"}, hdr...)
+	want = append(want, backend.OpLimitsH, "2", "1", "1000:10000 5 10000:100000 50")
+	got := scriptCalls(rec)
+	if len(got) != 1 || !slices.Equal(got[0], want) {
+		t.Fatalf("one head: sent %q\nwant %q", got, want)
+	}
+
+	if _, err := AllowAll(ctx, 1, Policy{Store: s.Sub("a"), Key: "u", Limit: 5}, Policy{Store: s2.Sub("b"), Key: "u", Limit: 50}); err != nil {
+		t.Fatal(err)
+	}
+	want = append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4",
+		"ws:{u}:a:10s/1s:b", "ws:{u}:a:h", "ws:{u}:b:100s/10s:b", "ws:{u}:b:h"}, hdr...)
+	want = append(want, backend.OpLimits, "2", "1", "1000:10000 5 10000:100000 50")
+	if got = scriptCalls(rec)[1:]; len(got) != 1 || !slices.Equal(got[0], want) {
+		t.Fatalf("two heads: sent %q\nwant %q", got, want)
+	}
+}

@@ -229,6 +229,7 @@ const (
 	OpAllow    = "w" // shape limit cost: Allow
 	OpGroup    = "g" // a group of items of one slot (see group.lua)
 	OpLimits   = "W" // n cost policies ("shape limit shape limit..."): a group of limits alone, compact (see ws_wlimits)
+	OpLimitsH  = "V" // n cost policies: OpLimits of counters that share one head, keys their n hashes then the head (see ws_hlimits)
 	OpDCount   = "d" // shape lookback: a distinct count
 	OpDAdd     = "D" // shape n member...: AddDistinct, add and count
 	OpLink     = "L" // n group...: linked groups, all or nothing (see group.lua)
@@ -287,7 +288,7 @@ func constants() Fragment {
 	b.WriteString("-- Generated from package backend's Go constants: op and error codes.\n")
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
-		{"WS_OP_GROUP", OpGroup}, {"WS_OP_LIMITS", OpLimits}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
+		{"WS_OP_GROUP", OpGroup}, {"WS_OP_LIMITS", OpLimits}, {"WS_OP_LIMITSH", OpLimitsH}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
 		{"WS_OP_RESERVE", OpReserve}, {"WS_OP_XPUT", OpXPut}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},

@@ -537,6 +537,17 @@ func TestKeysDeclared(t *testing.T) {
 				{"read extremes", b.Sum, []string{"{x}:max", "{x}:first"}, []string{shape, backend.XMax, shape, backend.XMin}},
 				{"inspect", b.Inspect, c("{a}"), []string{shape}},
 			}
+			if b.Head {
+				// As store.AllowAll sends them on a backend that keeps heads:
+				// the windows' hashes, then their head, declared once.
+				calls = append(calls, struct {
+					name string
+					sc   *backend.Script
+					keys []string
+					args []string
+				}{"three windows of one key, compact, one head", b.Write, []string{"{u}:1:b", "{u}:2:b", "{u}:3:b", "{u}:hd"},
+					[]string{backend.OpLimitsH, "3", "1", shape + " 100 " + shape2 + " 100 " + shape3 + " " + strconv.Itoa(step%4)}})
+			}
 			for _, c := range calls {
 				bad, err := f.run(t, c.sc, ms, c.keys, append(append([]string(nil), hdr...), c.args...))
 				if err != nil {

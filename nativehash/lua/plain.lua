@@ -689,7 +689,8 @@ end
 -- ws_headlimits is ws_wlimits' leanest path (see group.lua) for n limits of
 -- one cost whose counters share one head (the windows of one key): costs
 -- (the cost, a decimal string), P (each limit's shape and limit, see
--- ws_policies) and KEYS[k] on.
+-- ws_policies) and KEYS[k] on: each counter's hash and head (ws_ckey), or,
+-- with shared (WS_OP_LIMITSH), the n hashes and then the head, declared once.
 -- When the head holds exactly the n windows' records, in the limits' order,
 -- and ws_hdecide takes each (a synced one inline: a key's coarser windows;
 -- a move, as its finest makes bucket after bucket, and a fresh start
@@ -698,11 +699,15 @@ end
 -- one table, and no function call for a synced limit (a script pays more for
 -- its calls and table accesses than for its arithmetic). Otherwise it leaves
 -- the head it read for ws_hget (ws_seedk) and answers what ws_headmoves
--- answers.
-local function ws_headlimits(H, P, costs, k, n)
-  local hk = KEYS[k + 1]
-  for j = 1, n - 1 do
-    if KEYS[k + 2 * j + 1] ~= hk then return nil end
+-- answers, or, with shared, nil (ws_hlimits goes on).
+local function ws_headlimits(H, P, costs, k, n, shared)
+  local hk, st = KEYS[k + 1], WS_KPC
+  if shared then
+    hk, st = KEYS[k + n], 1
+  else
+    for j = 1, n - 1 do
+      if KEYS[k + 2 * j + 1] ~= hk then return nil end
+    end
   end
   local s = redis.call('GET', hk)
   local cost = ws_tonum(costs)
@@ -753,7 +758,7 @@ local function ws_headlimits(H, P, costs, k, n)
         A[r + 4] = t
       end
       out[2 * j], out[2 * j + 1] = t, L.reset
-      r, b, kj = r + WS_REC, b + 2, kj + 2
+      r, b, kj = r + WS_REC, b + 2, kj + st
     end
     if ok then
       for x = 2 * n + 2, 7 do out[x] = nil end
@@ -779,6 +784,7 @@ local function ws_headlimits(H, P, costs, k, n)
     end
   end
   ws_seedk, ws_seeds = hk, s
+  if shared then return nil end
   return ws_headmoves(H, P, costs, k, n)
 end
 

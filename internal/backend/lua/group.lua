@@ -541,9 +541,16 @@ end
 -- the costs and answers {1, sum, reset, sum, reset...}, a sum and a reset
 -- per limit, without a table per limit. Otherwise it answers and writes as
 -- ws_limits does (ws_limitsend: a reply of ws_group's shape).
-local function ws_wlimits(H, P, costs, k, n)
+-- With moves (from ws_hlimits, whose lean path failed), the plain hash's
+-- limits go from ws_headmoves on.
+local function ws_wlimits(H, P, costs, k, n, moves)
   if ws_headlimits ~= nil then
-    local out = ws_headlimits(H, P, costs, k, n)
+    local out
+    if moves then
+      out = ws_headmoves(H, P, costs, k, n)
+    else
+      out = ws_headlimits(H, P, costs, k, n)
+    end
     if out ~= nil then return out end
   end
   local cost, S = ws_tonum(costs), ws_wscratch
@@ -586,6 +593,25 @@ local function ws_wlimits(H, P, costs, k, n)
   end
   for x = 2 * n + 2, 7 do out[x] = nil end
   return out
+end
+
+-- ws_hlimits is ws_wlimits for the compact operation of limits whose
+-- counters share one head (WS_OP_LIMITSH: the plain hash's windows of one
+-- key, store.AllowAll of stores of one prefix), which declares the head once:
+-- KEYS[k] to KEYS[k + n - 1] are the counters' hashes, KEYS[k + n] their
+-- head (a declared key costs the server more than a thousand instructions:
+-- three limits take four keys, not six). Off ws_headlimits' lean path, it
+-- lays the keys out as ws_wlimits takes them, each hash and the head, at
+-- KEYS' end (names already declared), and goes on there.
+local function ws_hlimits(H, P, costs, k, n)
+  if ws_headlimits == nil then ws_err(WS_E_ARGS, 'a shared head on a backend without heads') end
+  local out = ws_headlimits(H, P, costs, k, n, true)
+  if out ~= nil then return out end
+  local x, hk = #KEYS, KEYS[k + n]
+  for j = 0, n - 1 do
+    KEYS[x + 2 * j + 1], KEYS[x + 2 * j + 2] = KEYS[k + j], hk
+  end
+  return ws_wlimits(H, P, costs, x + 1, n, true)
 end
 
 -- Linked groups: the groups of one decision across entities and slots

@@ -104,6 +104,7 @@ local ws_open, ws_put, ws_prepare, ws_commit, ws_detail, ws_addnosum, ws_sumover
 local ws_quiet, ws_quietcommit = ws_scanquiet, ws_scanquietcommit
 local ws_fastopen, ws_fastcommit, ws_peek, ws_peekreach = ws_scanfastopen, nil, ws_scanpeek, ws_scanpeekreach
 
--- ws_headlimits, ws_leanone and ws_leanlink (see ops.lua): no fast path for
--- limits that share a head, nor a lean one for Add and Allow or for a link.
-local ws_headlimits, ws_leanone, ws_leanlink = nil, nil, nil
+-- ws_headlimits, ws_headmoves, ws_leanone and ws_leanlink (see ops.lua): no
+-- fast path for limits that share a head, nor a lean one for Add and Allow
+-- or for a link.
+local ws_headlimits, ws_headmoves, ws_leanone, ws_leanlink = nil, nil, nil, nil

@@ -12,6 +12,10 @@
 --                                       {1, sum, reset...} when each is on
 --                                       its fast path, else a group's
 --                                       answer (see ws_wlimits)
+--   WS_OP_LIMITSH  n cost policies      the same, of counters that share
+--                                       one head (the plain hash): their n
+--                                       hashes, then the head, declared
+--                                       once (see ws_hlimits)
 --   WS_OP_LINK, WS_OP_RESERVE, WS_OP_UNDO
 --                  (see group.lua)      linked groups, all or nothing
 --   WS_OP_XPUT     shape dir value time a window extreme's write: {extreme}
@@ -78,6 +82,9 @@ local function ws_op(i, k)
   elseif op == WS_OP_LIMITS then
     local n = ws_tonum(ARGV[i + 1])
     return i + 4, k + WS_KPC * n, ws_wlimits, H, ws_policies(H, ARGV[i + 3], n), ARGV[i + 2], k, n
+  elseif op == WS_OP_LIMITSH then
+    local n = ws_tonum(ARGV[i + 1])
+    return i + 4, k + n + 1, ws_hlimits, H, ws_policies(H, ARGV[i + 3], n), ARGV[i + 2], k, n
   elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
     if op == WS_OP_GROUP then
       local ni, nk, its, idkey = ws_readfast(H, i + 1, k)
