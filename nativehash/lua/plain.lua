@@ -188,7 +188,7 @@ local function ws_exact(x) return type(x) == 'number' and x < WS_BIG and x > -WS
 -- grows, and seconds (TestKeysDeclared checks what a script allocates).
 local function ws_fname(L, k)
   local f = L.fnames
-  if f == nil then
+  if not f then
     f = {}
     L.fnames = f
   end
@@ -322,21 +322,25 @@ local function ws_msweep(L, key, m, t, c, v, limit, cost)
   end
   names[nd + 1] = L.field
   local vals = redis.call('HMGET', KEYS[key], unpack(names, 1, nd + 1))
-  local del, nx = {}, 0
+  local cur = 0
+  if vals[nd + 1] then
+    cur = tonumber(vals[nd + 1])
+    if cur == nil then return nil end
+  end
+  -- (The fields to delete, those that hold a bucket, kept in names, in
+  -- place: one table a move, not two.)
+  local nx = 0
   for j = 1, nd do
     local x = vals[j]
     if x then
       local val = tonumber(x)
       if val == nil then return nil end
       gone, mag, nx = gone + val, mag + (val < 0 and -val or val), nx + 1
-      del[nx] = names[j]
+      names[nx] = names[j]
     end
   end
-  local cur = 0
-  if vals[nd + 1] then
-    cur = tonumber(vals[nd + 1])
-    if cur == nil then return nil end
-  end
+  for j = nx + 1, nd + 1 do names[j] = nil end
+  local del = names
   local nv = cur + cost
   if mag >= WS_BIG or t - gone > limit - cost or cur <= -WS_BIG or nv >= WS_BIG or nv == 0 then return nil end
   local flush = nil
@@ -349,7 +353,8 @@ end
 -- (when the new current bucket leaves the window: the hash lives as long as
 -- the record's bucket), and the buckets that left deleted.
 local function ws_mwrite(L, hk, flush, v, del)
-  if flush ~= nil then redis.call('HSET', hk, flush, v) end
+  -- (v passed as a string: Redis 7.0 writes a number argument with %.17g.)
+  if flush ~= nil then redis.call('HSET', hk, flush, string.format('%d', v)) end
   redis.call('PEXPIREAT', hk, ws_expat(L, L.cstart + L.w))
   if #del > 0 then redis.call('HDEL', hk, unpack(del)) end
 end

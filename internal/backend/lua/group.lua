@@ -511,24 +511,25 @@ local ws_wscratch = {}
 -- ws_policies parses a compact operation's policies (WS_OP_LIMITS): n
 -- limits' shapes and limits, space-separated, in one argument ("1000:60000 5
 -- 60000:3600000 20"), as a table P of strings, P[2j + 1] the shape of limit
--- j (from 0) and P[2j + 2] its limit; once per script call for the calls
--- that share them (the operations of one policy set, batched). An argument
--- costs the server several hundred instructions to read, hold and free,
--- more than its parse shared by a batch: three limits in one argument take
--- five fewer arguments.
-local function ws_policies(H, spec, n)
-  local ps = H.policies
-  if ps == nil then
-    ps = {}
-    H.policies = ps
+-- j (from 0) and P[2j + 2] its limit; once for the calls that share them
+-- (kept from one call to the next, at most 256 of them). An argument costs
+-- the server several hundred instructions to read, hold and free, more than
+-- a parse shared by many operations: three limits in one argument take five
+-- fewer arguments.
+local ws_policies = nil
+do
+  local kept, nk = {}, 0
+  ws_policies = function(spec, n)
+    local P = kept[spec]
+    if P == nil then
+      P = {}
+      for w in string.gmatch(spec, '[^ ]+') do P[#P + 1] = w end
+      if nk >= 256 then kept, nk = {}, 0 end
+      kept[spec], nk = P, nk + 1
+    end
+    if #P ~= 2 * n then ws_err(WS_E_ARGS, 'malformed policies: ' .. spec) end
+    return P
   end
-  local P = ps[spec]
-  if P ~= nil then return P end
-  P = {}
-  for w in string.gmatch(spec, '[^ ]+') do P[#P + 1] = w end
-  if #P ~= 2 * n then ws_err(WS_E_ARGS, 'malformed policies: ' .. spec) end
-  ps[spec] = P
-  return P
 end
 
 -- ws_wlimits runs n limits of one cost, nothing else, without an event id or

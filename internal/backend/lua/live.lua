@@ -45,21 +45,22 @@ local function ws_header(a)
       M.a5 == a[5] and M.a2 == a[2] and M.a6 == a[6] and M.a7 == a[7] then
     return M.H
   end
-  local y2, y3, y4 = tonumber(a[3]), tonumber(a[4]), tonumber(a[5])
+  -- (The years and the tolerance repeat from call to call: ws_tonum.)
+  local y2, y3, y4 = ws_tonum(a[3]), ws_tonum(a[4]), ws_tonum(a[5])
   local prev, cur, nxt
   if y2 <= now and now < y3 then
-    prev, cur, nxt = tonumber(a[2]), y2, y3
+    prev, cur, nxt = ws_tonum(a[2]), y2, y3
   elseif y3 <= now and now < y4 then
     prev, cur, nxt = y2, y3, y4
   else
-    local y5 = tonumber(a[6])
+    local y5 = ws_tonum(a[6])
     if y4 <= now and now < y5 then
       prev, cur, nxt = y3, y4, y5
     else
       ws_err(WS_E_CLOCK, 'the server clock ' .. now .. ' is more than a year from the client clock')
     end
   end
-  local H = {now = now, srv = srv, prev = prev, cur = cur, nxt = nxt, F = tonumber(a[7]), shapes = {}}
+  local H = {now = now, srv = srv, prev = prev, cur = cur, nxt = nxt, F = ws_tonum(a[7]), shapes = {}}
   M.H, M.a1, M.a2, M.a3, M.a4, M.a5, M.a6, M.a7 = H, a[1], a[2], a[3], a[4], a[5], a[6], a[7]
   return H
 end
@@ -79,33 +80,54 @@ end
 --               of the next (an empty range has lo > hi)
 --   low         the start of the oldest live bucket
 --   reset       ms from the instant until the current bucket leaves the window
-local function ws_shape(H, shape)
-  local L = H.shapes[shape]
-  if L ~= nil then return L end
-  local sep = string.find(shape, ':', 1, true)
-  local b, w = tonumber(string.sub(shape, 1, sep - 1)), tonumber(string.sub(shape, sep + 1))
-  local now, prev, cur, nxt = H.now, H.prev, H.cur, H.nxt
-  local floor = math.floor
-  local c = floor((now - cur) / b)
-  local cstart = cur + c * b
-  local field = string.format('%d', c)
-  local thr, top = now - w, now + H.F
-  local lo, plo, phi
-  if thr >= cur then
-    lo, plo, phi = floor((thr - cur) / b) + 1, 1, 0
-  else
-    lo, plo, phi = 0, floor((thr - prev) / b) + 1, math.ceil((cur - prev) / b) - 1
+-- A shape's table is made once and kept from one call to the next (at most
+-- 256 shapes): a header is made anew each millisecond of the server's clock
+-- (or each instant of a client's), and filling a kept table in place costs
+-- the server a fraction of making one of twenty fields (three windows' shapes
+-- made anew cost an AllowAll some 40% of its instructions, callgrind). So a
+-- shape's table is its header's until the next header's ws_shape: nothing
+-- keeps one from one call to the next but ws_memo's last header.
+local ws_shape = nil
+do
+  local kept, nk = {}, 0
+  ws_shape = function(H, shape)
+    local L = H.shapes[shape]
+    if L ~= nil then return L end
+    L = kept[shape]
+    if L == nil then
+      local sep = string.find(shape, ':', 1, true)
+      L = {H = H, b = tonumber(string.sub(shape, 1, sep - 1)), w = tonumber(string.sub(shape, sep + 1)), now = 0, prev = 0,
+        cur = 0, nxt = 0, c = 0, cstart = 0, field = '', lo = 0, hi = 0, plo = 0, phi = 0, nhi = 0, low = 0, reset = 0,
+        target = {field = '', start = 0, current = true}, fnames = false, xs = false, xsrv = false}
+      if nk >= 256 then kept, nk = {}, 0 end
+      kept[shape], nk = L, nk + 1
+    end
+    local b, w = L.b, L.w
+    local now, prev, cur, nxt = H.now, H.prev, H.cur, H.nxt
+    local floor = math.floor
+    local c = floor((now - cur) / b)
+    local cstart = cur + c * b
+    local field = string.format('%d', c)
+    local thr, top = now - w, now + H.F
+    local lo, plo, phi
+    if thr >= cur then
+      lo, plo, phi = floor((thr - cur) / b) + 1, 1, 0
+    else
+      lo, plo, phi = 0, floor((thr - prev) / b) + 1, math.ceil((cur - prev) / b) - 1
+    end
+    local hi = math.min(floor((top - cur) / b), math.ceil((nxt - cur) / b) - 1)
+    local nhi = -1
+    if top >= nxt then nhi = floor((top - nxt) / b) end
+    local low
+    if plo <= phi then low = prev + plo * b else low = cur + lo * b end
+    L.H, L.now, L.prev, L.cur, L.nxt, L.c, L.cstart, L.field = H, now, prev, cur, nxt, c, cstart, field
+    L.lo, L.hi, L.plo, L.phi, L.nhi, L.low, L.reset = lo, hi, plo, phi, nhi, low, cstart + w - now
+    L.fnames, L.xs, L.xsrv = false, false, false
+    local T = L.target
+    T.field, T.start, T.current = field, cstart, true
+    H.shapes[shape] = L
+    return L
   end
-  local hi = math.min(floor((top - cur) / b), math.ceil((nxt - cur) / b) - 1)
-  local nhi = -1
-  if top >= nxt then nhi = floor((top - nxt) / b) end
-  local low
-  if plo <= phi then low = prev + plo * b else low = cur + lo * b end
-  L = {H = H, b = b, w = w, now = now, prev = prev, cur = cur, nxt = nxt, c = c, cstart = cstart, field = field,
-    lo = lo, hi = hi, plo = plo, phi = phi, nhi = nhi, low = low, reset = cstart + w - now,
-    target = {field = field, start = cstart, current = true}}
-  H.shapes[shape] = L
-  return L
 end
 
 -- ws_start returns the start of the live bucket with code k (a number), or

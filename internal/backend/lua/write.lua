@@ -81,10 +81,10 @@ local function ws_op(i, k)
     return i + 5 + 4 * n, k + WS_KPC * n, ws_limits, H, i + 5, k, n
   elseif op == WS_OP_LIMITS then
     local n = ws_tonum(ARGV[i + 1])
-    return i + 4, k + WS_KPC * n, ws_wlimits, H, ws_policies(H, ARGV[i + 3], n), ARGV[i + 2], k, n
+    return i + 4, k + WS_KPC * n, ws_wlimits, H, ws_policies(ARGV[i + 3], n), ARGV[i + 2], k, n
   elseif op == WS_OP_LIMITSH then
     local n = ws_tonum(ARGV[i + 1])
-    return i + 4, k + n + 1, ws_hlimits, H, ws_policies(H, ARGV[i + 3], n), ARGV[i + 2], k, n
+    return i + 4, k + n + 1, ws_hlimits, H, ws_policies(ARGV[i + 3], n), ARGV[i + 2], k, n
   elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
     if op == WS_OP_GROUP then
       local ni, nk, its, idkey = ws_readfast(H, i + 1, k)
