@@ -204,6 +204,8 @@ func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]st
 		for i, mm := range m.models {
 			require.Equal(t, mm.sum(at, ws[i].Length).Int64(), r.Policies[i].Sum, "step %d policy %d", step, i)
 			if want {
+				// Admitted: each policy's reset counts the cost just counted.
+				require.Equal(t, modelReset(mm, at), r.Policies[i].ResetAfter, "step %d policy %d: reset", step, i)
 				continue
 			}
 			// Refused: each policy's reset is its window's, with nothing

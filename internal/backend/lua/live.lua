@@ -83,10 +83,13 @@ end
 -- A shape's table is made once and kept from one call to the next (at most
 -- 256 shapes): a header is made anew each millisecond of the server's clock
 -- (or each instant of a client's), and filling a kept table in place costs
--- the server a fraction of making one of twenty fields (three windows' shapes
--- made anew cost an AllowAll some 40% of its instructions, callgrind). So a
--- shape's table is its header's until the next header's ws_shape: nothing
--- keeps one from one call to the next but ws_memo's last header.
+-- the server a fraction of making one of twenty fields, nothing at all but
+-- the instant when the live buckets are those of the last header (three
+-- windows' shapes and policies made anew at each header were a fifth of an
+-- AllowAll's instructions for a caller that waits for each answer,
+-- callgrind). So a shape's table is its header's until the next header's
+-- ws_shape: nothing keeps one from one call to the next but ws_memo's last
+-- header.
 local ws_shape = nil
 do
   local kept, nk = {}, 0
@@ -107,7 +110,6 @@ do
     local floor = math.floor
     local c = floor((now - cur) / b)
     local cstart = cur + c * b
-    local field = string.format('%d', c)
     local thr, top = now - w, now + H.F
     local lo, plo, phi
     if thr >= cur then
@@ -118,11 +120,21 @@ do
     local hi = math.min(floor((top - cur) / b), math.ceil((nxt - cur) / b) - 1)
     local nhi = -1
     if top >= nxt then nhi = floor((top - nxt) / b) end
+    L.xs, L.xsrv = false, false
+    if c == L.c and cur == L.cur and lo == L.lo and plo == L.plo and hi == L.hi and nhi == L.nhi and prev == L.prev and
+        nxt == L.nxt then
+      -- The same live buckets as the last header's (the same current bucket,
+      -- as most headers of a busy key find): only the instant moves.
+      L.H, L.now, L.reset = H, now, cstart + w - now
+      H.shapes[shape] = L
+      return L
+    end
     local low
     if plo <= phi then low = prev + plo * b else low = cur + lo * b end
+    local field = string.format('%d', c)
     L.H, L.now, L.prev, L.cur, L.nxt, L.c, L.cstart, L.field = H, now, prev, cur, nxt, c, cstart, field
     L.lo, L.hi, L.plo, L.phi, L.nhi, L.low, L.reset = lo, hi, plo, phi, nhi, low, cstart + w - now
-    L.fnames, L.xs, L.xsrv = false, false, false
+    L.fnames = false
     local T = L.target
     T.field, T.start, T.current = field, cstart, true
     H.shapes[shape] = L
