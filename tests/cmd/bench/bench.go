@@ -59,9 +59,11 @@ raw HINCRBY; the throughput with the naive script and the ZSET log. At 10
 buckets, the design's targets (docs/benchmarks.md) whose two operations were
 measured follow: each ratio of server times measured again in --runs
 back-to-back pairs of runs of half --duration (seconds apart, the order
-alternating, each run after a warm-up of a quarter of --duration), and taken
-round by round from the table's runs; each the median, with its range. The
-operations:
+alternating, each run after a warm-up of a quarter of --duration) at one
+pace (the slower operation over fewer keys, in proportion to the two
+throughputs, so that both see as many operations per key and second), and
+taken round by round from the table's runs; each the median, with its range.
+The operations:
 
   add         Store.Add                  addnosum  Store.Record with NoSum
   addid       Store.Record with an id    sum       Store.Sum
@@ -324,14 +326,40 @@ type targetResult struct {
 	Min     float64 `json:"ratio_min"`
 	Max     float64 `json:"ratio_max"`
 	Pairs   int     `json:"pairs"`
+	// OpKeys and BaseKeys are the keys each side ran over (pacedKeys).
+	OpKeys   int `json:"op_keys"`
+	BaseKeys int `json:"base_keys"`
+}
+
+// pacedKeys returns the keys a target's two operations run over in pairs
+// so that both run at one pace: as many operations per key and second.
+// The faster operation (by the table's throughputs) keeps every key; the
+// slower one gets a share of them in proportion to its throughput, and at
+// least 100. At one pace, each side starts a bucket (a move, which costs
+// about a whole operation more) on the same share of its operations, as
+// two operations on one event stream do; over the same keys the slower
+// one would see fewer operations per key and start a bucket on more of
+// them, so its ratio would grow as the machine slows.
+func pacedKeys(keys int, opRate, baseRate float64) (opKeys, baseKeys int) {
+	opKeys, baseKeys = keys, keys
+	if opRate <= 0 || baseRate <= 0 {
+		return
+	}
+	share := func(r float64) int { return max(100, min(keys, int(float64(keys)*r+0.5))) }
+	if opRate < baseRate {
+		opKeys = share(opRate / baseRate)
+	} else {
+		baseKeys = share(baseRate / opRate)
+	}
+	return
 }
 
 // pairTargets measures the targets (render.Targets) whose two operations
 // were both measured, in pairs of back-to-back slices of half a run each
 // (--runs pairs, the order of each pair alternating: base then op, op then
-// base): each pair's ratio of server times comes from two slices seconds
-// apart, where the table's rows of one round can be a minute apart on a
-// machine whose speed drifts. Each slice follows a warm-up of the same
+// base), at one pace (pacedKeys): each pair's ratio of server times comes
+// from two slices seconds apart, where the table's rows of one round can be
+// a minute apart on a machine whose speed drifts. Each slice follows a warm-up of the same
 // operation (a quarter of a run, not measured): an operation's keys were
 // idle while the other ran, and the first write to each after that sweeps
 // the buckets that left meanwhile; a slice as short as this one would carry
@@ -347,6 +375,8 @@ func pairTargets(ctx context.Context, client rueidis.Client, cfg benchConfig, ke
 		if byOp[t.Op] == nil || byOp[t.Base] == nil {
 			continue
 		}
+		opKeys, baseKeys := pacedKeys(keys, byOp[t.Op].OpsPerSec, byOp[t.Base].OpsPerSec)
+		keysOf := map[string]int{t.Op: opKeys, t.Base: baseKeys}
 		var opUs, baseUs []float64
 		for i := 0; i < cfg.runs; i++ {
 			first, second := t.Base, t.Op
@@ -354,8 +384,8 @@ func pairTargets(ctx context.Context, client rueidis.Client, cfg benchConfig, ke
 				first, second = second, first
 			}
 			slice := func(name string) benchRunResult {
-				benchRun(ctx, client, warm, keys, ops[name])
-				return benchRun(ctx, client, half, keys, ops[name])
+				benchRun(ctx, client, warm, keysOf[name], ops[name])
+				return benchRun(ctx, client, half, keysOf[name], ops[name])
 			}
 			a := slice(first)
 			b := slice(second)
@@ -369,7 +399,8 @@ func pairTargets(ctx context.Context, client rueidis.Client, cfg benchConfig, ke
 		}
 		med, lo, hi, n := render.RoundRatios(opUs, baseUs)
 		if n > 0 {
-			out = append(out, targetResult{Target: t.Op + "/" + t.Base, Buckets: 10, Ratio: med, Min: lo, Max: hi, Pairs: n})
+			out = append(out, targetResult{Target: t.Op + "/" + t.Base, Buckets: 10, Ratio: med, Min: lo, Max: hi, Pairs: n,
+				OpKeys: opKeys, BaseKeys: baseKeys})
 		}
 	}
 	return out
@@ -402,12 +433,12 @@ func printTargets(p *printer, byOp map[string]*benchResult, pairs []targetResult
 			continue
 		}
 		if !head {
-			fmt.Fprintln(p.w, "targets, server time as a ratio: median (range) of back-to-back pairs; of the table's rounds")
+			fmt.Fprintln(p.w, "targets, server time as a ratio: median (range) of back-to-back pairs at one pace; of the table's rounds")
 			head = true
 		}
 		pr := "n/m"
 		if r, ok := paired[t.Op+"/"+t.Base]; ok {
-			pr = fmt.Sprintf("%.2fx (%.2f-%.2f)", r.Ratio, r.Min, r.Max)
+			pr = fmt.Sprintf("%.2fx (%.2f-%.2f) over %d and %d keys", r.Ratio, r.Min, r.Max, r.OpKeys, r.BaseKeys)
 		}
 		fmt.Fprintf(p.w, "  %-9s / %-8s pairs %s; rounds %.2fx (%.2f-%.2f); at most %.1fx\n", t.Op, t.Base, pr, med, lo, hi, t.Max)
 	}

@@ -79,3 +79,26 @@ func TestJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestPacedKeys: in pairs, the slower operation runs over a share of the
+// keys in proportion to the two throughputs, so both see one pace; the
+// faster keeps every key; never under 100, and every key when a
+// throughput is unknown.
+func TestPacedKeys(t *testing.T) {
+	for _, tt := range []struct {
+		op, base     float64
+		wantOp, want int
+	}{
+		{10000, 20000, 5000, 10000},
+		{30000, 10000, 10000, 3333},
+		{20000, 20000, 10000, 10000},
+		{1, 20000, 100, 10000},
+		{0, 20000, 10000, 10000},
+		{20000, -1, 10000, 10000},
+	} {
+		op, base := pacedKeys(10000, tt.op, tt.base)
+		if op != tt.wantOp || base != tt.want {
+			t.Errorf("pacedKeys(10000, %v, %v) = %d, %d; want %d, %d", tt.op, tt.base, op, base, tt.wantOp, tt.want)
+		}
+	}
+}

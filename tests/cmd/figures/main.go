@@ -96,6 +96,8 @@ type benchLine struct {
 	RatioMin float64 `json:"ratio_min"`
 	RatioMax float64 `json:"ratio_max"`
 	Pairs    int     `json:"pairs"`
+	OpKeys   int     `json:"op_keys"`
+	BaseKeys int     `json:"base_keys"`
 	Errors   int64   `json:"errors"`
 }
 
@@ -135,6 +137,12 @@ func recordBench(path, how string) error {
 			f[p+"ratio_min"] = figures.Figure{Value: l.RatioMin, Unit: "x"}
 			f[p+"ratio_max"] = figures.Figure{Value: l.RatioMax, Unit: "x"}
 			f[p+"pairs"] = figures.Figure{Value: float64(l.Pairs)}
+			delete(f, p+"op_keys")
+			delete(f, p+"base_keys")
+			if l.OpKeys > 0 && l.BaseKeys > 0 {
+				f[p+"op_keys"] = figures.Figure{Value: float64(l.OpKeys)}
+				f[p+"base_keys"] = figures.Figure{Value: float64(l.BaseKeys)}
+			}
 			n++
 			continue
 		}
