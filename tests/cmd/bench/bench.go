@@ -33,6 +33,7 @@ type benchConfig struct {
 	goroutines int
 	duration   time.Duration
 	runs       int
+	pairs      int // the targets' pairs (0: as many as runs)
 	ops        []string
 	batchOps   int
 	batchCalls int
@@ -57,7 +58,7 @@ with the range of the server time. Ratios compare medians of one invocation, on
 one server: the server time with the naive script, the ZSET log, redis_rate and
 raw HINCRBY; the throughput with the naive script and the ZSET log. At 10
 buckets, the design's targets (docs/benchmarks.md) whose two operations were
-measured follow: each ratio of server times measured again in --runs
+measured follow: each ratio of server times measured again in --pairs
 back-to-back pairs of runs of half --duration (seconds apart, the order
 alternating, each run after a warm-up of a quarter of --duration) at one
 pace (the slower operation over fewer keys, in proportion to the two
@@ -119,6 +120,7 @@ func benchFlags(fs *flag.FlagSet) (cfg *benchConfig, buckets, ops *string) {
 	fs.IntVar(&cfg.goroutines, "goroutines", cfg.goroutines, "concurrent callers, `N` from 1 to 4096")
 	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "how long each operation runs, a `DURATION` from 100ms to 10m")
 	fs.IntVar(&cfg.runs, "runs", cfg.runs, "how many times each operation runs, `N` from 1 to 25; the figures are medians")
+	fs.IntVar(&cfg.pairs, "pairs", 0, "how many back-to-back pairs measure each target, `N` from 1 to 25 (default: --runs)")
 	fs.IntVar(&cfg.batchOps, "batch-ops", cfg.batchOps, "the store's writes per script call, `N` from 1 to 10,000")
 	fs.IntVar(&cfg.batchCalls, "batch-calls", cfg.batchCalls, "the store's script calls in flight, `N` from 1 to 1,024")
 	buckets = fs.String("buckets", "10,60", "the windows to measure, a `LIST` of bucket counts from 1 to 1440")
@@ -139,6 +141,8 @@ func (cfg *benchConfig) check(buckets, ops string) error {
 		return usagef("--duration %v: want 100ms to 10m", cfg.duration)
 	case cfg.runs < 1 || cfg.runs > 25:
 		return usagef("--runs %d: want 1 to 25", cfg.runs)
+	case cfg.pairs < 0 || cfg.pairs > 25:
+		return usagef("--pairs %d: want 1 to 25", cfg.pairs)
 	}
 	cfg.buckets = nil
 	for _, b := range strings.Split(buckets, ",") {
@@ -356,7 +360,7 @@ func pacedKeys(keys int, opRate, baseRate float64) (opKeys, baseKeys int) {
 
 // pairTargets measures the targets (render.Targets) whose two operations
 // were both measured, in pairs of back-to-back slices of half a run each
-// (--runs pairs, the order of each pair alternating: base then op, op then
+// (--pairs pairs, the order of each pair alternating: base then op, op then
 // base), at one pace (pacedKeys): each pair's ratio of server times comes
 // from two slices seconds apart, where the table's rows of one round can be
 // a minute apart on a machine whose speed drifts. Each slice follows a warm-up of the same
@@ -378,7 +382,11 @@ func pairTargets(ctx context.Context, client rueidis.Client, cfg benchConfig, ke
 		opKeys, baseKeys := pacedKeys(keys, byOp[t.Op].OpsPerSec, byOp[t.Base].OpsPerSec)
 		keysOf := map[string]int{t.Op: opKeys, t.Base: baseKeys}
 		var opUs, baseUs []float64
-		for i := 0; i < cfg.runs; i++ {
+		pairs := cfg.pairs
+		if pairs == 0 {
+			pairs = cfg.runs
+		}
+		for i := 0; i < pairs; i++ {
 			first, second := t.Base, t.Op
 			if i%2 == 1 {
 				first, second = second, first

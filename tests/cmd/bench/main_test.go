@@ -41,6 +41,7 @@ func TestBadUsage(t *testing.T) {
 		{[]string{"--keys", "5"}, "--keys 5: want 100 to 1,000,000"},
 		{[]string{"--ops", "add,frob"}, `unknown op "frob"`},
 		{[]string{"--buckets", "0"}, `--buckets "0": want numbers from 1 to 1440`},
+		{[]string{"--pairs", "26"}, "--pairs 26: want 1 to 25"},
 		{[]string{"--backend", "memcached"}, `--backend "memcached": want auto`},
 		{[]string{"--nope"}, "flag provided but not defined: -nope"},
 		{[]string{"--tls-ca", "ca.pem"}, "need a rediss:// address"},

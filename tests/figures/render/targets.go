@@ -111,7 +111,7 @@ func targets(f figures.File) string {
 		}
 	}
 	b.WriteString("\nIn pairs: after the table's rounds, the bench runs each target's two operations back to back, half a run " +
-		"each after a warm-up of a quarter of a run (not measured), as many pairs as rounds, the order alternating (base " +
+		"each after a warm-up of a quarter of a run (not measured), in as many pairs as the line above the table says, the order alternating (base " +
 		"first, then the operation first), so that the two runs of a pair are seconds apart. At one pace: the slower " +
 		"operation of a pair runs over fewer keys (the operation's keys, then the base's), in proportion to the two " +
 		"throughputs in the table, so that both see as many operations per key and second, as two operations on one " +
