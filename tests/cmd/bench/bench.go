@@ -278,7 +278,9 @@ func bench(ctx context.Context, client rueidis.Client, opt rueidis.ClientOption,
 			return err
 		}
 		if nb == 10 {
-			pairs := pairTargets(ctx, client, cfg, keys, ops, byOp)
+			pairs := pairTargets(cfg, keys, byOp, func(c benchConfig, k int, name string) benchRunResult {
+				return benchRun(ctx, client, c, k, ops[name])
+			})
 			if err := printTargets(p, byOp, pairs); err != nil {
 				return err
 			}
@@ -368,9 +370,9 @@ func pacedKeys(keys int, opRate, baseRate float64) (opKeys, baseKeys int) {
 // idle while the other ran, and the first write to each after that sweeps
 // the buckets that left meanwhile; a slice as short as this one would carry
 // that sweep on a tenth of its writes, where a steady stream pays it once per
-// bucket.
-func pairTargets(ctx context.Context, client rueidis.Client, cfg benchConfig, keys int, ops map[string]benchOp,
-	byOp map[string]*benchResult) []targetResult {
+// bucket. run runs the named operation with cfg over keys keys (benchRun).
+func pairTargets(cfg benchConfig, keys int, byOp map[string]*benchResult,
+	run func(cfg benchConfig, keys int, name string) benchRunResult) []targetResult {
 	half, warm := cfg, cfg
 	half.duration = max(cfg.duration/2, 100*time.Millisecond)
 	warm.duration = max(cfg.duration/4, 50*time.Millisecond)
@@ -392,8 +394,8 @@ func pairTargets(ctx context.Context, client rueidis.Client, cfg benchConfig, ke
 				first, second = second, first
 			}
 			slice := func(name string) benchRunResult {
-				benchRun(ctx, client, warm, keysOf[name], ops[name])
-				return benchRun(ctx, client, half, keysOf[name], ops[name])
+				run(warm, keysOf[name], name)
+				return run(half, keysOf[name], name)
 			}
 			a := slice(first)
 			b := slice(second)

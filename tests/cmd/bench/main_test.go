@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 )
@@ -100,6 +101,44 @@ func TestPacedKeys(t *testing.T) {
 		op, base := pacedKeys(10000, tt.op, tt.base)
 		if op != tt.wantOp || base != tt.want {
 			t.Errorf("pacedKeys(10000, %v, %v) = %d, %d; want %d, %d", tt.op, tt.base, op, base, tt.wantOp, tt.want)
+		}
+	}
+}
+
+// TestPairTargetsPaced: each target's pairs run its slower operation over
+// pacedKeys' share of the keys and the faster over all, a warm-up then a
+// half-run slice each, the order alternating, and the ratio is the median
+// of the pairs' ratios of server times.
+func TestPairTargetsPaced(t *testing.T) {
+	cfg := benchConfig{runs: 3, pairs: 4, duration: 2 * time.Second}
+	byOp := map[string]*benchResult{"allow": {OpsPerSec: 20000}, "allow3": {OpsPerSec: 8000}}
+	type call struct {
+		name string
+		keys int
+		d    time.Duration
+	}
+	var calls []call
+	us := map[string]float64{"allow": 10, "allow3": 13}
+	out := pairTargets(cfg, 10000, byOp, func(c benchConfig, keys int, name string) benchRunResult {
+		calls = append(calls, call{name, keys, c.duration})
+		return benchRunResult{ops: 1, serverUs: us[name]}
+	})
+	if len(out) != 1 || out[0].Target != "allow3/allow" || out[0].Pairs != 4 || out[0].Ratio != 1.3 ||
+		out[0].OpKeys != 4000 || out[0].BaseKeys != 10000 {
+		t.Fatalf("pairTargets = %+v; want allow3/allow, 4 pairs, 1.3x, over 4000 and 10000 keys", out)
+	}
+	want := []string{"allow", "allow3", "allow3", "allow", "allow", "allow3", "allow3", "allow"}
+	if len(calls) != 2*len(want) {
+		t.Fatalf("%d runs, want %d: %v", len(calls), 2*len(want), calls)
+	}
+	for i, c := range calls {
+		keys := map[string]int{"allow": 10000, "allow3": 4000}[c.name]
+		d := time.Second
+		if i%2 == 0 {
+			d = 500 * time.Millisecond // the warm-up
+		}
+		if c.name != want[i/2] || c.keys != keys || c.d != d {
+			t.Errorf("run %d: %+v; want %s over %d keys for %v", i, c, want[i/2], keys, d)
 		}
 	}
 }
