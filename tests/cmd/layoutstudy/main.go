@@ -12,6 +12,12 @@
 // prints server CPU per operation (INFO cpu), medians of --runs runs with
 // their range, and the ratios that issue 23's first target is stated in.
 //
+// --ops names the operations to run (one unmeasured round first, then the
+// runs), among them a prototype with no sweep at all (ring1, ring3: see
+// ringHead) beside the ZSET log (zsetlog), the naive script (naive) and the
+// script that only answers (noop); it prints each one's operations per key
+// and second (its pace) and the ratios between them.
+//
 // The prototype is a lower bound, not the design: its bucket codes are
 // absolute bucket indices (no year-stripping), its sums are doubles (no
 // exact path past 2^53), and a counter idle past 32 buckets of a window is
@@ -21,6 +27,7 @@
 // HSET, one HDEL, and an expiry when a bucket is new.
 //
 //	go run ./tests/cmd/layoutstudy --addr 127.0.0.1:6379 --buckets 10 --runs 3
+//	go run ./tests/cmd/layoutstudy --addr 127.0.0.1:6379 --ops allow,allow3,ring1,ring3,zsetlog,naive,noop
 package main
 
 import (
@@ -29,12 +36,16 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/internal/baseline"
+	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/internal/serverstat"
 )
@@ -236,6 +247,7 @@ func main() {
 	runs := flag.Int("runs", 3, "runs per operation")
 	dur := flag.Duration("duration", 3*time.Second, "one run")
 	conc := flag.Int("goroutines", 64, "callers")
+	only := flag.String("ops", "", "the operations to run, comma-separated (default: every one)")
 	flag.Parse()
 	ctx := context.Background()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{*addr}, DisableCache: true})
@@ -254,6 +266,101 @@ func main() {
 		}
 		policies = append(policies, s)
 		wins = append(wins, window{prefix: string(rune('a' + i)), bucket: w.Bucket, length: w.Length})
+	}
+	const lim = 1 << 40
+	lg, err := limit.NewLog(c, "log", lim, base.Length, limit.WithPrefix("study:zset:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	proto := func(n int) func(context.Context, string) error {
+		return func(ctx context.Context, k string) error {
+			args := []string{strconv.Itoa(n)}
+			for _, w := range wins[:n] {
+				args = append(args, w.args(lim)...)
+			}
+			return oneHash.Exec(ctx, c, []string{"study:one:" + k}, args).Error()
+		}
+	}
+	floor := func(n int, one bool) func(context.Context, string) error {
+		return func(ctx context.Context, k string) error {
+			if one {
+				args := []string{strconv.Itoa(n)}
+				for _, w := range wins[:n] {
+					args = append(args, w.prefix, strconv.FormatInt(w.bucket.Milliseconds(), 10))
+				}
+				return floorOne.Exec(ctx, c, []string{"study:one:" + k}, args).Error()
+			}
+			var keys, args []string
+			for _, w := range wins[:n] {
+				keys = append(keys, "study:sep:"+k+":"+w.prefix)
+				args = append(args, strconv.FormatInt(w.bucket.Milliseconds(), 10))
+			}
+			return floorSep.Exec(ctx, c, keys, args).Error()
+		}
+	}
+	cum := func(n int) func(context.Context, string) error {
+		return func(ctx context.Context, k string) error {
+			args := []string{strconv.Itoa(n)}
+			for _, w := range wins[:n] {
+				args = append(args, w.prefix)
+			}
+			return floorCum.Exec(ctx, c, []string{"study:cum:" + k}, args).Error()
+		}
+	}
+	ops := []study{
+		{"allow", func(ctx context.Context, k string) error { _, err := policies[0].Allow(ctx, k, lim, 1); return err }},
+		{"allow3", func(ctx context.Context, k string) error {
+			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: lim},
+				store.Policy{Store: policies[1], Key: k, Limit: lim}, store.Policy{Store: policies[2], Key: k, Limit: lim})
+			return err
+		}},
+		{"onehash1", proto(1)},
+		{"onehash3", proto(3)},
+		{"noop", func(ctx context.Context, k string) error {
+			return noop.Exec(ctx, c, []string{"study:one:" + k}, nil).Error()
+		}},
+		{"floor1", floor(1, false)},
+		{"floor3one", floor(3, true)},
+		{"floor3sep", floor(3, false)},
+		{"floorcum1", cum(1)},
+		{"floorcum3", cum(3)},
+		{"floorpack1", func(ctx context.Context, k string) error {
+			return floorPack.Exec(ctx, c, []string{"study:pack1:" + k}, []string{"1"}).Error()
+		}},
+		{"packsep1", func(ctx context.Context, k string) error {
+			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a"}, []string{"a"}).Error()
+		}},
+		{"packsep3", func(ctx context.Context, k string) error {
+			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a", "study:sep:" + k + ":b", "study:sep:" + k + ":c"}, []string{"a"}).Error()
+		}},
+		{"packsepb1", func(ctx context.Context, k string) error {
+			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a"}, []string{"b"}).Error()
+		}},
+		{"packsepb3", func(ctx context.Context, k string) error {
+			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a", "study:sep:" + k + ":b", "study:sep:" + k + ":c"}, []string{"b"}).Error()
+		}},
+		{"floorpack3", func(ctx context.Context, k string) error {
+			return floorPack.Exec(ctx, c, []string{"study:one:" + k}, []string{"3"}).Error()
+		}},
+		{"ring1", func(ctx context.Context, k string) error {
+			return ringHead.Exec(ctx, c, []string{"study:ring1:" + k}, ringArgs(wins, 1, *nb, lim)).Error()
+		}},
+		{"ring3", func(ctx context.Context, k string) error {
+			return ringHead.Exec(ctx, c, []string{"study:ring3:" + k}, ringArgs(wins, 3, *nb, lim)).Error()
+		}},
+		{"zsetlog", func(ctx context.Context, k string) error { _, err := lg.Allow(ctx, k, 1); return err }},
+		{"naive", func(ctx context.Context, k string) error {
+			return baseline.Naive.Exec(ctx, c, []string{"study:naive:" + k}, baseline.NaiveArgs(time.Now(), *nb)).Error()
+		}},
+	}
+	if *only != "" {
+		want := strings.Split(*only, ",")
+		for _, w := range want {
+			if !slices.ContainsFunc(ops, func(o study) bool { return o.name == w }) {
+				log.Fatalf("layoutstudy: no operation %q", w)
+			}
+		}
+		ops = slices.DeleteFunc(ops, func(o study) bool { return !slices.Contains(want, o.name) })
 	}
 	// Fill: every key gets full windows in both layouts, oldest bucket first.
 	now := time.Now()
@@ -311,92 +418,35 @@ func main() {
 	enc, _ := c.Do(ctx, c.B().ObjectEncoding().Key("study:one:0").Build()).ToString()
 	n1, _ := c.Do(ctx, c.B().Hlen().Key("study:one:0").Build()).AsInt64()
 	fmt.Printf("one-hash key: %d fields, encoding %s\n", n1, enc)
-	const lim = 1 << 40
-	proto := func(n int) func(context.Context, string) error {
-		return func(ctx context.Context, k string) error {
-			args := []string{strconv.Itoa(n)}
-			for _, w := range wins[:n] {
-				args = append(args, w.args(lim)...)
-			}
-			return oneHash.Exec(ctx, c, []string{"study:one:" + k}, args).Error()
+	if *only != "" {
+		// One round unmeasured: every key's counter in its steady state
+		// (the prototypes and the log start empty).
+		for _, o := range ops {
+			run(ctx, c, *conc, *keys, *dur, o.op)
 		}
 	}
-	floor := func(n int, one bool) func(context.Context, string) error {
-		return func(ctx context.Context, k string) error {
-			if one {
-				args := []string{strconv.Itoa(n)}
-				for _, w := range wins[:n] {
-					args = append(args, w.prefix, strconv.FormatInt(w.bucket.Milliseconds(), 10))
-				}
-				return floorOne.Exec(ctx, c, []string{"study:one:" + k}, args).Error()
-			}
-			var keys, args []string
-			for _, w := range wins[:n] {
-				keys = append(keys, "study:sep:"+k+":"+w.prefix)
-				args = append(args, strconv.FormatInt(w.bucket.Milliseconds(), 10))
-			}
-			return floorSep.Exec(ctx, c, keys, args).Error()
-		}
-	}
-	cum := func(n int) func(context.Context, string) error {
-		return func(ctx context.Context, k string) error {
-			args := []string{strconv.Itoa(n)}
-			for _, w := range wins[:n] {
-				args = append(args, w.prefix)
-			}
-			return floorCum.Exec(ctx, c, []string{"study:cum:" + k}, args).Error()
-		}
-	}
-	ops := []struct {
-		name string
-		op   func(context.Context, string) error
-	}{
-		{"allow", func(ctx context.Context, k string) error { _, err := policies[0].Allow(ctx, k, lim, 1); return err }},
-		{"allow3", func(ctx context.Context, k string) error {
-			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: lim},
-				store.Policy{Store: policies[1], Key: k, Limit: lim}, store.Policy{Store: policies[2], Key: k, Limit: lim})
-			return err
-		}},
-		{"onehash1", proto(1)},
-		{"onehash3", proto(3)},
-		{"noop", func(ctx context.Context, k string) error {
-			return noop.Exec(ctx, c, []string{"study:one:" + k}, nil).Error()
-		}},
-		{"floor1", floor(1, false)},
-		{"floor3one", floor(3, true)},
-		{"floor3sep", floor(3, false)},
-		{"floorcum1", cum(1)},
-		{"floorcum3", cum(3)},
-		{"floorpack1", func(ctx context.Context, k string) error {
-			return floorPack.Exec(ctx, c, []string{"study:pack1:" + k}, []string{"1"}).Error()
-		}},
-		{"packsep1", func(ctx context.Context, k string) error {
-			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a"}, []string{"a"}).Error()
-		}},
-		{"packsep3", func(ctx context.Context, k string) error {
-			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a", "study:sep:" + k + ":b", "study:sep:" + k + ":c"}, []string{"a"}).Error()
-		}},
-		{"packsepb1", func(ctx context.Context, k string) error {
-			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a"}, []string{"b"}).Error()
-		}},
-		{"packsepb3", func(ctx context.Context, k string) error {
-			return floorPackSep.Exec(ctx, c, []string{"study:sep:" + k + ":a", "study:sep:" + k + ":b", "study:sep:" + k + ":c"}, []string{"b"}).Error()
-		}},
-		{"floorpack3", func(ctx context.Context, k string) error {
-			return floorPack.Exec(ctx, c, []string{"study:one:" + k}, []string{"3"}).Error()
-		}},
-	}
-	us := map[string][]float64{}
+	us, pace := map[string][]float64{}, map[string][]float64{}
 	for r := 0; r < *runs; r++ {
 		for _, o := range ops {
-			us[o.name] = append(us[o.name], run(ctx, c, *conc, *keys, *dur, o.op))
+			u, rate := run(ctx, c, *conc, *keys, *dur, o.op)
+			us[o.name], pace[o.name] = append(us[o.name], u), append(pace[o.name], rate/float64(*keys))
 		}
 	}
 	med := map[string]float64{}
 	for _, o := range ops {
 		m, lo, hi := serverstat.Median(us[o.name])
+		p, _, _ := serverstat.Median(pace[o.name])
 		med[o.name] = m
-		fmt.Printf("%-9s %7.2f µs/op (%.2f-%.2f)\n", o.name, m, lo, hi)
+		fmt.Printf("%-9s %7.2f µs/op (%.2f-%.2f)   %.1f ops per key and second\n", o.name, m, lo, hi, p)
+	}
+	if *only != "" {
+		for _, r := range [][2]string{{"allow", "zsetlog"}, {"ring1", "zsetlog"}, {"ring1", "naive"}, {"ring1", "allow"}, {"ring3", "ring1"}, {"allow3", "allow"}} {
+			if med[r[0]] > 0 && med[r[1]] > 0 {
+				fmt.Printf("%s/%s %.2fx   ", r[0], r[1], med[r[0]]/med[r[1]])
+			}
+		}
+		fmt.Println()
+		return
 	}
 	fmt.Printf("allow3/allow %.2fx   onehash3/allow %.2fx   onehash3/onehash1 %.2fx   onehash1/allow %.2fx\n",
 		med["allow3"]/med["allow"], med["onehash3"]/med["allow"], med["onehash3"]/med["onehash1"], med["onehash1"]/med["allow"])
@@ -405,9 +455,15 @@ func main() {
 		med["floorcum3"]/med["floorcum1"], med["floorcum3"]/med["floor1"])
 }
 
+// study is one measured operation: op calls it on key k.
+type study struct {
+	name string
+	op   func(ctx context.Context, k string) error
+}
+
 // run calls op from conc goroutines for d and answers the server's CPU µs
-// per successful call.
-func run(ctx context.Context, c rueidis.Client, conc, keys int, d time.Duration, op func(context.Context, string) error) float64 {
+// per successful call, and the calls per second.
+func run(ctx context.Context, c rueidis.Client, conc, keys int, d time.Duration, op func(context.Context, string) error) (float64, float64) {
 	cpu0 := serverstat.CPU(ctx, c)
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -428,5 +484,5 @@ func run(ctx context.Context, c rueidis.Client, conc, keys int, d time.Duration,
 		}(g)
 	}
 	wg.Wait()
-	return (serverstat.CPU(ctx, c) - cpu0) / float64(n.Load())
+	return (serverstat.CPU(ctx, c) - cpu0) / float64(n.Load()), float64(n.Load()) / d.Seconds()
 }
