@@ -12,11 +12,11 @@
 // prints server CPU per operation (INFO cpu), medians of --runs runs with
 // their range, and the ratios that issue 23's first target is stated in.
 //
-// --ops names the operations to run (one unmeasured round first, then the
-// runs), among them a prototype with no sweep at all (ring1, ring3: see
-// ringHead) beside the ZSET log (zsetlog), the naive script (naive) and the
-// script that only answers (noop); it prints each one's operations per key
-// and second (its pace) and the ratios between them.
+// Every operation runs one unmeasured round first. --ops names the
+// operations to run, among them a prototype with no sweep at all (ring1,
+// ring3: see ringHead) beside the ZSET log (zsetlog), the naive script
+// (naive) and the script that only answers (noop). It prints each one's
+// operations per key and second (its pace) and the ratios between them.
 //
 // The prototype is a lower bound, not the design: its bucket codes are
 // absolute bucket indices (no year-stripping), its sums are doubles (no
@@ -418,12 +418,10 @@ func main() {
 	enc, _ := c.Do(ctx, c.B().ObjectEncoding().Key("study:one:0").Build()).ToString()
 	n1, _ := c.Do(ctx, c.B().Hlen().Key("study:one:0").Build()).AsInt64()
 	fmt.Printf("one-hash key: %d fields, encoding %s\n", n1, enc)
-	if *only != "" {
-		// One round unmeasured: every key's counter in its steady state
-		// (the prototypes and the log start empty).
-		for _, o := range ops {
-			run(ctx, c, *conc, *keys, *dur, o.op)
-		}
+	// One round unmeasured: every key's counter in its steady state (the
+	// ring prototype, the log and the naive script start empty).
+	for _, o := range ops {
+		run(ctx, c, *conc, *keys, *dur, o.op)
 	}
 	us, pace := map[string][]float64{}, map[string][]float64{}
 	for r := 0; r < *runs; r++ {
@@ -439,17 +437,17 @@ func main() {
 		med[o.name] = m
 		fmt.Printf("%-9s %7.2f µs/op (%.2f-%.2f)   %.1f ops per key and second\n", o.name, m, lo, hi, p)
 	}
-	if *only != "" {
-		for _, r := range [][2]string{{"allow", "zsetlog"}, {"ring1", "zsetlog"}, {"ring1", "naive"}, {"ring1", "allow"}, {"ring3", "ring1"}, {"allow3", "allow"}} {
-			if med[r[0]] > 0 && med[r[1]] > 0 {
-				fmt.Printf("%s/%s %.2fx   ", r[0], r[1], med[r[0]]/med[r[1]])
-			}
+	for _, r := range [][2]string{{"allow", "zsetlog"}, {"ring1", "zsetlog"}, {"ring1", "naive"}, {"ring1", "allow"}, {"ring3", "ring1"}, {"allow3", "allow"}} {
+		if med[r[0]] > 0 && med[r[1]] > 0 {
+			fmt.Printf("%s/%s %.2fx   ", r[0], r[1], med[r[0]]/med[r[1]])
 		}
-		fmt.Println()
+	}
+	fmt.Println()
+	if *only != "" {
 		return
 	}
-	fmt.Printf("allow3/allow %.2fx   onehash3/allow %.2fx   onehash3/onehash1 %.2fx   onehash1/allow %.2fx\n",
-		med["allow3"]/med["allow"], med["onehash3"]/med["allow"], med["onehash3"]/med["onehash1"], med["onehash1"]/med["allow"])
+	fmt.Printf("onehash3/allow %.2fx   onehash3/onehash1 %.2fx   onehash1/allow %.2fx\n",
+		med["onehash3"]/med["allow"], med["onehash3"]/med["onehash1"], med["onehash1"]/med["allow"])
 	fmt.Printf("floors: floor3one/floor1 %.2fx   floor3sep/floor1 %.2fx   noop/floor1 %.2fx   floorcum3/floorcum1 %.2fx   floorcum3/floor1 %.2fx\n",
 		med["floor3one"]/med["floor1"], med["floor3sep"]/med["floor1"], med["noop"]/med["floor1"],
 		med["floorcum3"]/med["floorcum1"], med["floorcum3"]/med["floor1"])
