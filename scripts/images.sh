@@ -16,6 +16,10 @@ RECIPE=v1
 REDIS70_TAG="local/redis:7.0-bookworm-${RECIPE}"
 REDIS80_TAG="local/redis:8.0-trixie-${RECIPE}"
 VALKEY_TAG="local/valkey:8.1-trixie-${RECIPE}"
+# Debian's unstable suite moves: the tag names the version the build checks
+# (valkey_version below), and a build that finds another version fails.
+VALKEY9_VERSION=9.1
+VALKEY9_TAG="local/valkey:${VALKEY9_VERSION}-sid-${RECIPE}"
 
 log() { echo "images: $*" >&2; }
 
@@ -82,7 +86,7 @@ import() {
 have() { docker image inspect "$1" >/dev/null 2>&1; }
 
 if [ "${1:-}" = --check ]; then
-  have "$REDIS70_TAG" && have "$REDIS80_TAG" && have "$VALKEY_TAG"
+  have "$REDIS70_TAG" && have "$REDIS80_TAG" && have "$VALKEY_TAG" && have "$VALKEY9_TAG"
   exit
 fi
 
@@ -99,6 +103,14 @@ if ! have "$REDIS80_TAG" || ! have "$VALKEY_TAG"; then
   import "$work/trixie" valkey-server "$VALKEY_TAG"
 fi
 
+if ! have "$VALKEY9_TAG"; then
+  rootfs sid valkey-server "$work/sid"
+  got=$(LC_ALL=C chroot "$work/sid" /usr/bin/valkey-server --version | sed -n 's/.*v=\([0-9]*\.[0-9]*\).*/\1/p')
+  [ "$got" = "$VALKEY9_VERSION" ] || { log "Debian sid has valkey-server $got, not $VALKEY9_VERSION: update VALKEY9_VERSION"; exit 1; }
+  import "$work/sid" valkey-server "$VALKEY9_TAG"
+fi
+
 echo "REDIS70_IMAGE=$REDIS70_TAG"
 echo "REDIS80_IMAGE=$REDIS80_TAG"
 echo "VALKEY_IMAGE=$VALKEY_TAG"
+echo "VALKEY9_IMAGE=$VALKEY9_TAG"

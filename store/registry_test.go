@@ -15,7 +15,7 @@ import (
 func TestRegistry(t *testing.T) {
 	names := map[string]bool{}
 	prims := []string{"WS_RESERVED", "ws_read", "ws_drop", "ws_ttls"}
-	ops := []string{"ws_open", "ws_put", "ws_prepare", "ws_commit", "ws_quiet", "ws_quietcommit", "ws_detail", "ws_addnosum", "ws_sumover"}
+	ops := []string{"ws_open", "ws_prepare", "ws_commit", "ws_quiet", "ws_quietcommit", "ws_detail", "ws_sumover"}
 	for _, b := range registry {
 		if names[b.Name] || b.Name == "" || b.Family == "" || len(b.Requires) == 0 || b.Why == "" {
 			t.Errorf("backend %+v: a name, a family, its requirements and a reason, please", b.Spec)

@@ -197,39 +197,16 @@ func (s *Store) statView(name string) *Store {
 func (s *Store) Observe(ctx context.Context, o Observation) (_ StatValue, err error) {
 	ctx, end := s.start(ctx, "observe")
 	defer func() { end(err) }()
-	if o.Stat == Avg || o.ID != "" {
-		return s.observeBatch(ctx, o)
-	}
-	dir, name, ok := o.Stat.dir()
-	if !ok {
-		return StatValue{}, invalid("observe", o.Key, "no such statistic: "+o.Stat.String())
-	}
-	rk, err := s.statView(name).redisKey(o.Key, s.tag)
-	if err != nil {
-		return StatValue{}, rename(err, "observe")
-	}
-	val, at := strconv.FormatInt(o.Value, 10), ""
-	if o.Stat == First || o.Stat == Last {
-		val = ""
-	}
-	if !o.Time.IsZero() {
-		at = strconv.FormatInt(o.Time.UnixMilli(), 10)
-	}
-	msg, err := s.run(ctx, []string{rk}, s.header(), resendable(o), backend.OpXPut, s.shape, dir, val, at)
-	if err != nil {
-		return StatValue{}, fail("observe", o.Key, s.be.Write, err)
-	}
-	v, err := extremeOf(o.Stat, msg)
-	return v, fail("observe", o.Key, nil, err)
+	return s.observeBatch(ctx, o)
 }
 
-// observeBatch is Observe as a batch of one op: for Avg (a sum and a count,
-// written together) and for an event id.
+// observeBatch is Observe as a batch of one op.
 func (s *Store) observeBatch(ctx context.Context, o Observation) (StatValue, error) {
 	if o.Stat < Max || o.Stat > Recent {
 		return StatValue{}, invalid("observe", o.Key, "no such statistic: "+o.Stat.String())
 	}
-	res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, Ops: []Op{{Store: s, Key: o.Key, Kind: Observe, Stat: o.Stat, Delta: o.Value}}}})
+	res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, resend: resendable(o),
+		Ops: []Op{{Store: s, Key: o.Key, Kind: Observe, Stat: o.Stat, Delta: o.Value}}}})
 	if err != nil {
 		return StatValue{}, rename(first(err), "observe")
 	}

@@ -37,11 +37,21 @@ func (s *Store) sum(ctx context.Context, key string, lookback int64) (n int64, e
 // them fail: SumMany, CountDistinctMany and Apply.
 type ManyError struct {
 	// Errs has one entry per key (SumMany, CountDistinctMany) or batch
-	// (Apply), in order: nil where it succeeded, else why not.
+	// (Apply, ApplyAll), in order: nil where it succeeded, else why not. Of
+	// ApplyAll's, one event, only the batch that failed has an error.
 	Errs []error
+
+	event bool // ApplyAll's: its one error is the event's
 }
 
 func (e *ManyError) Error() string {
+	if e.event {
+		for _, err := range e.Errs {
+			if err != nil {
+				return err.Error()
+			}
+		}
+	}
 	var msgs []string
 	for _, err := range e.Errs {
 		if err != nil {

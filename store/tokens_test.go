@@ -388,7 +388,7 @@ func TestTokensFunctionsRefused(t *testing.T) {
 // one clean sentence; its SHA and Lua line stay reachable with errors.As.
 func TestTokensErrorsLeakNothing(t *testing.T) {
 	lib := backend.Named(nativehash.Plain).Library
-	line := strings.Count(lib.Source()[:strings.Index(lib.Source(), "-- @file backend/lua/ops.lua")], "\n") + 5
+	line := strings.Count(lib.Source()[:strings.Index(lib.Source(), "-- @file backend/lua/decide.lua")], "\n") + 5
 	for _, tc := range []struct {
 		name, reply string
 		opts        []Option
@@ -407,7 +407,7 @@ func TestTokensErrorsLeakNothing(t *testing.T) {
 		if !errors.As(err, &se) || se.Line == 0 || se.File == "" {
 			t.Fatalf("%s: %+v", tc.name, se)
 		}
-		if tc.name == "function" && (se.Func != backend.Named(nativehash.Plain).Write.Function() || se.File != "backend/lua/ops.lua" || se.Line != 4) {
+		if tc.name == "function" && (se.Func != backend.Named(nativehash.Plain).Write.Function() || se.File != "backend/lua/decide.lua" || se.Line != 4) {
 			t.Fatalf("%s: %+v", tc.name, se)
 		}
 		if tc.name == "script" && se.SHA != backend.Named(nativehash.Plain).Write.SHA1() {
@@ -421,14 +421,15 @@ func withFunctions(on bool) Option { return func(c *config) { c.functions = on }
 
 // TestTokensLink: on a server that is not a cluster, AllowAll on keys of two
 // slots is one script call of one linked op carrying both groups; the
-// admitting group of a refused decision is reported without its cost.
+// script decides the event, and the group that would admit alone answers
+// without its cost.
 func TestTokensLink(t *testing.T) {
 	s, rec := tokenStore(t, false, func(cmd []string) string {
 		limit := func(sum, retry, refused int64) string {
 			return resptest.Arr(resptest.Int(sum), resptest.Int(retry), resptest.Int(10000), resptest.Int(refused))
 		}
 		return resptest.Arr(resptest.Arr( // one op: the link's reply, one group reply each
-			resptest.Arr(resptest.Int(1), resptest.Int(0), limit(1, 0, 0)),
+			resptest.Arr(resptest.Int(0), resptest.Int(0), limit(0, 0, 0)),
 			resptest.Arr(resptest.Int(0), resptest.Int(4000), limit(5, 4000, 1))))
 	})
 	d, err := AllowAll(context.Background(), 1, Policy{Store: s, Key: "a", Limit: 5}, Policy{Store: s, Key: "b", Limit: 5})
@@ -453,16 +454,17 @@ func TestTokensLink(t *testing.T) {
 	}
 }
 
-// TestTokensObserve: a statistic's write is one FCALL of the write script on
-// the statistic's own key (its kind after the key, in the key's slot), with
-// the direction, the amount and the event time; a late Recent with an event
-// time; its read is the read-only script with the direction for an argument.
+// TestTokensObserve: a statistic's write is one FCALL of the write script, a
+// group of one extreme item on the statistic's own key (its kind after the
+// key, in the key's slot), with the direction and the amount (First and Last:
+// '', the event's time, which the group carries); its read is the read-only
+// script with the direction for an argument.
 func TestTokensObserve(t *testing.T) {
 	s, rec := tokenStore(t, false, func(args []string) string {
 		if args[0] == "FCALL_RO" {
 			return resptest.Arr(resptest.Arr(resptest.Str("1764000000000"), resptest.Str("-9223372036854775808")))
 		}
-		return resptest.Arr(resptest.Arr(resptest.Str("9223372036854775807")))
+		return resptest.Arr(resptest.Arr(resptest.Int(1), resptest.Int(0), resptest.Arr(resptest.Int(1), resptest.Str("9223372036854775807"))))
 	}, WithPrefix("p:"))
 	ctx := context.Background()
 	v, err := s.Observe(ctx, Observation{Key: "card:1", Stat: Max, Value: math.MaxInt64})
@@ -482,8 +484,8 @@ func TestTokensObserve(t *testing.T) {
 		t.Fatalf("sent %q", calls)
 	}
 	wantTail := [][]string{
-		{"p:{card:1}:max:10s/1s", backend.OpXPut, "1000:10000", backend.XMax, "9223372036854775807", ""},
-		{"p:{card:1}:first:10s/1s", backend.OpXPut, "1000:10000", backend.XMin, "", "1764000000000"},
+		{"p:{card:1}:max:10s/1s", backend.OpGroup, "1", "", "11000", "", backend.ItemExtreme, "1000:10000", backend.XMax, "9223372036854775807"},
+		{"p:{card:1}:first:10s/1s", backend.OpGroup, "1", "", "11000", "1764000000000", backend.ItemExtreme, "1000:10000", backend.XMin, ""},
 		{"p:{card:1}:recent:10s/1s", "1000:10000", backend.XRecent},
 	}
 	for i, c := range calls {
@@ -517,14 +519,16 @@ func TestObserveResendable(t *testing.T) {
 	}
 }
 
-// TestTokensAllowAllOneHead: AllowAll of policies on one key whose counters
-// share a head (stores of one prefix, no Sub name) is one compact operation
-// that declares the head once, after the counters' hashes; counters of
-// different heads (Sub names) declare each counter's hash and head.
-func TestTokensAllowAllOneHead(t *testing.T) {
+// TestTokensAllowAllOneKey: AllowAll of policies on one key (stores of one
+// prefix, or Sub views) is one group, one item per limit, each counter's hash
+// and head declared (the head once per counter).
+func TestTokensAllowAllOneKey(t *testing.T) {
 	ctx := context.Background()
+	limit := func(sum, reset int64) string {
+		return resptest.Arr(resptest.Int(sum), resptest.Int(0), resptest.Int(reset), resptest.Int(0))
+	}
 	s, rec := tokenStore(t, false, func([]string) string {
-		return resptest.Arr(resptest.Arr(resptest.Int(1), resptest.Int(1), resptest.Int(9000), resptest.Int(1), resptest.Int(90000)))
+		return resptest.Arr(resptest.Arr(resptest.Int(1), resptest.Int(0), limit(1, 9000), limit(1, 90000)))
 	})
 	s2, err := New(ctx, s.client, Window{Length: 100 * time.Second, Bucket: 10 * time.Second})
 	if err != nil {
@@ -536,21 +540,12 @@ func TestTokensAllowAllOneHead(t *testing.T) {
 	}
 	hdr := append([]string{""}, years(time.Now())...)
 	hdr = append(hdr, "5000")
-	want := append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "3",
-		"ws:{u}:10s/1s:b", "ws:{u}:100s/10s:b", "ws:{u}:h"}, hdr...)
-	want = append(want, backend.OpLimitsH, "2", "1", "1000:10000 5 10000:100000 50")
+	want := append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4",
+		"ws:{u}:10s/1s:b", "ws:{u}:h", "ws:{u}:100s/10s:b", "ws:{u}:h"}, hdr...)
+	want = append(want, backend.OpGroup, "2", "", "110000", "", backend.ItemLimit, "1000:10000", "5", "1",
+		backend.ItemLimit, "10000:100000", "50", "1")
 	got := scriptCalls(rec)
 	if len(got) != 1 || !slices.Equal(got[0], want) {
-		t.Fatalf("one head: sent %q\nwant %q", got, want)
-	}
-
-	if _, err := AllowAll(ctx, 1, Policy{Store: s.Sub("a"), Key: "u", Limit: 5}, Policy{Store: s2.Sub("b"), Key: "u", Limit: 50}); err != nil {
-		t.Fatal(err)
-	}
-	want = append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4",
-		"ws:{u}:a:10s/1s:b", "ws:{u}:a:h", "ws:{u}:b:100s/10s:b", "ws:{u}:b:h"}, hdr...)
-	want = append(want, backend.OpLimits, "2", "1", "1000:10000 5 10000:100000 50")
-	if got = scriptCalls(rec)[1:]; len(got) != 1 || !slices.Equal(got[0], want) {
-		t.Fatalf("two heads: sent %q\nwant %q", got, want)
+		t.Fatalf("sent %q\nwant %q", got, want)
 	}
 }

@@ -279,7 +279,7 @@ func TestRecordOneCall(t *testing.T) {
 			res, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": "42", "ip": "10.0.0." + strconv.Itoa(i)}})
 			require.NoError(t, err)
 			require.NotEmpty(t, res.Values)
-			require.Equal(t, []int{2}, log.takeCalls(), "event %d: one script call of two batches (user, ip)", i)
+			require.Equal(t, []int{1}, log.takeCalls(), "event %d: one script call, one operation: the event of two batches (user, ip)", i)
 		}
 		s, _ := newStore(t, tg, minute, store.WithObserver(log))
 		var batches []store.Batch

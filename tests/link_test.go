@@ -533,13 +533,15 @@ func TestLinkFailure(t *testing.T) {
 	})
 }
 
-// TestFaultLink: the reservation protocol when a reply is lost (the server
-// ran the write, the connection dropped), through a proxy that cuts it, on
-// every backend. The proxied key admits and the direct one refuses:
-//   - the reservation's reply is lost and the store does not resend it
-//     (WithRetries(0)): the decision fails, and the undo still goes to that
-//     key and takes it back;
-//   - the reservation's reply is lost, then resent: a duplicate, undone;
+// TestFaultLink: the protocol of an event whose parts go through different
+// clients (one call each: a check, a reservation, an undo) when a reply is
+// lost (the server ran the write, the connection dropped), through a proxy
+// that cuts it, on every backend. The proxied key admits and the direct one
+// refuses:
+//   - the check's reply is lost and the store does not resend it
+//     (WithRetries(0)): the event fails, and nothing was written;
+//   - the reservation's reply is lost, then resent: a duplicate of itself,
+//     which the undo still takes back;
 //   - the undo's reply is lost: it is resent (and does nothing the second
 //     time): the decision is a refusal, not an error.
 func TestFaultLink(t *testing.T) {
@@ -549,11 +551,11 @@ func TestFaultLink(t *testing.T) {
 		for _, tc := range []struct {
 			name          string
 			retries, skip int64
-		}{{"reserve lost, no resend", 0, 0}, {"reserve lost, resent", 3, 0}, {"undo lost, resent", 3, 1}} {
+		}{{"check lost, no resend", 0, 0}, {"reserve lost, resent", 3, 1}, {"undo lost, resent", 3, 2}} {
 			px, direct := e.stores(t, minuteWin, store.WithRetries(int(tc.retries)))
 			key := "user:" + strings.ReplaceAll(tc.name, " ", "")
-			// The proxied store's first write is the reservation, its
-			// second the undo (or the reservation resent).
+			// The proxied store's first write is the check, its second the
+			// reservation, its third the undo (or a write resent).
 			e.px.skip.Store(tc.skip)
 			e.px.arm(1, nil)
 			res, err := store.ApplyAll(ctx,
@@ -561,9 +563,12 @@ func TestFaultLink(t *testing.T) {
 				store.Batch{Ops: []store.Op{{Store: direct, Key: "ip:" + key, Kind: store.Limit, Limit: 0, Delta: 1}}})
 			if tc.retries == 0 {
 				require.Error(t, err, tc.name)
+				require.ErrorContains(t, err, "nothing was written", tc.name)
 			} else {
 				require.NoError(t, err, tc.name)
 				require.False(t, res[0].Allowed)
+				require.False(t, res[0].Values[0].Counted, tc.name)
+				require.EqualValues(t, 0, res[0].Values[0].Sum, "%s: the answer is the sum after the undo", tc.name)
 			}
 			require.EqualValues(t, 1, e.px.answered.Load(), "%s: the cut write ran on the server", tc.name)
 			e.px.answered.Store(0)

@@ -6,18 +6,19 @@
 // same keys and arguments and answer in the same shape, so that store has one
 // code path for every server. The scripts are assembled from .lua files:
 //
-//	constants   op and error codes, generated from this package's Go constants
-//	base.lua    error style, the clock, helpers             (shared)
-//	exact.lua   exact int64 arithmetic on doubles           (shared)
-//	live.lua    the header, live buckets of a window shape  (shared)
-//	Prims       the backend's access to its data type       (the backend's)
-//	scan.lua    reading a whole counter, exact sums        (shared)
-//	Ops         the backend's operations, or ScanOps        (the backend's)
-//	ops.lua     Add and Allow on top of the operations      (shared)
-//	distinct.lua  distinct counts: HyperLogLogs             (shared)
-//	lease.lua   leases: concurrency limits                  (shared)
-//	group.lua   atomic groups: limits, ids, event times     (shared)
-//	body        write.lua, sum.lua or inspect.lua           (shared)
+//	constants     op and error codes, generated from this package's Go constants
+//	base.lua      error style, the clock, helpers             (shared)
+//	exact.lua     exact int64 arithmetic on doubles           (shared)
+//	live.lua      the header, live buckets of a window shape  (shared)
+//	Prims         the backend's access to its data type       (the backend's)
+//	scan.lua      reading a whole counter, exact sums         (shared)
+//	Ops           the backend's counter operations, or ScanOps (the backend's)
+//	decide.lua    limits: fits, retry, reset                  (shared)
+//	extreme.lua   window extremes: max, min, recent values    (shared)
+//	distinct.lua  distinct counts: HyperLogLogs               (shared)
+//	lease.lua     leases: concurrency limits                  (shared)
+//	event.lua     the write pipeline: ids, event times, limits (shared)
+//	body          write.lua, sum.lua or inspect.lua           (shared)
 //
 // Each fragment starts with a "-- @file" marker, and a Script maps a line of
 // the assembled source back to its file (see ScriptError).
@@ -46,13 +47,11 @@
 //	ws_life(key)                -> the counter's remaining life, ms, as PTTL
 //	                               answers (Inspect)
 //
-// Ops must define ws_open, ws_put, ws_prepare, ws_commit, ws_quiet,
-// ws_quietcommit, ws_detail, ws_addnosum (nil: a write without a sum is
-// Add's), ws_sumover, ws_fastopen, ws_fastcommit and ws_peek (see ops.lua);
-// or be
-// ScanOps (scanops.lua), which answers every operation from ws_read, takes a
-// counter as one key and keeps nothing between operations, and needs
-// two more primitives:
+// Ops must define the counter operations the pipeline's stages call: ws_open,
+// ws_prepare, ws_commit, ws_quiet, ws_quietcommit, ws_detail and ws_sumover
+// (see scanops.lua); or be ScanOps (scanops.lua), which answers every
+// operation from ws_read, takes a counter as one key and keeps nothing
+// between operations, and needs two more primitives:
 //
 //	ws_incr(L, key, B, delta)   -> add delta (a decimal string) to bucket B
 //	                               ({field, start, current}), set its expiry;
@@ -152,7 +151,7 @@ const StoreConn = "~ws:* -@all +hello +ping +command|info +evalsha +eval +evalsh
 var StoreExtras = []ACLRule{
 	{"event ids", "+get +set +del"},
 	{"functions", "+fcall +fcall_ro +function|load"},
-	{"distinct counts", "+pfadd +pfcount +pfmerge +pexpireat +del +hmget +hset +hdel +hgetall"},
+	{"distinct counts", "+pfadd +pfcount +pfmerge +pexpireat +del +hmget +hset +hdel +hgetall +getrange +type"},
 	{"leases", "+zscore +zcount +zrangebyscore +zremrangebyscore +zrem +zadd +zrange +pexpireat"},
 }
 
@@ -176,7 +175,7 @@ func New(spec Spec) *Backend {
 	lib = append(lib, spec.Prims...)
 	lib = append(lib, shared("scan.lua"))
 	lib = append(lib, spec.Ops...)
-	lib = append(lib, shared("ops.lua"), shared("extreme.lua"), shared("distinct.lua"), shared("lease.lua"), shared("group.lua"))
+	lib = append(lib, shared("decide.lua"), shared("extreme.lua"), shared("distinct.lua"), shared("lease.lua"), shared("event.lua"))
 	body := func(name string) []Fragment { return append(append([]Fragment(nil), lib...), shared(name)) }
 	b := &Backend{
 		Spec:    spec,
@@ -222,34 +221,33 @@ func (b *Backend) IsReserved(field string) bool {
 	return false
 }
 
-// The operation codes of a Write batch (see write.lua).
+// The operation codes of a Write batch (see write.lua and event.lua).
 const (
 	OpAdd      = "a" // shape delta: Add
 	OpAddNoSum = "n" // shape delta: AddNoSum
 	OpAllow    = "w" // shape limit cost: Allow
-	OpGroup    = "g" // a group of items of one slot (see group.lua)
-	OpLimits   = "W" // n cost policies ("shape limit shape limit..."): a group of limits alone, compact (see ws_wlimits)
-	OpLimitsH  = "V" // n cost policies: OpLimits of counters that share one head, keys their n hashes then the head (see ws_hlimits)
-	OpDCount   = "d" // shape lookback: a distinct count
 	OpDAdd     = "D" // shape n member...: AddDistinct, add and count
-	OpLink     = "L" // n group...: linked groups, all or nothing (see group.lua)
-	OpReserve  = "R" // a group's arguments: reserve a linked group
-	OpUndo     = "u" // a group's arguments: unreserve a linked group
-	OpXPut     = "x" // shape dir value time: a window extreme's write (see extreme.lua)
+	OpGroup    = "g" // a group: the items of one slot, with an event id and time
+	OpLink     = "L" // n group...: the groups of one event on one server, all or nothing
+	OpCheck    = "C" // a group's arguments: a cluster's phase one, every check and no write
+	OpReserve  = "R" // nonce, then a group's arguments: a cluster's phase two, the group deciding alone
+	OpUndo     = "u" // nonce, then a group's arguments: phase three, the reservation taken back
+	OpSettle   = "s" // nonce, then a group's arguments: phase three, the reservation confirmed
+	OpDCount   = "d" // shape lookback: a distinct count, a read
 )
 
 // MaxRecent is how many of its most recent values a window keeps (XRecent):
 // WS_RECENT in the scripts.
 const MaxRecent = 16
 
-// The directions of a window extreme (OpXPut, and the Sum script's reads).
+// The directions of a window extreme (ItemExtreme, and the Sum script's reads).
 const (
 	XMax    = ">" // keep the greatest value
 	XMin    = "<" // keep the least value
 	XRecent = "*" // keep the most recent values (MaxRecent)
 )
 
-// The kinds of a group's items (see group.lua).
+// The kinds of a group's items (see event.lua).
 const (
 	ItemCount    = "c" // shape delta: add, answer the sum
 	ItemQuiet    = "q" // shape delta: add, answer 0
@@ -288,8 +286,8 @@ func constants() Fragment {
 	b.WriteString("-- Generated from package backend's Go constants: op and error codes.\n")
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
-		{"WS_OP_GROUP", OpGroup}, {"WS_OP_LIMITS", OpLimits}, {"WS_OP_LIMITSH", OpLimitsH}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
-		{"WS_OP_RESERVE", OpReserve}, {"WS_OP_XPUT", OpXPut}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
+		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
+		{"WS_OP_CHECK", OpCheck}, {"WS_OP_SETTLE", OpSettle}, {"WS_OP_RESERVE", OpReserve}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},
 		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},

@@ -33,7 +33,7 @@ func TestAssembly(t *testing.T) {
 			}
 		}
 		want := []string{"backend/constants (generated)", "backend/lua/base.lua", "backend/lua/exact.lua", "backend/lua/live.lua",
-			"test/prims.lua", "backend/lua/scan.lua", "backend/lua/scanops.lua", "backend/lua/ops.lua", "backend/lua/extreme.lua", "backend/lua/distinct.lua", "backend/lua/lease.lua", "backend/lua/group.lua"}
+			"test/prims.lua", "backend/lua/scan.lua", "backend/lua/scanops.lua", "backend/lua/decide.lua", "backend/lua/extreme.lua", "backend/lua/distinct.lua", "backend/lua/lease.lua", "backend/lua/event.lua"}
 		if !slices.Equal(files[:len(want)], want) || len(files) != len(want)+1 {
 			t.Errorf("%s: fragments %v", sc.Name(), files)
 		}
@@ -56,7 +56,7 @@ func TestConstants(t *testing.T) {
 		}
 	}
 	// No Lua file spells a code out: they all use the constants.
-	for _, name := range []string{"base.lua", "exact.lua", "live.lua", "scan.lua", "ops.lua", "group.lua", "write.lua", "sum.lua", "inspect.lua"} {
+	for _, name := range []string{"base.lua", "exact.lua", "live.lua", "scan.lua", "scanops.lua", "decide.lua", "event.lua", "write.lua", "sum.lua", "inspect.lua"} {
 		b, err := luaFiles.ReadFile("lua/" + name)
 		if err != nil {
 			t.Fatal(err)
@@ -71,7 +71,7 @@ func TestConstants(t *testing.T) {
 
 func TestScriptErrorParse(t *testing.T) {
 	sc := testBackend().Write
-	line := strings.Count(sc.Source()[:strings.Index(sc.Source(), "-- @file backend/lua/ops.lua")], "\n") + 5
+	line := strings.Count(sc.Source()[:strings.Index(sc.Source(), "-- @file backend/lua/decide.lua")], "\n") + 5
 	tests := []struct {
 		raw             string
 		code, msg, file string
@@ -81,9 +81,9 @@ func TestScriptErrorParse(t *testing.T) {
 		{"WSOVERFLOW windowstore: the window sum would leave the int64 range; nothing was written", "WSOVERFLOW",
 			"the window sum would leave the int64 range; nothing was written", "", 0, false},
 		{"WRONGTYPE Operation against a key holding the wrong kind of value script: " + sc.SHA1() + ", on @user_script:" + strconv.Itoa(line) + ".",
-			"WRONGTYPE", "Operation against a key holding the wrong kind of value", "backend/lua/ops.lua", 4, true},
+			"WRONGTYPE", "Operation against a key holding the wrong kind of value", "backend/lua/decide.lua", 4, true},
 		{"user_script:" + strconv.Itoa(line) + ": attempt to compare nil with number script: " + sc.SHA1() + ", on @user_script:" + strconv.Itoa(line) + ".",
-			"ERR", "attempt to compare nil with number", "backend/lua/ops.lua", 4, true},
+			"ERR", "attempt to compare nil with number", "backend/lua/decide.lua", 4, true},
 		{"NOPERM User u has no permissions to run the 'hset' command", "NOPERM", "User u has no permissions to run the 'hset' command", "", 0, false},
 	}
 	for _, tt := range tests {

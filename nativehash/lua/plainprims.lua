@@ -62,28 +62,18 @@ end
 -- ws_hc holds the heads the current operation read (ws_hn of them): each
 -- {key, a = the records' numbers, n = how many records, H, dirty (to write
 -- at the operation's end), moved (a record's bucket moved, or a record came
--- or went: the expiry may move), mvk, mvdel, mvflush (a move or a fresh
--- start the fast path checked, see plain.lua's ws_fastopen)}. The tables are reused. An operation of
--- more than WS_HWALK heads (a batch of many keys) finds them by key in
--- ws_hmap.
+-- or went: the expiry may move)}. The tables are reused from one operation to
+-- the next. An operation of more than WS_HWALK heads (an event of many
+-- entities) finds them by key in ws_hmap.
 local ws_hc, ws_hn, ws_hmap = {}, 0, nil
 local WS_HWALK = 8
 
--- ws_hscratch is a table the fast paths reuse from one call to the next.
-local ws_hscratch = {}
-
--- ws_seedk and ws_seeds are a head's key and its value (or false) that a
--- lean path (plain.lua) read and gave up on, for ws_hget to take rather than
--- read the head again; ws_seedm (nil: none) maps more such heads' keys to
--- their values (ws_leanlink's). Both last until the operation's end.
-local ws_seedk, ws_seeds, ws_seedm = nil, nil, nil
-
-local function ws_begin() ws_hn, ws_hmap, ws_seedk, ws_seedm = 0, nil, nil, nil end
+local function ws_begin() ws_hn, ws_hmap = 0, nil end
 
 -- ws_abort forgets the heads read, after an operation failed: the next one
--- reads them again from the server. (An operation that fails has changed no
--- head: records change only when a write commits.)
-local function ws_abort() ws_hn, ws_hmap, ws_seedk, ws_seedm = 0, nil, nil, nil end
+-- reads them again. (An operation that fails has changed no head: records
+-- change only when a write commits, after every check.)
+local function ws_abort() ws_hn, ws_hmap = 0, nil end
 
 -- ws_ckey is the counter of the j-th counter's keys (from 0) of KEYS from
 -- index k: the index of its hash.
@@ -103,22 +93,14 @@ local function ws_hget(L, key)
       if Hd.key == hk then return Hd end
     end
   end
-  local s
-  if hk == ws_seedk then
-    s, ws_seedk = ws_seeds, nil
-  elseif ws_seedm ~= nil and ws_seedm[hk] ~= nil then
-    s = ws_seedm[hk]
-    ws_seedm[hk] = nil
-  else
-    s = redis.call('GET', hk)
-  end
+  local s = redis.call('GET', hk)
   ws_hn = ws_hn + 1
   local Hd = ws_hc[ws_hn]
   if Hd == nil then
-    Hd = {key = hk, a = {}, n = 0, H = L.H, dirty = false, moved = false, mvk = nil, mvdel = nil, mvflush = nil}
+    Hd = {key = hk, a = {}, n = 0, H = L.H, dirty = false, moved = false}
     ws_hc[ws_hn] = Hd
   else
-    Hd.key, Hd.n, Hd.H, Hd.dirty, Hd.moved, Hd.mvk, Hd.mvdel, Hd.mvflush = hk, 0, L.H, false, false, nil, nil, nil
+    Hd.key, Hd.n, Hd.H, Hd.dirty, Hd.moved = hk, 0, L.H, false, false
   end
   if s then
     local n = #s / (8 * WS_REC)
@@ -152,10 +134,7 @@ end
 
 -- ws_hcheck raises WS_E_NOTCOUNTER, before anything is written, when record
 -- i of Hd holds a number that is not an integer below 2^53: a head that is
--- not windowstore's. (The fast path, ws_fastopen, needs no check: it takes
--- a record whose m and c equal the clock's buckets, and whose t and v pass
--- its bounds, which no such number does but a fraction, which only a hand
--- could write.)
+-- not windowstore's.
 local function ws_hcheck(Hd, i)
   local a = Hd.a
   for x = i + 2, i + 5 do
@@ -228,7 +207,7 @@ local function ws_end()
     local Hd = ws_hc[j]
     if Hd.dirty then ws_hsave(Hd) end
   end
-  ws_hn, ws_hmap, ws_seedk, ws_seedm = 0, nil, nil, nil
+  ws_hn, ws_hmap = 0, nil
 end
 
 -- ws_code is the field of the bucket that starts at s, when s is a bucket

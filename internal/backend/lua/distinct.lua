@@ -19,19 +19,20 @@
 --   D:r4 {a}   D:r5 {a, b}   D:r0 {c}   D:u {a, b, c}
 --
 -- An add to a bucket that has its ring key, while D:u is at the script's
--- instant, is PFADD to that key and to D:u (skipped when the bucket's key did
--- not change: the union did not either), and its count PFCOUNT D:u: four
--- commands whatever the window's length. The first add to a bucket reads D
--- whole (ws_dalloc): it gives the bucket the lowest ring index that no
--- bucket still in the window holds (deleting the key of the one that left).
--- When the oldest live bucket has changed, D:u is rebuilt with one PFMERGE
--- of the live ring keys, by the second add at that instant (ws_dunion), not
--- the first: a key that sees one add per bucket pays the merge once, as
--- PFCOUNT of the ring keys, and never the rebuild. Until then, and over a
--- span shorter than the window, a count is PFCOUNT of the live ring keys
--- (a merge, which writes nothing): a count alone never writes. Ring keys
--- expire when their bucket leaves the window, D and D:u when the newest
--- bucket does.
+-- instant, is PFADD to that key and to D:u, and its count PFCOUNT D:u. The
+-- first add to a bucket reads D whole: it gives the bucket the lowest ring
+-- index that no bucket still in the window holds (deleting the key of the
+-- one that left). When the oldest live bucket has changed, D:u is rebuilt
+-- with one PFMERGE of the live ring keys, by the second add at that instant,
+-- not the first: a key that sees one add per bucket pays the merge once, as
+-- PFCOUNT of the ring keys. Until then, and over a span shorter than the
+-- window, a count is PFCOUNT of the live ring keys (a merge, which writes
+-- nothing). Ring keys expire when their bucket leaves the window, D and D:u
+-- when the newest bucket does.
+--
+-- An add is planned (ws_dplan: reads and checks only, so that a key of
+-- another type fails the event before anything is written), then written
+-- (ws_dwrite).
 --
 -- D's fields are bucket starts, not year-stripped codes, so that a view at
 -- another instant (Store.At) can always tell a bucket that has left the
@@ -42,8 +43,7 @@
 -- of the instant gives up its key, and its members.
 
 -- ws_dring is the number of ring keys of a window shape: n + 3 for a window
--- of n buckets, and one more per bucket of the future tolerance (at most n),
--- for the buckets that clients whose clocks are ahead write.
+-- of n buckets, and one more per bucket of the future tolerance (at most n).
 local function ws_dring(L)
   local n = math.ceil(L.w / L.b)
   return n + 3 + math.min(math.ceil(L.H.F / L.b), n)
@@ -51,9 +51,9 @@ end
 
 -- ws_dk returns the keys of a distinct count whose first key is KEYS[k], as
 -- {h = D, u = D:u, r = index of D:r0 in KEYS, n = R}, and where the next
--- item's keys start. What this call learnt of D is kept in it: ub, D's "u"
--- (a number, or nil when D:u is stale); top, D's "h"; by, D read whole (see
--- ws_dlive); known, whether ub and top are D's now.
+-- item's keys start. What the call learnt of D is kept in it: ub, D's "u"
+-- (nil when D:u is stale); top, D's "h"; by, D read whole; known, whether ub
+-- and top are D's now.
 local function ws_dk(L, k)
   local n = ws_dring(L)
   return {h = KEYS[k], u = KEYS[k + 1], r = k + 2, n = n, ub = nil, top = nil, by = nil, known = false}, k + 2 + n
@@ -81,67 +81,67 @@ local function ws_dkeys(K, by, lthr, top)
   return keys
 end
 
--- ws_dalloc gives bucket B a ring key, and deletes what has left the window;
--- it answers B's ring index, and the expiry of D.
-local function ws_dalloc(L, K, B)
-  local by = ws_dlive(K)
-  local thr = L.now - L.w
-  local used, gone = {}, {}
-  for s, j in pairs(by) do
-    if s <= thr or j >= K.n then
-      gone[#gone + 1] = string.format('%d', s) -- left the window (or a ring since shrunk)
-      by[s] = nil
-    else
-      used[j] = s
-    end
+-- ws_hll raises WRONGTYPE, having written nothing, unless key is missing or
+-- holds a HyperLogLog (PFADD and PFMERGE refuse any other string). (An
+-- embedded test server keeps HyperLogLogs as a type of their own, "hll".)
+local function ws_hll(key)
+  local h = redis.pcall('GETRANGE', key, 0, 3)
+  if type(h) == 'table' then
+    local t = redis.call('TYPE', key)
+    if type(t) == 'table' then t = t.ok end
+    if t == 'hll' then return end
+  elseif h == '' or h == 'HYLL' then
+    return
   end
-  local idx = nil
-  for j = 0, K.n - 1 do
-    if used[j] == nil then
-      idx = j
-      break
-    end
-  end
-  local stale = false
-  if idx == nil then
-    -- Every key is held: the bucket furthest ahead gives its key up.
-    local far = nil
-    for s, _ in pairs(by) do
-      if far == nil or s > far then far = s end
-    end
-    idx = by[far]
-    by[far] = nil
-    gone[#gone + 1] = string.format('%d', far)
-    stale = true
-  end
-  redis.call('DEL', KEYS[K.r + idx])
-  by[B.start] = idx
-  local top = B.start
-  for s, _ in pairs(by) do
-    if s > top then top = s end
-  end
-  K.top = top
-  if #gone > 0 then ws_chunks(gone, function(...) redis.call('HDEL', K.h, ...) end) end
-  local at = ws_expiry(L.H, top + L.w)
-  if stale then
-    K.ub = nil
-    redis.call('HSET', K.h, string.format('%d', B.start), idx, 'h', string.format('%d', top), 'u', '')
-  else
-    redis.call('HSET', K.h, string.format('%d', B.start), idx, 'h', string.format('%d', top))
-  end
-  redis.call('PEXPIREAT', K.h, at)
-  return idx, at
+  error(redis.error_reply('WRONGTYPE Key is not a valid HyperLogLog string value.'))
 end
 
--- ws_dunion rebuilds D:u from the live ring keys (and those ahead), for the
--- script's instant.
-local function ws_dunion(L, K)
-  local by = ws_dlive(K)
-  redis.call('DEL', K.u)
-  ws_chunks(ws_dkeys(K, by, L.now - L.w, math.huge), function(...) redis.call('PFMERGE', K.u, ...) end)
-  redis.call('HSET', K.h, 'u', string.format('%d', L.low))
-  redis.call('PEXPIREAT', K.u, ws_expiry(L.H, K.top + L.w))
-  K.ub = L.low
+-- ws_dplan plans an add to bucket B (the current one, or a live earlier one
+-- for a late event): the ring index, whether the bucket takes a new one
+-- (and what then leaves D), and what the union needs. Reads only.
+local function ws_dplan(L, K, B)
+  local st = redis.call('HMGET', K.h, 'u', 'h', string.format('%d', B.start))
+  K.ub, K.top, K.known = tonumber(st[1]), tonumber(st[2]), true
+  local P = {idx = tonumber(st[3]), alloc = false, gone = nil, top = nil, stale = false, union = nil}
+  if P.idx == nil or P.idx >= K.n then
+    -- A new ring key: the lowest index no live bucket holds; the buckets
+    -- that left the window give theirs up.
+    local by = ws_dlive(K)
+    local thr, used, gone, top = L.now - L.w, {}, {}, B.start
+    for s, j in pairs(by) do
+      if s <= thr or j >= K.n then gone[#gone + 1] = s else used[j] = s end
+    end
+    P.idx = nil
+    for j = 0, K.n - 1 do
+      if used[j] == nil then
+        P.idx = j
+        break
+      end
+    end
+    if P.idx == nil then
+      -- Every key is held: the bucket furthest ahead gives its key up.
+      local far = nil
+      for s, j in pairs(by) do
+        if j < K.n and s > thr and (far == nil or s > far) then far = s end
+      end
+      P.idx, P.stale = by[far], true
+      gone[#gone + 1] = far
+    end
+    for s, j in pairs(by) do
+      if s > top and j < K.n and s > thr and not (P.stale and s == gone[#gone]) then top = s end
+    end
+    P.alloc, P.gone, P.top = true, gone, top
+  else
+    ws_hll(KEYS[K.r + P.idx])
+  end
+  if K.ub ~= L.low and not P.alloc then
+    P.union = 'rebuild' -- the second add at this instant: B's key is in the union
+    for _, rk in ipairs(ws_dkeys(K, ws_dlive(K), L.now - L.w, math.huge)) do ws_hll(rk) end
+  elseif K.ub ~= nil and B.start >= K.ub and not P.stale then
+    P.union = 'add' -- D:u holds every bucket from ub on, whatever instant it was built for
+    ws_hll(K.u)
+  end
+  return P
 end
 
 -- ws_pfadd is PFADD of members to key, in slices small enough to unpack; it
@@ -155,20 +155,37 @@ local function ws_pfadd(key, members)
   return changed
 end
 
--- ws_dadd adds members to bucket B (the current one, or a live earlier one
--- for a late event), and to the union when it holds B's start.
-local function ws_dadd(L, K, B, members)
-  local st = redis.call('HMGET', K.h, 'u', 'h', string.format('%d', B.start))
-  K.ub, K.top, K.known = tonumber(st[1]), tonumber(st[2]), true
-  local idx, at = tonumber(st[3]), nil
-  if idx == nil or idx >= K.n then idx, at = ws_dalloc(L, K, B) end
-  local rk = KEYS[K.r + idx]
+-- ws_dwrite adds members to bucket B as ws_dplan planned it.
+local function ws_dwrite(L, K, B, P, members)
+  local rk, at = KEYS[K.r + P.idx], nil
+  if P.alloc then
+    redis.call('DEL', rk)
+    local by = K.by
+    local gone = {}
+    for x, s in ipairs(P.gone) do
+      by[s], gone[x] = nil, string.format('%d', s)
+    end
+    by[B.start] = P.idx
+    K.top = P.top
+    if #gone > 0 then ws_chunks(gone, function(...) redis.call('HDEL', K.h, ...) end) end
+    at = ws_expiry(L.H, P.top + L.w)
+    if P.stale then
+      K.ub = nil
+      redis.call('HSET', K.h, string.format('%d', B.start), P.idx, 'h', string.format('%d', P.top), 'u', '')
+    else
+      redis.call('HSET', K.h, string.format('%d', B.start), P.idx, 'h', string.format('%d', P.top))
+    end
+    redis.call('PEXPIREAT', K.h, at)
+  end
   local changed = ws_pfadd(rk, members)
   if at ~= nil then redis.call('PEXPIREAT', rk, ws_expiry(L.H, B.start + L.w)) end
-  if K.ub ~= L.low and at == nil then
-    ws_dunion(L, K) -- the second add at this instant: B's key is in the union
-  elseif K.ub ~= nil and B.start >= K.ub then
-    -- D:u holds every bucket from ub on, whatever instant it was built for.
+  if P.union == 'rebuild' then
+    redis.call('DEL', K.u)
+    ws_chunks(ws_dkeys(K, ws_dlive(K), L.now - L.w, math.huge), function(...) redis.call('PFMERGE', K.u, ...) end)
+    redis.call('HSET', K.h, 'u', string.format('%d', L.low))
+    redis.call('PEXPIREAT', K.u, ws_expiry(L.H, K.top + L.w))
+    K.ub = L.low
+  elseif P.union == 'add' then
     if changed then ws_pfadd(K.u, members) end
     if at ~= nil then redis.call('PEXPIREAT', K.u, at) end
   end
@@ -189,11 +206,4 @@ local function ws_dcount(L, K, lthr)
   local keys = ws_dkeys(K, ws_dlive(K), math.max(lthr, L.now - L.w), hi)
   if #keys == 0 then return 0 end
   return redis.call('PFCOUNT', unpack(keys))
-end
-
--- ws_daddcount adds members to the current bucket and answers the window's
--- count (AddDistinct).
-local function ws_daddcount(L, K, members)
-  ws_dadd(L, K, L.target, members)
-  return ws_dcount(L, K, L.now - L.w)
 end

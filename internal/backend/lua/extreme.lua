@@ -5,13 +5,11 @@
 -- least and greatest event time. Values are int64s as canonical decimal
 -- strings (as the client sends them), compared exactly, never as doubles.
 --
---   WS_OP_XPUT  shape dir value time    a write: {extreme} after it
---   WS_IT_EXTREME shape dir value       a group's item (see group.lua)
+--   WS_IT_EXTREME shape dir value       an event's item (see event.lua)
 --   (read, in sum.lua: shape dir)       {extreme}, or {} when no event is live
 --
--- dir is WS_X_MAX ('>', keep the greatest) or WS_X_MIN ('<', the least); time
--- is the event's Unix ms, or '' for now. A value '' is the event's time (first
--- and last seen).
+-- dir is WS_X_MAX ('>', keep the greatest) or WS_X_MIN ('<', the least). A
+-- value '' is the event's time (first and last seen).
 --
 -- A window of more than WS_XSMALL buckets caches its extreme in the reserved
 -- field WS_XCACHE as "start:value", start being that of the bucket that
@@ -226,14 +224,6 @@ local function ws_xcommit(L, key, X, B)
   if X.cache ~= nil then ws_setx(L, key, X.C, X.cache, X.cnew) end
   if #X.stale > 0 then ws_drop(key, X.stale) end
   return X.best
-end
-
-local function ws_xput(L, key, dir, v, e)
-  local B = ws_target(L, e)
-  if B == nil then
-    ws_err(WS_E_TOOOLD, "the event's bucket has left the window; nothing was written")
-  end
-  return ws_xcommit(L, key, ws_xprepare(L, key, dir, v, e, B), B)
 end
 
 -- ws_xget answers the window's value: {extreme} ({}: none), or the recent

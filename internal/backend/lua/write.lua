@@ -1,35 +1,16 @@
 -- The Write script: a batch of write operations, one clock. After the header,
--- ARGV holds each operation's code and arguments, and KEYS its keys:
+-- ARGV holds each operation's code and arguments, and KEYS its keys. Every
+-- write is an event of event.lua; the shortest forms are parsed into one:
 --
 --   WS_OP_ADD      shape delta          Add: the new window sum
 --   WS_OP_ADDNOSUM shape delta          AddNoSum: 1
 --   WS_OP_ALLOW    shape limit cost     Allow: {allowed, sum, retry ms, reset ms}
---   WS_OP_GROUP    (see group.lua)      several counters of one slot at once
---   WS_OP_LIMITS   n cost policies      a group of n limits of one cost
---                                       alone, compact (policies: each
---                                       limit's shape and limit, in one
---                                       argument, see ws_policies):
---                                       {1, sum, reset...} when each is on
---                                       its fast path, else a group's
---                                       answer (see ws_wlimits)
---   WS_OP_LIMITSH  n cost policies      the same, of counters that share
---                                       one head (the plain hash): their n
---                                       hashes, then the head, declared
---                                       once (see ws_hlimits)
---   WS_OP_LINK, WS_OP_RESERVE, WS_OP_UNDO
---                  (see group.lua)      linked groups, all or nothing
---   WS_OP_XPUT     shape dir value time a window extreme's write: {extreme}
---                                       (see extreme.lua)
---   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback
---                                       (PFCOUNT is a write to Redis, so it
---                                       runs here, though it changes no
---                                       count); its keys: see ws_dk in
---                                       distinct.lua
---   WS_OP_DADD     shape n member...    AddDistinct: add the n members to the
---                                       current bucket's HyperLogLog and
---                                       answer the window's count; its keys
---                                       as WS_OP_DCOUNT's (a group's distinct
---                                       item without the group's machinery)
+--   WS_OP_DADD     shape n member...    AddDistinct: the window's count
+--   WS_OP_GROUP, WS_OP_LINK, WS_OP_CHECK, WS_OP_RESERVE, WS_OP_UNDO, WS_OP_SETTLE
+--                  (see event.lua)
+--   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback:
+--                                       a read, here because PFCOUNT is a
+--                                       write command to Redis
 --
 -- (a shape is "bucketms:windowms"; a sum is an integer, or an exact decimal
 -- string beyond 2^53). The reply has one entry per operation: its answer, or
@@ -39,116 +20,88 @@
 ws_begin()
 local H = ws_header(ARGV)
 
--- ws_onlylimits reports whether the n items of a group from ARGV[i] on are
--- all limits (and there is one at least): such a group runs as ws_limits.
-local function ws_onlylimits(i, n)
-  if n == nil or n < 1 then return false end
-  for j = 0, n - 1 do
-    if ARGV[i + 4 * j] ~= WS_IT_LIMIT then return false end
-  end
-  return true
+-- ws_one is a group of one item, the short forms' event.
+local function ws_one(kind, L, key, delta, limit)
+  local it = {kind = kind, L = L, key = key, limit = limit, cost = nil, delta = delta, members = nil, K = nil, dir = nil,
+    id = nil, ttl = nil, lease = false, B = nil, C = nil, S = nil, Q = nil, X = nil, P = nil, d = nil, read = false,
+    fits = nil, refused = false, own = nil, mine = nil, held = nil, retry = nil, ans = nil}
+  if kind == WS_IT_LIMIT then it.cost = ws_tonum(delta) end
+  return {H = H, items = {it}, idkey = nil, ttl = nil, e = nil, seen = nil, allowed = true, placed = false,
+    writes = false, wrote = false, nonce = nil, limits = {}, deciders = {}, retry = 0, late = false, event = nil, own = false, adopt = nil}
 end
 
--- ws_linkedlimits reads the n groups of a link from ARGV[i] and KEYS[k]
--- when they are all limits without an event id or time, for ws_linklimits:
--- each group's first item and key and its number of items, and where the
--- next operation starts in each; nil otherwise.
-local function ws_linkedlimits(i, k, n)
-  local gs = {}
-  for j = 1, n do
-    local m = ws_tonum(ARGV[i])
-    if ARGV[i + 1] ~= '' or ARGV[i + 3] ~= '' or not ws_onlylimits(i + 4, m) then return nil end
-    gs[j] = {i = i + 4, k = k, n = m}
-    i, k = i + 4 + 4 * m, k + WS_KPC * m
-  end
-  return gs, i, k
+local function ws_add(G) return ws_group(G)[3] end
+local function ws_addquiet(G)
+  ws_group(G)
+  return 1
 end
+local function ws_allow(G)
+  local r = ws_group(G)
+  local a = r[3]
+  return {r[1] % 2, a[1], a[2], a[3]}
+end
+local function ws_checkonly(G)
+  ws_event({G}, false, true)
+  return 1
+end
+local function ws_reserve(G) return ws_event({G}, true)[1] end
+local function ws_link(Gs) return ws_event(Gs) end
 
 -- ws_op reads the operation at ARGV[i] and KEYS[k]: where the next one starts,
--- and the function to run with its arguments.
+-- and the function to run with its argument.
 local function ws_op(i, k)
-  local op, key = ARGV[i], KEYS[k]
-  if op == WS_OP_ADD then
-    local L = ws_shape(H, ARGV[i + 1])
-    return i + 3, k + WS_KPC, ws_add, L, ws_ckey(k, 0), ARGV[i + 2]
-  elseif op == WS_OP_ADDNOSUM then
-    local L = ws_shape(H, ARGV[i + 1])
-    return i + 3, k + WS_KPC, ws_addquiet, L, ws_ckey(k, 0), ARGV[i + 2]
+  local op = ARGV[i]
+  if op == WS_OP_ADD or op == WS_OP_ADDNOSUM then
+    local G = ws_one(op == WS_OP_ADD and WS_IT_COUNT or WS_IT_QUIET, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), ARGV[i + 2])
+    return i + 3, k + WS_KPC, op == WS_OP_ADD and ws_add or ws_addquiet, G
   elseif op == WS_OP_ALLOW then
-    return i + 4, k + WS_KPC, ws_allow, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), ws_tonum(ARGV[i + 2]), ARGV[i + 3]
-  elseif op == WS_OP_GROUP and ARGV[i + 2] == '' and ARGV[i + 4] == '' and ws_onlylimits(i + 5, ws_tonum(ARGV[i + 1])) then
-    local n = ws_tonum(ARGV[i + 1])
-    return i + 5 + 4 * n, k + WS_KPC * n, ws_limits, H, i + 5, k, n
-  elseif op == WS_OP_LIMITS then
-    local n = ws_tonum(ARGV[i + 1])
-    return i + 4, k + WS_KPC * n, ws_wlimits, H, ws_policies(ARGV[i + 3], n), ARGV[i + 2], k, n
-  elseif op == WS_OP_LIMITSH then
-    local n = ws_tonum(ARGV[i + 1])
-    return i + 4, k + n + 1, ws_hlimits, H, ws_policies(ARGV[i + 3], n), ARGV[i + 2], k, n
-  elseif op == WS_OP_GROUP or op == WS_OP_RESERVE then
-    if op == WS_OP_GROUP then
-      local ni, nk, its, idkey = ws_readfast(H, i + 1, k)
-      if ni ~= nil then return ni, nk, ws_fastgroup, H, i + 1, k, its, idkey end
-    end
-    local ni, nk, G = ws_readgroup(H, i + 1, k)
-    G.reserve = op == WS_OP_RESERVE
-    return ni, nk, ws_group, G
-  elseif op == WS_OP_LINK then
-    local gs, li, lk = ws_linkedlimits(i + 2, k, ws_tonum(ARGV[i + 1]))
-    if gs ~= nil then return li, lk, ws_linklimits, H, gs end
-    local Gs, ni, nk = {}, i + 2, k
-    for j = 1, tonumber(ARGV[i + 1]) do
-      -- A group without an event id runs as ws_fastgroup when it can (see
-      -- ws_link); ws_readfast answers nil otherwise.
-      local fi, fk, its = nil, nil, nil
-      if ARGV[ni + 1] == '' then fi, fk, its = ws_readfast(H, ni, nk) end
-      if fi ~= nil then
-        Gs[j] = {fast = its, H = H, i = ni, k = nk, reserve = nil, ok = nil, now = nil}
-        ni, nk = fi, fk
-      else
-        ni, nk, Gs[j] = ws_readgroup(H, ni, nk)
-      end
-    end
-    return ni, nk, ws_link, Gs
-  elseif op == WS_OP_UNDO then
-    local ni, nk, G = ws_readgroup(H, i + 1, k)
-    return ni, nk, ws_undo, G
-  elseif op == WS_OP_XPUT then
-    local e = ARGV[i + 4]
-    if e == '' then e = nil else e = tonumber(e) end
-    return i + 5, k + 1, ws_xput, ws_shape(H, ARGV[i + 1]), key, ARGV[i + 2], ARGV[i + 3], e
+    local G = ws_one(WS_IT_LIMIT, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), ARGV[i + 3], ws_tonum(ARGV[i + 2]))
+    return i + 4, k + WS_KPC, ws_allow, G
   elseif op == WS_OP_DADD then
     local L, m = ws_shape(H, ARGV[i + 1]), tonumber(ARGV[i + 2])
-    local K, nk = ws_dk(L, k)
-    return i + 3 + m, nk, ws_daddcount, L, K, ws_args(i + 3, i + 2 + m)
+    local G = ws_one(WS_IT_DISTINCT, L, KEYS[k], nil)
+    local nk
+    G.items[1].members, G.items[1].K, nk = ws_args(i + 3, i + 2 + m), ws_dk(L, k)
+    return i + 3 + m, nk, ws_add, G
+  elseif op == WS_OP_GROUP or op == WS_OP_CHECK then
+    local ni, nk, G = ws_parse(H, i + 1, k)
+    return ni, nk, op == WS_OP_GROUP and ws_group or ws_checkonly, G
+  elseif op == WS_OP_RESERVE or op == WS_OP_UNDO or op == WS_OP_SETTLE then
+    local ni, nk, G = ws_parse(H, i + 2, k)
+    G.nonce = ARGV[i + 1]
+    local fn = ws_reserve
+    if op == WS_OP_UNDO then fn = ws_undo elseif op == WS_OP_SETTLE then fn = ws_settle end
+    return ni, nk, fn, G
+  elseif op == WS_OP_LINK then
+    local Gs, ni, nk = {}, i + 2, k
+    for j = 1, tonumber(ARGV[i + 1]) do ni, nk, Gs[j] = ws_parse(H, ni, nk) end
+    return ni, nk, ws_link, Gs
   elseif op == WS_OP_DCOUNT then
     local L = ws_shape(H, ARGV[i + 1])
     local K, nk = ws_dk(L, k)
-    return i + 3, nk, ws_dcount, L, K, L.now - tonumber(ARGV[i + 2])
+    return i + 3, nk, function(a) return ws_dcount(L, a, L.now - tonumber(ARGV[i + 2])) end, K
   end
   ws_err(WS_E_ARGS, 'unknown operation ' .. tostring(op))
 end
 
 -- ws_do runs an operation, then writes what it left for its end (the plain
 -- hash's heads: ws_end).
-local function ws_do(fn, a1, a2, a3, a4, a5)
-  local r = fn(a1, a2, a3, a4, a5)
+local function ws_do(fn, a)
+  local r = fn(a)
   ws_end()
   return r
 end
 
 local i, k, n = WS_HEADER + 1, 1, #ARGV
-local ni, nk, fn, a1, a2, a3, a4, a5 = ws_op(i, k)
-if ni > n then
-  return {ws_do(fn, a1, a2, a3, a4, a5)}
-end
+local ni, nk, fn, a = ws_op(i, k)
+if ni > n then return {ws_do(fn, a)} end
 local out, j = {}, 1
 while true do
-  local ok, r = pcall(ws_do, fn, a1, a2, a3, a4, a5)
+  local ok, r = pcall(ws_do, fn, a)
   if not ok then ws_abort() end
   out[j] = ws_result(ok, r)
   j, i, k = j + 1, ni, nk
   if i > n then break end
-  ni, nk, fn, a1, a2, a3, a4, a5 = ws_op(i, k)
+  ni, nk, fn, a = ws_op(i, k)
 end
 return out

@@ -1,0 +1,444 @@
+-- Events: the one write pipeline. An event is one or more groups, a group the
+-- items of one Redis Cluster slot; every write of the store is an event, from
+-- an Add (one count) to a feature set's Record (a group per entity). Each
+-- group runs in four stages, and an event runs each stage over all of its
+-- groups before the next:
+--
+--   place    read the event id, find each write's bucket, open each counter
+--   decide   each limit and acquire fits or not; the event admits when every
+--            limit of every group does (a duplicate group brings its first
+--            decision)
+--   prepare  check every write: an overflow, a key of another type, a
+--            HyperLogLog that is not one; nothing is written before every
+--            check of every group has passed
+--   commit   write, keep the id, answer
+--
+-- So an error leaves every key of the event as it was, and a refusal writes
+-- no limit's cost anywhere.
+--
+-- Items (after the group's header):
+--
+--   WS_IT_COUNT    shape delta          add delta; answer the window sum
+--   WS_IT_QUIET    shape delta          add delta; answer 0
+--   WS_IT_LIMIT    shape limit cost     count cost only if the event admits;
+--                                       answer {sum, retry ms, reset ms,
+--                                       refused} (refused: 1 when this limit
+--                                       refused, in a duplicate's first
+--                                       decision too)
+--   WS_IT_IFOK     shape delta          add delta only if the event admits
+--                                       (the other tiers of a limited
+--                                       counter); answer the window sum
+--   WS_IT_DISTINCT shape n member...    add members to the bucket's
+--                                       HyperLogLog (none: only read); answer
+--                                       the distinct count (keys: ws_dk)
+--   WS_IT_READ     shape                answer the window sum
+--   WS_IT_EXTREME  shape dir value      keep the bucket's greatest or least
+--                                       value ('': the event's time; see
+--                                       extreme.lua); answer {1, value...}
+--   WS_IT_XREAD    shape dir            answer {1, value...}
+--   WS_IT_ACQUIRE, WS_IT_REFRESH, WS_IT_RELEASE   max ttl id
+--                                       a lease (lease.lua): an acquire is a
+--                                       limit of the event; answer {held,
+--                                       ok, retry ms, refused}
+--
+-- A group's ARGV: the number of items, the event id ("" for none), the id's
+-- time to live (ms), the event time ("" for now), then each item's kind,
+-- shape and arguments. KEYS: the id's key (with an id), then each item's.
+--
+-- A group answers {flags, retry ms, answer per item}: flags 1 when the event
+-- admitted (its limits counted), 2 when the id was seen before, 4 when the
+-- group has writes and none of them could count (every one too old). A
+-- duplicate writes nothing and answers the counters' state now, with the
+-- first call's decision (the id's record: '1', or '0' and the items that
+-- refused, ',L' when another group did), each refusing limit's retry from
+-- now. An event time places the writes, not the limits, which decide now:
+-- a write whose bucket has left its window counts nothing and answers {its
+-- value now} (an array, where a counted write answers the value itself). A
+-- refused group without unconditional writes writes nothing, not even its
+-- id, so that a retry is decided anew; otherwise its id is kept with the
+-- decision.
+--
+-- Operations:
+--
+--   WS_OP_GROUP    group       one group
+--   WS_OP_LINK     n group...  the groups of one event on one server, in
+--                              one script: all stages over all groups; the
+--                              reply is each group's answer
+--   WS_OP_CHECK    group       a cluster, phase one: the stages before commit,
+--                              for one slot's group; answers 1, or the error
+--   WS_OP_RESERVE  nonce group a cluster, phase two: the group, deciding for
+--                              itself; an admitted group with writes records
+--                              '1@T#nonce' (T its instant)
+--   WS_OP_UNDO     nonce group phase three, when another slot refused: takes
+--                              back what the group counted only because its
+--                              limits admitted, if its id's record is this
+--                              reservation's; answers 1, else 0
+--   WS_OP_SETTLE   nonce group phase three, when every slot admitted: the
+--                              reservation's record becomes '1'; answers 1,
+--                              else 0
+--
+-- A reservation that finds its id recorded as a reservation not settled
+-- ('1@T#n': this call's own, resent, or an earlier call's that never
+-- finished) takes it over: nothing more is written, flags has 16, and the
+-- record names this call, so that its undo or its settle ends it.
+
+-- ws_parse reads a group at ARGV[i] (its number of items) and KEYS[k]: where
+-- the next operation starts in each, and the group.
+local function ws_parse(H, i, k)
+  local n = ws_tonum(ARGV[i])
+  local G = {H = H, items = {}, idkey = nil, ttl = nil, e = nil, seen = nil, allowed = true, placed = false,
+    writes = false, wrote = false, nonce = nil, limits = {}, deciders = {}, retry = 0, late = false, event = nil, own = false, adopt = nil}
+  if ARGV[i + 1] ~= '' then
+    G.idkey, G.ttl = KEYS[k], ARGV[i + 2]
+    k = k + 1
+  end
+  if ARGV[i + 3] ~= '' then G.e = tonumber(ARGV[i + 3]) end
+  i = i + 4
+  for j = 1, n do
+    local kind = ARGV[i]
+    local it = {kind = kind, L = nil, key = KEYS[k], limit = nil, cost = nil, delta = nil, members = nil, K = nil,
+      dir = nil, id = nil, ttl = nil, lease = false, B = nil, C = nil, S = nil, Q = nil, X = nil, P = nil, d = nil,
+      read = false, fits = nil, refused = false, own = nil, mine = nil, held = nil, retry = nil, ans = nil}
+    if kind == WS_IT_ACQUIRE or kind == WS_IT_REFRESH or kind == WS_IT_RELEASE then
+      it.lease, it.limit, it.ttl, it.id = true, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
+      i, k = i + 4, k + 1
+    else
+      it.L = ws_shape(H, ARGV[i + 1])
+      if kind == WS_IT_LIMIT then
+        it.limit, it.delta = ws_tonum(ARGV[i + 2]), ARGV[i + 3]
+        it.cost = ws_tonum(it.delta)
+        it.key, i, k = ws_ckey(k, 0), i + 4, k + WS_KPC
+      elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
+        it.delta = ARGV[i + 2]
+        it.key, i, k = ws_ckey(k, 0), i + 3, k + WS_KPC
+      elseif kind == WS_IT_READ then
+        it.key, i, k = ws_ckey(k, 0), i + 2, k + WS_KPC
+      elseif kind == WS_IT_DISTINCT then
+        local m = tonumber(ARGV[i + 2])
+        it.members = ws_args(i + 3, i + 2 + m)
+        it.K, k = ws_dk(it.L, k)
+        i = i + 3 + m
+      elseif kind == WS_IT_XREAD then
+        it.dir, i, k = ARGV[i + 2], i + 3, k + 1
+      elseif kind == WS_IT_EXTREME then
+        it.dir, it.delta, i, k = ARGV[i + 2], ARGV[i + 3], i + 4, k + 1
+      else
+        ws_err(WS_E_ARGS, 'unknown item ' .. tostring(kind))
+      end
+    end
+    G.items[j] = it
+  end
+  return i, k, G
+end
+
+-- ws_place is the first stage: the id's record, each write's bucket (an event
+-- beyond the future tolerance raises WS_E_FUTURE here), each counter opened,
+-- each lease read. Reads only.
+local function ws_place(G)
+  if G.idkey ~= nil then
+    local rec = redis.call('GET', G.idkey)
+    if rec then G.seen = rec end
+    if rec and G.nonce ~= nil and string.sub(rec, 1, 2) == '1@' then
+      -- A reservation not settled: this call's own, resent after a lost
+      -- reply, or one of an earlier call of the event that never finished
+      -- (its undo or its settle lost), which this call takes over. Either
+      -- way its cost is counted: nothing more is written, and the record
+      -- becomes this call's.
+      local sep = string.find(rec, '#', 3, true)
+      G.own = true
+      if sep == nil or string.sub(rec, sep + 1) ~= G.nonce then
+        G.adopt = string.sub(rec, 1, (sep or #rec + 1) - 1) .. '#' .. G.nonce -- written at the commit
+      end
+    end
+  end
+  local some = false
+  for _, it in ipairs(G.items) do
+    local kind, L = it.kind, it.L
+    if it.lease then
+      ws_lopen(it, G.H.now) -- a lease acts now, whatever the event time
+      G.placed = true
+      if kind == WS_IT_ACQUIRE then G.deciders[#G.deciders + 1] = it end
+    elseif kind == WS_IT_LIMIT then
+      it.B, G.placed = L.target, true
+      it.C = ws_open(L, it.key, it.B)
+      G.limits[#G.limits + 1], G.deciders[#G.deciders + 1] = it, it
+    elseif kind == WS_IT_IFOK then
+      it.B = L.target -- a limited counter's cost counts now, as the limits decide
+      it.C = ws_open(L, it.key, it.B)
+    elseif kind == WS_IT_READ or kind == WS_IT_XREAD or (kind == WS_IT_DISTINCT and #it.members == 0) then
+      it.B, it.read = L.target, true
+    else
+      some = true
+      it.B = ws_target(L, G.e)
+      if it.B ~= nil then
+        G.placed = true
+        if kind == WS_IT_COUNT then it.C = ws_open(L, it.key, it.B) end
+      end
+    end
+  end
+  G.late = some and not G.placed
+end
+
+-- ws_refusedby marks the deciders that refused an event the first time, from
+-- the decision its id recorded ('0,j,k...': the items j, k refused; ',L':
+-- another group did).
+local function ws_refusedby(G, rec)
+  if string.find(rec, ',L', 1, true) then return end
+  for j in string.gmatch(rec, ',(%d+)') do
+    local it = G.items[tonumber(j)]
+    if it ~= nil and (it.kind == WS_IT_LIMIT or it.kind == WS_IT_ACQUIRE) then it.refused = true end
+  end
+end
+
+-- ws_decide is the second stage, for one group: whether its own limits and
+-- acquires admit (a duplicate: its first decision), and which refuse.
+local function ws_decide(G)
+  local own = true
+  for _, it in ipairs(G.limits) do
+    ws_checked(it.C.sum, it.C.fits)
+    it.fits = it.cost <= it.limit and ws_le(it.C.sum, it.limit - it.cost)
+    if not it.fits then own = false end
+  end
+  for _, it in ipairs(G.deciders) do
+    if it.lease and not it.fits then own = false end
+  end
+  if G.seen then
+    own = string.byte(G.seen, 1) == 49 -- '1'
+    if not own then ws_refusedby(G, G.seen) end
+  else
+    for _, it in ipairs(G.deciders) do it.refused = not it.fits end
+  end
+  G.allowed = own
+  return own
+end
+
+-- ws_refusal computes a group's retry, when it refused: the earliest moment
+-- every limit admits its cost, or an acquire might (a release may free a
+-- lease sooner). Reads only.
+local function ws_refusal(G)
+  local any = false
+  for _, it in ipairs(G.deciders) do any = any or it.refused end
+  if not any then return end
+  for _, it in ipairs(G.limits) do it.S = ws_detail(it.L, it.key, it.C) end
+  local retry = ws_groupretry(G.limits)
+  for _, it in ipairs(G.deciders) do
+    if it.lease and it.refused then
+      it.retry = ws_lretry(it, G.H.now)
+      if it.retry < 0 or retry < 0 then retry = -1 else retry = math.max(retry, it.retry) end
+    end
+  end
+  G.retry = retry
+end
+
+-- ws_answer answers an item that writes nothing now: a read, a write whose
+-- bucket has left its window ({its value now}: the array marks it), every
+-- item of a duplicate (the state now), a limit whose cost is not written.
+local function ws_answer(G, it)
+  local kind, L = it.kind, it.L
+  if it.lease then return ws_lwrite(it, G.H, G.allowed, G.seen) end
+  if kind == WS_IT_LIMIT then
+    if it.S == nil then it.S = ws_detail(L, it.key, it.C) end
+    local r = 0
+    if it.refused then r = it.own or ws_retry(L, it.S, it.cost, it.limit) end
+    return {it.C.sum, r, ws_reset(L, it.S), it.refused and 1 or 0}
+  end
+  local ans
+  if kind == WS_IT_DISTINCT then
+    ans = ws_dcount(L, it.K, L.now - L.w)
+  elseif kind == WS_IT_EXTREME or kind == WS_IT_XREAD then
+    ans = ws_xans(it.B ~= nil and 1 or 0, ws_xget(L, it.key, it.dir))
+  elseif kind == WS_IT_QUIET then
+    ans = 0
+  elseif it.C ~= nil then
+    ans = it.C.sum
+  else
+    ans = ws_sumover(L, it.key, L.w)
+  end
+  if it.B == nil and kind ~= WS_IT_EXTREME then return {ans} end
+  return ans
+end
+
+-- ws_check is the third stage: every write the event makes in the group,
+-- allowed being the event's decision, is prepared and checked, and every
+-- item that writes nothing is answered. Reads only: after it, a commit
+-- cannot fail.
+local function ws_check(G, allowed)
+  for _, it in ipairs(G.items) do
+    local kind = it.kind
+    if G.seen or it.B == nil or it.read then
+      if not it.lease or G.seen then it.ans = ws_answer(G, it) end
+    elseif kind == WS_IT_LIMIT or kind == WS_IT_IFOK or kind == WS_IT_COUNT then
+      if kind == WS_IT_COUNT or (allowed and it.delta ~= '0') then
+        it.d = it.delta
+        ws_prepare(it.L, it.C, it.d, it.B)
+        G.writes = true
+        if kind == WS_IT_LIMIT and tonumber(it.C.nv) == 0 then
+          -- The reset after the write is that of the other buckets: read now.
+          it.S = ws_detail(it.L, it.key, it.C)
+        end
+      elseif kind == WS_IT_LIMIT then
+        it.ans = ws_answer(G, it)
+      else
+        it.ans = it.C.sum
+      end
+    elseif kind == WS_IT_QUIET then
+      it.Q, G.writes = ws_quiet(it.L, it.key, it.delta, it.B), true
+    elseif kind == WS_IT_EXTREME then
+      it.X, G.writes = ws_xprepare(it.L, it.key, it.dir, it.delta, G.e, it.B), true
+    elseif kind == WS_IT_DISTINCT then
+      it.P, G.writes = ws_dplan(it.L, it.K, it.B), true
+    end
+  end
+end
+
+-- ws_record is the id's record of a group that wrote: '1' when the event
+-- admitted (a reservation: '1@T#nonce'), else '0' and the items that refused
+-- ('0,L' when another group refused).
+local function ws_record(G, allowed)
+  if allowed then
+    if G.nonce ~= nil then return '1@' .. string.format('%d', G.H.now) .. '#' .. G.nonce end
+    return '1'
+  end
+  local rec, any = '0', false
+  for j, it in ipairs(G.items) do
+    if it.refused then rec, any = rec .. ',' .. j, true end
+  end
+  if not any then rec = '0,L' end
+  return rec
+end
+
+-- ws_commit is the last stage: write, keep the id, answer.
+local function ws_commit_group(G, allowed)
+  local flags = 0
+  if allowed then flags = 1 end
+  if G.seen then flags = flags + 2 end
+  if G.late then flags = flags + 4 end
+  if G.own then flags = flags + 16 end
+  local out = {flags, G.retry}
+  for j, it in ipairs(G.items) do
+    local kind, L, ans = it.kind, it.L, it.ans
+    if ans ~= nil then
+      -- answered by ws_check
+    elseif it.lease then
+      ans = ws_lwrite(it, G.H, allowed, nil)
+      if ans[2] == 1 then G.wrote = true end
+    elseif it.d ~= nil then
+      local sum, v = ws_commit(L, it.key, it.C, it.B)
+      ans = sum
+      if kind == WS_IT_LIMIT then
+        local reset = it.B.start + L.w - L.now
+        if v == 0 then
+          reset = 0
+          for x = 1, it.S.live do
+            local st = it.S.starts[x]
+            if it.S.raw[x] ~= '0' and st ~= it.B.start and st + L.w - L.now > reset then reset = st + L.w - L.now end
+          end
+        end
+        ans = {sum, 0, reset, 0}
+      end
+    elseif kind == WS_IT_EXTREME then
+      ans = ws_xans(1, ws_xcommit(L, it.key, it.X, it.B))
+    elseif kind == WS_IT_DISTINCT then
+      ws_dwrite(L, it.K, it.B, it.P, it.members)
+      ans = ws_dcount(L, it.K, L.now - L.w)
+    else -- WS_IT_QUIET
+      ws_quietcommit(L, it.key, it.Q, it.B)
+      ans = 0
+    end
+    out[j + 2] = ans
+  end
+  if G.writes then G.wrote = true end
+  if G.idkey ~= nil and not G.seen and G.wrote then redis.call('SET', G.idkey, ws_record(G, allowed), 'PX', G.ttl) end
+  if G.adopt ~= nil then redis.call('SET', G.idkey, G.adopt, 'KEEPTTL') end
+  return out
+end
+
+-- ws_each runs fn(G, a) for each group. In an event of several groups an
+-- error names its group: "CODE windowstore: group q: ...".
+local function ws_each(Gs, fn, a)
+  if #Gs == 1 then return fn(Gs[1], a) end
+  for q, G in ipairs(Gs) do
+    local ok, e = pcall(fn, G, a)
+    if not ok then
+      local msg = string.gsub(ws_errmsg(e), '^@?[%w_]*:%d+: ', '')
+      local code, rest = string.match(msg, '^([A-Z][A-Z_]*) (.*)$')
+      if code == nil then code, rest = 'ERR', msg end
+      rest = string.gsub(rest, '^windowstore: ', '')
+      error(redis.error_reply(code .. ' windowstore: group ' .. q .. ': ' .. rest))
+    end
+  end
+end
+
+-- ws_event runs the groups of one event through the stages; reserve gives
+-- each group its own decision (a cluster's phase two), check stops before
+-- the commit (phase one). It answers each group's answer.
+local function ws_event(Gs, reserve, check)
+  ws_each(Gs, ws_place)
+  ws_each(Gs, ws_decide)
+  local all = true
+  for _, G in ipairs(Gs) do all = all and G.allowed end
+  for _, G in ipairs(Gs) do
+    if reserve or check then G.event = G.allowed else G.event = all end
+    if not G.event then G.allowed = false end
+  end
+  if not check then ws_each(Gs, ws_refusal) end
+  ws_each(Gs, function(G) ws_check(G, G.event) end)
+  if check then return nil end
+  local outs = {}
+  for q, G in ipairs(Gs) do outs[q] = ws_commit_group(G, G.event) end
+  return outs
+end
+
+local function ws_group(G) return ws_event({G})[1] end
+
+-- ws_reserved is the instant a group's id record says this reservation (its
+-- nonce) counted at; nil when the record is another's.
+local function ws_reserved(G)
+  if G.idkey == nil then return nil end
+  local rec = redis.call('GET', G.idkey)
+  if not rec or string.sub(rec, 1, 2) ~= '1@' then return nil end
+  local sep = string.find(rec, '#', 3, true)
+  if sep == nil or string.sub(rec, sep + 1) ~= G.nonce then return nil end
+  return tonumber(string.sub(rec, 3, sep - 1))
+end
+
+-- ws_settle confirms a reservation of an event that every group admitted:
+-- its record becomes '1', a decision that a later call's refusal never takes
+-- back. Answers 1, else 0 (not this reservation's).
+local function ws_settle(G)
+  if ws_reserved(G) == nil then return 0 end
+  redis.call('SET', G.idkey, '1', 'KEEPTTL')
+  return 1
+end
+
+-- ws_undo takes back what a reserved group counted at instant T only
+-- because its limits admitted: the limits' costs and the other tiers' (in
+-- the buckets they went to, while those are live), the leases it acquired;
+-- its id is then kept as '0,L' when the group also made unconditional
+-- writes (they count once whatever the decision), else deleted.
+local function ws_undo(G)
+  local T = ws_reserved(G)
+  if T == nil then return 0 end
+  local undo, keep = {}, false
+  for _, it in ipairs(G.items) do
+    local kind = it.kind
+    if (kind == WS_IT_LIMIT and it.cost > 0) or (kind == WS_IT_IFOK and it.delta ~= '0') then
+      local B = ws_target(it.L, math.min(T, it.L.now)) -- (a clock that went back: the current bucket)
+      if B ~= nil then
+        it.B, it.d = B, '-' .. it.delta
+        it.C = ws_open(it.L, it.key, B)
+        ws_prepare(it.L, it.C, it.d, B)
+        undo[#undo + 1] = it
+      end
+    elseif kind == WS_IT_ACQUIRE then
+      undo[#undo + 1] = it
+    elseif not (kind == WS_IT_READ or kind == WS_IT_XREAD or (kind == WS_IT_DISTINCT and #it.members == 0)) then
+      keep = true
+    end
+  end
+  for _, it in ipairs(undo) do
+    if it.kind == WS_IT_ACQUIRE then redis.call('ZREM', it.key, it.id) else ws_commit(it.L, it.key, it.C, it.B) end
+  end
+  if keep then redis.call('SET', G.idkey, '0,L', 'KEEPTTL') else redis.call('DEL', G.idkey) end
+  return 1
+end

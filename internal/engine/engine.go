@@ -1,0 +1,314 @@
+// Package engine runs the store's writes as events: an event is one or more
+// groups, a group the items of one Redis Cluster slot (see
+// internal/backend/lua/event.lua, the scripts' side). Package store plans
+// its calls into groups; this package sends them and reads their replies,
+// and is the one place that decides how an event of several groups is sent:
+//
+//   - one group: one script call (backend.OpGroup);
+//   - several groups on a server that is not a cluster: one script call
+//     (backend.OpLink), whose every check of every group passes before
+//     anything is written;
+//   - several groups on a cluster: a check of every group (backend.OpCheck,
+//     in parallel, nothing written), then a reservation per group
+//     (backend.OpReserve, each deciding alone), and, when one refused or
+//     failed, the admitted reservations taken back (backend.OpUndo).
+//
+// So an error of a check, or of a script call off a cluster, means that
+// nothing was written, and the error says so (Error.Written is false).
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/internal/backend"
+)
+
+// Group is one group's script arguments and keys, as event.lua reads them
+// after the operation's code: Args is the number of items, the event id, the
+// id's time to live, the event time, then the items; Keys is the id's key
+// (with an id), then the items' keys.
+type Group struct {
+	Args []string
+	Keys []string
+	// Retry reports that the group is safe to send again after a lost
+	// reply: it has an event id (or is made of leases only).
+	Retry bool
+	// Writes reports that the group has writes, not only reads and limits.
+	Writes bool
+	// IDKey makes the key of an event id for the group (see SetID).
+	IDKey func(id string) string
+}
+
+// HasID reports whether the group carries an event id.
+func (g *Group) HasID() bool { return g.Args[1] != "" }
+
+// SetID gives the group an event id, kept for ttl: a cluster's reservation
+// needs one.
+func (g *Group) SetID(id string, ttl time.Duration) {
+	g.Args[1], g.Args[2] = id, strconv.FormatInt(ttl.Milliseconds(), 10)
+	g.Keys = append([]string{g.IDKey(id)}, g.Keys...)
+	g.Retry = true
+}
+
+// Reply is a group's answer (see event.lua): its flags, its retry, and one
+// answer per item.
+type Reply struct {
+	Flags   int64
+	Retry   int64 // ms; -1: never
+	Answers []rueidis.RedisMessage
+}
+
+// Allowed reports that the group's limits counted their costs (or that it
+// has none).
+func (r Reply) Allowed() bool { return r.Flags&1 == 1 }
+
+// Duplicate reports that the group's event id was seen before: it wrote
+// nothing.
+func (r Reply) Duplicate() bool { return r.Flags&2 == 2 }
+
+// Late reports that the group has writes and none of them could count:
+// every one's bucket had left its window. It wrote nothing.
+func (r Reply) Late() bool { return r.Flags&4 == 4 }
+
+// ParseReply reads a group's reply of n items.
+func ParseReply(msg rueidis.RedisMessage, n int) (Reply, error) {
+	v, err := msg.ToArray()
+	if err != nil || len(v) != 2+n {
+		return Reply{}, errors.New("unexpected group reply " + msg.String())
+	}
+	flags, err1 := v[0].AsInt64()
+	retry, err2 := v[1].AsInt64()
+	if errors.Join(err1, err2) != nil {
+		return Reply{}, errors.New("unexpected group reply " + msg.String())
+	}
+	return Reply{Flags: flags, Retry: retry, Answers: v[2:]}, nil
+}
+
+// Sender sends one write operation of a store: its keys and its arguments
+// after the header, with the store's resends (retry: safe to send again
+// after a lost reply).
+type Sender interface {
+	Send(ctx context.Context, keys []string, retry bool, args ...string) (rueidis.RedisMessage, error)
+}
+
+// Part is one group of an event and the store that sends it.
+type Part struct {
+	Group *Group
+	Via   Sender
+	// Items is the number of items of the group, for its reply.
+	Items int
+}
+
+// Error is the error of a part of an event. Written reports that other
+// parts of the event may have written: a cluster's reservation that failed
+// after every check had passed (the server's memory full between the two, a
+// lost reply). Checked reports that the event failed its checks: it wrote
+// nothing. (A script's error reply means the same of the call that raised
+// it: every write comes after every check.)
+type Error struct {
+	Part    int // the index of the part that failed
+	Err     error
+	Written bool
+	Checked bool
+}
+
+func (e *Error) Error() string { return e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// nonce makes a reservation's nonce: random, so that an undo takes back only
+// the reservation of its own call.
+func nonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// Run runs the parts of one event. oneCall reports that every part can go
+// in one script call (a server that is not a cluster, one client, one clock:
+// the first part's Sender sends it). It answers every part's reply; on an
+// error, nil and the *Error of the part that failed.
+func Run(ctx context.Context, parts []Part, oneCall bool) ([]Reply, error) {
+	switch {
+	case len(parts) == 1:
+		p := parts[0]
+		msg, err := p.Via.Send(ctx, p.Group.Keys, p.Group.Retry, append([]string{backend.OpGroup}, p.Group.Args...)...)
+		if err != nil {
+			return nil, &Error{Err: err}
+		}
+		r, err := ParseReply(msg, p.Items)
+		if err != nil {
+			return nil, &Error{Err: err}
+		}
+		return []Reply{r}, nil
+	case oneCall:
+		return link(ctx, parts)
+	}
+	return reserve(ctx, parts)
+}
+
+// link sends every part in one script call (backend.OpLink).
+func link(ctx context.Context, parts []Part) ([]Reply, error) {
+	args := []string{backend.OpLink, strconv.Itoa(len(parts))}
+	var keys []string
+	retry := true
+	for _, p := range parts {
+		args = append(args, p.Group.Args...)
+		keys = append(keys, p.Group.Keys...)
+		retry = retry && p.Group.Retry
+	}
+	msg, err := parts[0].Via.Send(ctx, keys, retry, args...)
+	if err != nil {
+		return nil, partError(err)
+	}
+	vs, err := msg.ToArray()
+	if err != nil || len(vs) != len(parts) {
+		return nil, &Error{Err: errors.New("unexpected event reply " + msg.String())}
+	}
+	out := make([]Reply, len(parts))
+	for i, p := range parts {
+		if out[i], err = ParseReply(vs[i], p.Items); err != nil {
+			return nil, &Error{Part: i, Err: err}
+		}
+	}
+	return out, nil
+}
+
+// partError finds the part an error of a script call of several groups
+// names ("group 2: ..."), and takes the words off the message.
+func partError(err error) *Error {
+	var se *backend.ScriptError
+	if errors.As(err, &se) {
+		if rest, ok := strings.CutPrefix(se.Message, "group "); ok {
+			if n, msg, ok := strings.Cut(rest, ": "); ok {
+				if q, err := strconv.Atoi(n); err == nil && q >= 1 {
+					c := *se
+					c.Message = msg
+					return &Error{Part: q - 1, Err: &c}
+				}
+			}
+		}
+	}
+	return &Error{Err: err}
+}
+
+// each sends op to every part at once and hands each reply to do.
+func each(ctx context.Context, parts []Part, which func(i int) bool, op, nonce string,
+	do func(i int, msg rueidis.RedisMessage, err error)) {
+	done := make(chan struct{})
+	n := 0
+	for i, p := range parts {
+		if !which(i) {
+			continue
+		}
+		n++
+		go func() {
+			args := []string{op}
+			if nonce != "" {
+				args = append(args, nonce)
+			}
+			msg, err := p.Via.Send(ctx, p.Group.Keys, p.Group.Retry || op == backend.OpCheck, append(args, p.Group.Args...)...)
+			do(i, msg, err)
+			done <- struct{}{}
+		}()
+	}
+	for range n {
+		<-done
+	}
+}
+
+// settle is how long the id of a reserved part without an event id of its
+// own is kept, for its undo to find: an undo that comes later (past the
+// store's retries) does nothing, and the cost stays counted until its bucket
+// leaves the window.
+const settle = 10 * time.Second
+
+// reserve runs the parts on a cluster: every part checked, then reserved,
+// then, when one refused, the admitted ones taken back; when every part
+// admitted, the reservations of the parts with an event id of their own are
+// settled, so that a later call of the event (a replay) answers them as
+// duplicates and never takes them back.
+func reserve(ctx context.Context, parts []Part) ([]Reply, error) {
+	all := func(int) bool { return true }
+	errs := make([]error, len(parts))
+	each(ctx, parts, all, backend.OpCheck, "", func(i int, _ rueidis.RedisMessage, err error) { errs[i] = err })
+	for i, err := range errs {
+		if err != nil {
+			return nil, &Error{Part: i, Err: err, Checked: true}
+		}
+	}
+	nonce := nonce()
+	ids := make([]bool, len(parts)) // the part has an event id of its own
+	for i, p := range parts {
+		if ids[i] = p.Group.HasID(); !ids[i] {
+			p.Group.SetID("~"+nonce, settle)
+		}
+	}
+	out := make([]Reply, len(parts))
+	each(ctx, parts, all, backend.OpReserve, nonce, func(i int, msg rueidis.RedisMessage, err error) {
+		if err == nil {
+			out[i], err = ParseReply(msg, parts[i].Items)
+		}
+		errs[i] = err
+	})
+	failed, refused := -1, false
+	for i := range parts {
+		if errs[i] != nil && failed < 0 {
+			failed = i
+		}
+		if errs[i] == nil && out[i].Flags&16 != 0 {
+			// This call's reservation (resent, or taken over from an earlier
+			// call of the event that never finished): not a duplicate.
+			out[i].Flags &^= 2 | 16
+		}
+		if errs[i] == nil && !out[i].Allowed() {
+			refused = true
+		}
+	}
+	if failed < 0 && !refused {
+		each(ctx, parts, func(i int) bool { return ids[i] && !out[i].Duplicate() }, backend.OpSettle, nonce,
+			func(int, rueidis.RedisMessage, error) {}) // (unsettled, a reservation stays counted: never taken back but by a refused call of the event)
+		return out, nil
+	}
+	// Take back every reservation that may have been made: the admitted
+	// parts', and the failed ones' (whose reply may have been lost; an undo
+	// of a part that reserved nothing does nothing). A true duplicate's
+	// record is its first call's, settled or another call's: its undo does
+	// nothing.
+	uerrs := make([]error, len(parts))
+	each(ctx, parts, func(i int) bool { return errs[i] != nil || (out[i].Allowed() && !out[i].Duplicate()) }, backend.OpUndo,
+		nonce, func(i int, _ rueidis.RedisMessage, err error) { uerrs[i] = err })
+	if failed >= 0 {
+		written := false
+		for i := range parts {
+			if i != failed && errs[i] == nil && !out[i].Duplicate() && (parts[i].Group.Writes || out[i].Allowed()) {
+				written = true
+			}
+		}
+		return nil, &Error{Part: failed, Err: errs[failed], Written: written}
+	}
+	for i := range parts {
+		if uerrs[i] != nil {
+			return nil, &Error{Part: i, Written: true,
+				Err: errors.New("the refused decision's undo failed (its cost stays counted until its bucket leaves the window): " + uerrs[i].Error())}
+		}
+		if out[i].Allowed() {
+			out[i].Flags &^= 1
+			if !out[i].Duplicate() {
+				out[i].Flags |= 8 // taken back: its answers include the cost
+			}
+		}
+	}
+	return out, nil
+}
+
+// Undone reports that the reply's group was admitted on its own and taken
+// back, because another part of its event refused (a cluster's
+// reservation): its limits' answers include the cost.
+func (r Reply) Undone() bool { return r.Flags&8 == 8 }
