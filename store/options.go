@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/batch"
 	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/hook"
@@ -32,6 +34,7 @@ type config struct {
 	retries    int
 	observer   Observer
 	functions  bool
+	trace      string // backend.Trace, for tests
 }
 
 func defaults() config {
@@ -117,6 +120,31 @@ func WithRetries(n int) Option { return func(c *config) { c.retries = max(n, 0) 
 func init() {
 	hook.WithCalendar = func(cal codec.Calendar) any { return Option(func(c *config) { c.cal = cal }) }
 	hook.WithFunctions = func(on bool) any { return Option(func(c *config) { c.functions = on }) }
+	hook.WithTrace = func(tag string, general bool) any {
+		return Option(func(c *config) { c.trace = backend.Trace(tag, general) })
+	}
+	hook.Paths = func(ctx context.Context, st any, tag string) (map[string]int64, error) {
+		s := st.(*Store)
+		msg, err := s.runner.Exec(ctx, s.be.Write, nil, append(s.header(), backend.OpPaths, tag)).ToMessage()
+		if err != nil {
+			return nil, err
+		}
+		v, err := msg.ToArray()
+		if err != nil || len(v) != 1 {
+			return nil, fmt.Errorf("paths: %v %v", msg, err)
+		}
+		kv, err := v[0].ToArray()
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]int64{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			p, _ := kv[i].ToString()
+			n, _ := kv[i+1].AsInt64()
+			out[p] = n
+		}
+		return out, nil
+	}
 	// tag is the shape tag of the counter a hook names: for an Over view
 	// whose span is a tier's window, that tier's; else the first tier's.
 	tag := func(s *Store) string {

@@ -87,6 +87,7 @@ type Store struct {
 	reads    *batch.Batcher
 	at       *time.Time    // an At view's instant; nil: the store's clock
 	over     time.Duration // an Over view's span; 0: the Window
+	trace    string        // the scripts' trace, for tests (backend.Trace); "" in use
 }
 
 // tier is one window of a store's counters, as the keys and scripts name it.
@@ -157,6 +158,7 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 		client: client, runner: run, win: w, codec: codec, be: be, det: det, space: space, now: cfg.now,
 		tag: tiers[0].tag, shape: tiers[0].shape, bucketMs: tiers[0].bucketMs, winMs: tiers[0].winMs,
 		futureMs: cfg.future.Milliseconds(), tiers: tiers, retries: cfg.retries, obs: cfg.observer, hdr: &backend.HeaderCache{},
+		trace: cfg.trace,
 		writes: batch.New(client, run, be.Write, "write", cfg.observer, cfg.batchOps, cfg.batchCalls),
 		reads:  batch.New(client, run, be.Sum, "sum", cfg.observer, cfg.batchOps, cfg.batchCalls),
 	}
@@ -185,7 +187,7 @@ func (s *Store) header() []string {
 		ref = s.now()
 		clock = backend.ClientClock(ref.UnixMilli())
 	}
-	return s.hdr.Get(clock, s.codec.YearStarts(ref), s.futureMs)
+	return s.hdr.Get(clock, s.codec.YearStarts(ref), s.futureMs, s.trace)
 }
 
 // Add adds delta (any int64, negative allowed) to the current bucket of key

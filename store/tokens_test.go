@@ -104,7 +104,7 @@ func TestTokensAddServerClock(t *testing.T) {
 		t.Fatal(n, err)
 	}
 	want := append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "2", "p:{user:42}:10s/1s:b", "p:{user:42}:h", ""}, years(time.Now())...)
-	want = append(want, "5000", backend.OpAdd, "1000:10000", "-7")
+	want = append(want, "5000", "", backend.OpAdd, "1000:10000", "-7")
 	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
 	}
@@ -124,7 +124,7 @@ func TestTokensAllowClientClock(t *testing.T) {
 		t.Fatalf("%+v", r)
 	}
 	want := append([]string{"EVALSHA", backend.Named(nativehash.FieldTTL).Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
-	want = append(want, "1000", backend.OpAllow, "1000:10000", "5", "2")
+	want = append(want, "1000", "", backend.OpAllow, "1000:10000", "5", "2")
 	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
 	}
@@ -183,7 +183,7 @@ func TestTokensBatch(t *testing.T) {
 	}
 	got := scriptCalls(rec)
 	hdr := append([]string{""}, years(time.Now())...)
-	hdr = append(hdr, "5000")
+	hdr = append(hdr, "5000", "")
 	want := append(append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4", "ws:{b}:10s/1s:b", "ws:{b}:h",
 		"ws:{c}:10s/1s:b", "ws:{c}:h"}, hdr...),
 		backend.OpAddNoSum, "1000:10000", "2", backend.OpAllow, "1000:10000", "10", "3")
@@ -345,7 +345,7 @@ func TestTokensSumManyLoad(t *testing.T) {
 		t.Fatal(sums, err)
 	}
 	args := append([]string{strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
-	args = append(args, "5000", "1000:10000", "10000", "1000:10000", "10000")
+	args = append(args, "5000", "", "1000:10000", "10000", "1000:10000", "10000")
 	call := append(append([]string{"FCALL_RO", backend.Named(nativehash.Plain).Sum.Function(), "4"}, append(ck("a"), ck("b")...)...), args...)
 	want := [][]string{call, {"FUNCTION", "LOAD", backend.Named(nativehash.Plain).Library.Source()}, call}
 	if got := scriptCalls(rec); !slices.EqualFunc(got, want, slices.Equal) {
@@ -444,7 +444,7 @@ func TestTokensLink(t *testing.T) {
 	}
 	got := scriptCalls(rec)
 	hdr := append([]string{""}, years(time.Now())...)
-	hdr = append(hdr, "5000")
+	hdr = append(hdr, "5000", "")
 	group := []string{"1", "", "11000", "", backend.ItemLimit, "1000:10000", "5", "1"}
 	want := append(append(append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4"}, append(ck("a"), ck("b")...)...), hdr...),
 		backend.OpLink, "2")
@@ -457,7 +457,7 @@ func TestTokensLink(t *testing.T) {
 // TestTokensObserve: a statistic's write is one FCALL of the write script, a
 // group of one extreme item on the statistic's own key (its kind after the
 // key, in the key's slot), with the direction and the amount (First and Last:
-// '', the event's time, which the group carries); its read is the read-only
+// ”, the event's time, which the group carries); its read is the read-only
 // script with the direction for an argument.
 func TestTokensObserve(t *testing.T) {
 	s, rec := tokenStore(t, false, func(args []string) string {
@@ -539,7 +539,7 @@ func TestTokensAllowAllOneKey(t *testing.T) {
 		t.Fatalf("%+v %v", d, err)
 	}
 	hdr := append([]string{""}, years(time.Now())...)
-	hdr = append(hdr, "5000")
+	hdr = append(hdr, "5000", "")
 	want := append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4",
 		"ws:{u}:10s/1s:b", "ws:{u}:h", "ws:{u}:100s/10s:b", "ws:{u}:h"}, hdr...)
 	want = append(want, backend.OpGroup, "2", "", "110000", "", backend.ItemLimit, "1000:10000", "5", "1",

@@ -234,6 +234,7 @@ const (
 	OpUndo     = "u" // nonce, then a group's arguments: phase three, the reservation taken back
 	OpSettle   = "s" // nonce, then a group's arguments: phase three, the reservation confirmed
 	OpDCount   = "d" // shape lookback: a distinct count, a read
+	OpPaths    = "P" // tag: the paths traced under tag (see Trace), for tests
 )
 
 // MaxRecent is how many of its most recent values a window keeps (XRecent):
@@ -287,7 +288,7 @@ func constants() Fragment {
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
 		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
-		{"WS_OP_CHECK", OpCheck}, {"WS_OP_SETTLE", OpSettle}, {"WS_OP_RESERVE", OpReserve}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
+		{"WS_OP_CHECK", OpCheck}, {"WS_OP_SETTLE", OpSettle}, {"WS_OP_PATHS", OpPaths}, {"WS_OP_RESERVE", OpReserve}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},
 		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},

@@ -7,7 +7,7 @@ import (
 
 // HeaderLen is the number of ARGV entries every counter script starts with
 // (see Header).
-const HeaderLen = 7
+const HeaderLen = 8
 
 // Clock is the clock argument of a script. ServerClock makes the scripts read
 // the server's TIME.
@@ -39,14 +39,26 @@ func (c Clock) Arg() string {
 //	1     clock (Unix ms, or "" for the server's TIME)
 //	2..6  the starts of the five years around now (fieldcodec.Codec.YearStarts)
 //	7     the future tolerance, ms
-func Header(clock Clock, years [5]int64, futureMs int64) []string {
+//	8     a trace, for tests: "" (none), or a mode and a tag (see Trace)
+func Header(clock Clock, years [5]int64, futureMs int64, trace string) []string {
 	a := make([]string, HeaderLen)
 	a[0] = clock.Arg()
 	for i, y := range years {
 		a[1+i] = strconv.FormatInt(y, 10)
 	}
 	a[6] = strconv.FormatInt(futureMs, 10)
+	a[7] = trace
 	return a
+}
+
+// Trace is a header's trace, for tests: every path the write script's
+// operations take is counted under tag (see OpPaths), and with general the
+// operations take the event pipeline alone, never a backend's fast path.
+func Trace(tag string, general bool) string {
+	if general {
+		return "g" + tag
+	}
+	return "t" + tag
 }
 
 // Shape is a window shape as a script argument: "bucketms:windowms".
@@ -65,17 +77,18 @@ type HeaderCache struct {
 type headerEntry struct {
 	years    [5]int64
 	futureMs int64
+	trace    string
 	server   []string
 }
 
-// Get returns Header(clock, years, futureMs). With the server clock it returns
+// Get returns Header(clock, years, futureMs, trace). With the server clock it returns
 // the same slice for the same arguments until they change, so that callers
 // can tell by identity which calls share a header. The slice must not be
 // modified.
-func (c *HeaderCache) Get(clock Clock, years [5]int64, futureMs int64) []string {
+func (c *HeaderCache) Get(clock Clock, years [5]int64, futureMs int64, trace string) []string {
 	e := c.last.Load()
-	if e == nil || e.years != years || e.futureMs != futureMs {
-		e = &headerEntry{years: years, futureMs: futureMs, server: Header(ServerClock, years, futureMs)}
+	if e == nil || e.years != years || e.futureMs != futureMs || e.trace != trace {
+		e = &headerEntry{years: years, futureMs: futureMs, trace: trace, server: Header(ServerClock, years, futureMs, trace)}
 		c.last.Store(e)
 	}
 	if !clock.client {

@@ -21,6 +21,14 @@ var (
 	// WithFunctions returns a store.Option: true (the default) runs the
 	// scripts as Redis Functions, false as EVALSHA from the start.
 	WithFunctions func(on bool) any
+	// WithTrace returns a store.Option: its write script counts the paths
+	// its operations take under tag (see Paths), and with general takes the
+	// event pipeline alone, never a backend's fast path (backend.Trace).
+	WithTrace func(tag string, general bool) any
+	// Paths returns the paths a *store.Store's writes took under tag, since
+	// the last call ("fast", "event"), and forgets them (Redis Functions
+	// only: a script run with EVALSHA keeps nothing).
+	Paths func(ctx context.Context, st any, tag string) (map[string]int64, error)
 	// RedisKey returns the Redis key of a *store.Store's counter key, as the
 	// keys of its event ids and distinct counts begin; the keys that hold
 	// the counter itself are CounterKeys.

@@ -464,9 +464,9 @@ func TestKeysDeclared(t *testing.T) {
 		for step := 0; step < 40; step++ {
 			at := t0.Add(time.Duration(step) * 700 * time.Millisecond)
 			ms := at.UnixMilli()
-			hdr := backend.Header(backend.ServerClock, code.YearStarts(at), future)
+			hdr := backend.Header(backend.ServerClock, code.YearStarts(at), future, "")
 			if step%2 == 1 {
-				hdr = backend.Header(backend.ClientClock(ms), code.YearStarts(at), future)
+				hdr = backend.Header(backend.ClientClock(ms), code.YearStarts(at), future, "")
 			}
 			late := strconv.FormatInt(ms-3000, 10)
 			calls := []struct {

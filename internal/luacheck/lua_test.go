@@ -149,7 +149,7 @@ func TestLiveMatchesCodec(t *testing.T) {
 			for i := 0; i < 40; i++ {
 				now := base.Add(time.Duration(rng.Int64N(int64(4*sh.w))) - 2*sh.w).Truncate(time.Millisecond)
 				for _, future := range []int64{0, 5000} {
-					hdr := backend.Header(backend.ClientClock(now.UnixMilli()), cd.YearStarts(now), future)
+					hdr := backend.Header(backend.ClientClock(now.UnixMilli()), cd.YearStarts(now), future, "")
 					tbl := L.NewTable()
 					for _, h := range hdr {
 						tbl.Append(lua.LString(h))

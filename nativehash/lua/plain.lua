@@ -210,15 +210,23 @@ local function ws_commit(L, key, C, B)
     end
   end
   local keep = ws_exact(sum) and ws_exact(nvv)
-  local set, ns = {}, 0
-  if B.start ~= nc or not keep then set[1], set[2], ns = B.field, ws_str(nv), 2 end
+  local f1, v1, f2, v2 = nil, nil, nil, nil -- the fields to set
+  if B.start ~= nc or not keep then f1, v1 = B.field, ws_str(nv) end
   -- The record's old bucket, when the record leaves it and it is still
   -- live (or ahead of a clock that went back), goes to its field.
   if oc ~= nil and (oc ~= nc or not keep) and oc ~= B.start and oc + L.w > L.now then
-    local f = ws_code(L, oc)
-    if f ~= nil then set[ns + 1], set[ns + 2], ns = f, string.format('%d', ov), ns + 2 end
+    f2 = ws_code(L, oc)
+    if f2 ~= nil then v2 = string.format('%d', ov) end
   end
-  if ns > 0 then redis.call('HSET', KEYS[key], unpack(set)) end
+  if f1 == nil then f1, v1, f2 = f2, v2, nil end
+  local ns = 0
+  if f2 ~= nil then
+    redis.call('HSET', KEYS[key], f1, v1, f2, v2)
+    ns = 2
+  elseif f1 ~= nil then
+    redis.call('HSET', KEYS[key], f1, v1)
+    ns = 1
+  end
   if ns > 0 or (nc ~= oc and not (C.all ~= nil and #C.all == 0)) then
     -- The hash lives while the record's bucket (or a later one) is live; a
     -- write to an earlier bucket may only extend it. (A full read that

@@ -6,6 +6,7 @@
 --   ws_clock(arg)      the script's instant: arg as Unix ms, or the server's
 --                      clock for ""; and the server's clock when it was read
 --   ws_tonum(s)        tonumber(s), remembered for the strings that repeat
+--   ws_trace(path)     counts a path an operation took, for the tests
 
 local function ws_err(code, msg)
   error(redis.error_reply(code .. ' windowstore: ' .. msg))
@@ -73,4 +74,27 @@ local function ws_result(ok, r)
   local msg = string.gsub(ws_errmsg(r), '^@?[%w_]*:%d+: ', '')
   if not string.find(msg, '^[A-Z][A-Z_]* ') then msg = 'ERR windowstore: ' .. msg end
   return redis.error_reply(msg)
+end
+
+-- Tracing, for the tests (backend.Trace): a header's eighth field, when not
+-- '', is a mode ('g': the pipeline alone, no fast path; 't': any path) and
+-- a tag, under which each path an operation takes is counted, from one call
+-- to the next (under Redis Functions, a library lives as long as the
+-- server); WS_OP_PATHS tag answers and forgets them.
+local ws_tracing, ws_traces = nil, {}
+
+local function ws_tracefrom(arg)
+  if arg == nil or arg == '' then
+    ws_tracing = nil
+    return
+  end
+  local tag = string.sub(arg, 2)
+  ws_tracing = {general = string.sub(arg, 1, 1) == 'g', tag = tag}
+  if ws_traces[tag] == nil then ws_traces[tag] = {} end
+end
+
+local function ws_trace(path)
+  if ws_tracing == nil then return end
+  local t = ws_traces[ws_tracing.tag]
+  t[path] = (t[path] or 0) + 1
 end

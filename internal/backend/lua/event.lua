@@ -82,12 +82,19 @@
 -- finished) takes it over: nothing more is written, flags has 16, and the
 -- record names this call, so that its undo or its settle ends it.
 
+local WS_NONE = {} -- an empty list, never written
+
+-- ws_newgroup and ws_item make a group and an item with the fields every one
+-- has; the stages add the others (B, C, d, ans...) as they need them. (A
+-- table pays for every field it is made with, as garbage to collect.)
+local function ws_newgroup(H) return {H = H, items = {}, seen = nil, allowed = true, placed = false, retry = 0} end
+local function ws_item(kind, L, key, delta) return {kind = kind, L = L, key = key, delta = delta, B = nil, C = nil} end
+
 -- ws_parse reads a group at ARGV[i] (its number of items) and KEYS[k]: where
 -- the next operation starts in each, and the group.
 local function ws_parse(H, i, k)
   local n = ws_tonum(ARGV[i])
-  local G = {H = H, items = {}, idkey = nil, ttl = nil, e = nil, seen = nil, allowed = true, placed = false,
-    writes = false, wrote = false, nonce = nil, limits = {}, deciders = {}, retry = 0, late = false, event = nil, own = false, adopt = nil}
+  local G = ws_newgroup(H)
   if ARGV[i + 1] ~= '' then
     G.idkey, G.ttl = KEYS[k], ARGV[i + 2]
     k = k + 1
@@ -95,33 +102,35 @@ local function ws_parse(H, i, k)
   if ARGV[i + 3] ~= '' then G.e = tonumber(ARGV[i + 3]) end
   i = i + 4
   for j = 1, n do
-    local kind = ARGV[i]
-    local it = {kind = kind, L = nil, key = KEYS[k], limit = nil, cost = nil, delta = nil, members = nil, K = nil,
-      dir = nil, id = nil, ttl = nil, lease = false, B = nil, C = nil, S = nil, Q = nil, X = nil, P = nil, d = nil,
-      read = false, fits = nil, refused = false, own = nil, mine = nil, held = nil, retry = nil, ans = nil}
+    local kind, it = ARGV[i], nil
     if kind == WS_IT_ACQUIRE or kind == WS_IT_REFRESH or kind == WS_IT_RELEASE then
+      it = ws_item(kind, nil, KEYS[k], nil)
       it.lease, it.limit, it.ttl, it.id = true, tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
       i, k = i + 4, k + 1
     else
-      it.L = ws_shape(H, ARGV[i + 1])
+      local L = ws_shape(H, ARGV[i + 1])
       if kind == WS_IT_LIMIT then
-        it.limit, it.delta = ws_tonum(ARGV[i + 2]), ARGV[i + 3]
-        it.cost = ws_tonum(it.delta)
-        it.key, i, k = ws_ckey(k, 0), i + 4, k + WS_KPC
+        it = ws_item(kind, L, ws_ckey(k, 0), ARGV[i + 3])
+        it.limit, it.cost = ws_tonum(ARGV[i + 2]), ws_tonum(it.delta)
+        i, k = i + 4, k + WS_KPC
       elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
-        it.delta = ARGV[i + 2]
-        it.key, i, k = ws_ckey(k, 0), i + 3, k + WS_KPC
+        it = ws_item(kind, L, ws_ckey(k, 0), ARGV[i + 2])
+        i, k = i + 3, k + WS_KPC
       elseif kind == WS_IT_READ then
-        it.key, i, k = ws_ckey(k, 0), i + 2, k + WS_KPC
+        it = ws_item(kind, L, ws_ckey(k, 0), nil)
+        i, k = i + 2, k + WS_KPC
       elseif kind == WS_IT_DISTINCT then
         local m = tonumber(ARGV[i + 2])
+        it = ws_item(kind, L, KEYS[k], nil)
         it.members = ws_args(i + 3, i + 2 + m)
-        it.K, k = ws_dk(it.L, k)
+        it.K, k = ws_dk(L, k)
         i = i + 3 + m
       elseif kind == WS_IT_XREAD then
+        it = ws_item(kind, L, KEYS[k], nil)
         it.dir, i, k = ARGV[i + 2], i + 3, k + 1
       elseif kind == WS_IT_EXTREME then
-        it.dir, it.delta, i, k = ARGV[i + 2], ARGV[i + 3], i + 4, k + 1
+        it = ws_item(kind, L, KEYS[k], ARGV[i + 3])
+        it.dir, i, k = ARGV[i + 2], i + 4, k + 1
       else
         ws_err(WS_E_ARGS, 'unknown item ' .. tostring(kind))
       end
@@ -129,6 +138,16 @@ local function ws_parse(H, i, k)
     G.items[j] = it
   end
   return i, k, G
+end
+
+-- ws_push appends it to G's list named name, made when first needed.
+local function ws_push(G, name, it)
+  local l = G[name]
+  if l == nil then
+    G[name] = {it}
+  else
+    l[#l + 1] = it
+  end
 end
 
 -- ws_place is the first stage: the id's record, each write's bucket (an event
@@ -151,17 +170,19 @@ local function ws_place(G)
       end
     end
   end
-  local some = false
-  for _, it in ipairs(G.items) do
+  local some, items = false, G.items
+  for j = 1, #items do
+    local it = items[j]
     local kind, L = it.kind, it.L
     if it.lease then
       ws_lopen(it, G.H.now) -- a lease acts now, whatever the event time
       G.placed = true
-      if kind == WS_IT_ACQUIRE then G.deciders[#G.deciders + 1] = it end
+      if kind == WS_IT_ACQUIRE then ws_push(G, 'deciders', it) end
     elseif kind == WS_IT_LIMIT then
       it.B, G.placed = L.target, true
       it.C = ws_open(L, it.key, it.B)
-      G.limits[#G.limits + 1], G.deciders[#G.deciders + 1] = it, it
+      ws_push(G, 'limits', it)
+      ws_push(G, 'deciders', it)
     elseif kind == WS_IT_IFOK then
       it.B = L.target -- a limited counter's cost counts now, as the limits decide
       it.C = ws_open(L, it.key, it.B)
@@ -193,20 +214,23 @@ end
 -- ws_decide is the second stage, for one group: whether its own limits and
 -- acquires admit (a duplicate: its first decision), and which refuse.
 local function ws_decide(G)
-  local own = true
-  for _, it in ipairs(G.limits) do
-    ws_checked(it.C.sum, it.C.fits)
-    it.fits = it.cost <= it.limit and ws_le(it.C.sum, it.limit - it.cost)
-    if not it.fits then own = false end
-  end
-  for _, it in ipairs(G.deciders) do
-    if it.lease and not it.fits then own = false end
+  local own, ds = true, G.deciders
+  if ds ~= nil then
+    for j = 1, #ds do
+      local it = ds[j]
+      if not it.lease then
+        local C = it.C
+        ws_checked(C.sum, C.fits)
+        it.fits = it.cost <= it.limit and ws_le(C.sum, it.limit - it.cost)
+      end
+      if not it.fits then own = false end
+    end
   end
   if G.seen then
     own = string.byte(G.seen, 1) == 49 -- '1'
     if not own then ws_refusedby(G, G.seen) end
-  else
-    for _, it in ipairs(G.deciders) do it.refused = not it.fits end
+  elseif not own then
+    for j = 1, #ds do ds[j].refused = not ds[j].fits end
   end
   G.allowed = own
   return own
@@ -216,12 +240,17 @@ end
 -- every limit admits its cost, or an acquire might (a release may free a
 -- lease sooner). Reads only.
 local function ws_refusal(G)
-  local any = false
-  for _, it in ipairs(G.deciders) do any = any or it.refused end
+  local ds, any = G.deciders, false
+  if ds == nil then return end
+  for j = 1, #ds do any = any or ds[j].refused end
   if not any then return end
-  for _, it in ipairs(G.limits) do it.S = ws_detail(it.L, it.key, it.C) end
-  local retry = ws_groupretry(G.limits)
-  for _, it in ipairs(G.deciders) do
+  local limits = G.limits or WS_NONE
+  for j = 1, #limits do
+    local it = limits[j]
+    it.S = ws_detail(it.L, it.key, it.C)
+  end
+  local retry = ws_groupretry(limits)
+  for _, it in ipairs(ds) do
     if it.lease and it.refused then
       it.retry = ws_lretry(it, G.H.now)
       if it.retry < 0 or retry < 0 then retry = -1 else retry = math.max(retry, it.retry) end
@@ -258,12 +287,14 @@ local function ws_answer(G, it)
   return ans
 end
 
--- ws_check is the third stage: every write the event makes in the group,
--- allowed being the event's decision, is prepared and checked, and every
--- item that writes nothing is answered. Reads only: after it, a commit
--- cannot fail.
-local function ws_check(G, allowed)
-  for _, it in ipairs(G.items) do
+-- ws_check is the third stage: every write the event makes in the group
+-- (G.event, the decision it commits) is prepared and checked, and every item
+-- that writes nothing is answered. Reads only: after it, a commit cannot
+-- fail.
+local function ws_check(G)
+  local allowed, items = G.event, G.items
+  for j = 1, #items do
+    local it = items[j]
     local kind = it.kind
     if G.seen or it.B == nil or it.read then
       if not it.lease or G.seen then it.ans = ws_answer(G, it) end
@@ -314,8 +345,10 @@ local function ws_commit_group(G, allowed)
   if G.seen then flags = flags + 2 end
   if G.late then flags = flags + 4 end
   if G.own then flags = flags + 16 end
+  local items = G.items
   local out = {flags, G.retry}
-  for j, it in ipairs(G.items) do
+  for j = 1, #items do
+    local it = items[j]
     local kind, L, ans = it.kind, it.L, it.ans
     if ans ~= nil then
       -- answered by ws_check
@@ -373,6 +406,7 @@ end
 -- each group its own decision (a cluster's phase two), check stops before
 -- the commit (phase one). It answers each group's answer.
 local function ws_event(Gs, reserve, check)
+  ws_trace('event')
   ws_each(Gs, ws_place)
   ws_each(Gs, ws_decide)
   local all = true
@@ -382,14 +416,22 @@ local function ws_event(Gs, reserve, check)
     if not G.event then G.allowed = false end
   end
   if not check then ws_each(Gs, ws_refusal) end
-  ws_each(Gs, function(G) ws_check(G, G.event) end)
+  ws_each(Gs, ws_check)
   if check then return nil end
   local outs = {}
   for q, G in ipairs(Gs) do outs[q] = ws_commit_group(G, G.event) end
   return outs
 end
 
-local function ws_group(G) return ws_event({G})[1] end
+-- ws_group runs one group alone: ws_event of one.
+local function ws_group(G)
+  ws_trace('event')
+  ws_place(G)
+  G.event = ws_decide(G)
+  ws_refusal(G)
+  ws_check(G)
+  return ws_commit_group(G, G.event)
+end
 
 -- ws_reserved is the instant a group's id record says this reservation (its
 -- nonce) counted at; nil when the record is another's.

@@ -67,3 +67,6 @@ local function ws_detail(L, key, C)
 end
 
 local ws_sumover = ws_scanread
+
+-- No fast path: every operation reads the counter whole, the pipeline's way.
+local ws_fast = nil

@@ -8,6 +8,8 @@
 --   WS_OP_DADD     shape n member...    AddDistinct: the window's count
 --   WS_OP_GROUP, WS_OP_LINK, WS_OP_CHECK, WS_OP_RESERVE, WS_OP_UNDO, WS_OP_SETTLE
 --                  (see event.lua)
+--   WS_OP_PATHS    tag                  the paths traced under tag, {path,
+--                                       count, ...} (backend.Trace), forgotten
 --   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback:
 --                                       a read, here because PFCOUNT is a
 --                                       write command to Redis
@@ -19,24 +21,33 @@
 
 ws_begin()
 local H = ws_header(ARGV)
+ws_tracefrom(ARGV[WS_HEADER])
 
 -- ws_one is a group of one item, the short forms' event.
 local function ws_one(kind, L, key, delta, limit)
-  local it = {kind = kind, L = L, key = key, limit = limit, cost = nil, delta = delta, members = nil, K = nil, dir = nil,
-    id = nil, ttl = nil, lease = false, B = nil, C = nil, S = nil, Q = nil, X = nil, P = nil, d = nil, read = false,
-    fits = nil, refused = false, own = nil, mine = nil, held = nil, retry = nil, ans = nil}
-  if kind == WS_IT_LIMIT then it.cost = ws_tonum(delta) end
-  return {H = H, items = {it}, idkey = nil, ttl = nil, e = nil, seen = nil, allowed = true, placed = false,
-    writes = false, wrote = false, nonce = nil, limits = {}, deciders = {}, retry = 0, late = false, event = nil, own = false, adopt = nil}
+  local G, it = ws_newgroup(H), ws_item(kind, L, key, delta)
+  if kind == WS_IT_LIMIT then it.limit, it.cost = limit, ws_tonum(delta) end
+  G.items[1] = it
+  return G
 end
 
-local function ws_add(G) return ws_group(G)[3] end
+-- ws_one1 runs a group of one: on the backend's fast path when it takes it
+-- (see nativehash/lua/fast.lua), else through the pipeline.
+local function ws_one1(G)
+  if ws_fast ~= nil then
+    local outs = ws_fast({G})
+    if outs ~= nil then return outs[1] end
+  end
+  return ws_group(G)
+end
+
+local function ws_add(G) return ws_one1(G)[3] end
 local function ws_addquiet(G)
-  ws_group(G)
+  ws_one1(G)
   return 1
 end
 local function ws_allow(G)
-  local r = ws_group(G)
+  local r = ws_one1(G)
   local a = r[3]
   return {r[1] % 2, a[1], a[2], a[3]}
 end
@@ -45,7 +56,13 @@ local function ws_checkonly(G)
   return 1
 end
 local function ws_reserve(G) return ws_event({G}, true)[1] end
-local function ws_link(Gs) return ws_event(Gs) end
+local function ws_link(Gs)
+  if ws_fast ~= nil then
+    local outs = ws_fast(Gs)
+    if outs ~= nil then return outs end
+  end
+  return ws_event(Gs)
+end
 
 -- ws_op reads the operation at ARGV[i] and KEYS[k]: where the next one starts,
 -- and the function to run with its argument.
@@ -65,7 +82,7 @@ local function ws_op(i, k)
     return i + 3 + m, nk, ws_add, G
   elseif op == WS_OP_GROUP or op == WS_OP_CHECK then
     local ni, nk, G = ws_parse(H, i + 1, k)
-    return ni, nk, op == WS_OP_GROUP and ws_group or ws_checkonly, G
+    return ni, nk, op == WS_OP_GROUP and ws_one1 or ws_checkonly, G
   elseif op == WS_OP_RESERVE or op == WS_OP_UNDO or op == WS_OP_SETTLE then
     local ni, nk, G = ws_parse(H, i + 2, k)
     G.nonce = ARGV[i + 1]
@@ -76,6 +93,14 @@ local function ws_op(i, k)
     local Gs, ni, nk = {}, i + 2, k
     for j = 1, tonumber(ARGV[i + 1]) do ni, nk, Gs[j] = ws_parse(H, ni, nk) end
     return ni, nk, ws_link, Gs
+  elseif op == WS_OP_PATHS then
+    local tag = ARGV[i + 1]
+    return i + 2, k, function()
+      local out = {}
+      for p, c in pairs(ws_traces[tag] or {}) do out[#out + 1], out[#out + 2] = p, c end
+      ws_traces[tag] = nil
+      return out
+    end, nil
   elseif op == WS_OP_DCOUNT then
     local L = ws_shape(H, ARGV[i + 1])
     local K, nk = ws_dk(L, k)
