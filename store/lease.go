@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/engine"
 )
 
 // leaseTag names a key's leases in its Redis key, where a counter has its
@@ -61,10 +61,17 @@ func newLeaseID() string {
 }
 
 // leaseAnswer reads a lease item's answer {held, ok, retry ms, refused} into v.
-func (v *Value) leaseAnswer(a rueidis.RedisMessage, o Op, duplicate bool) error {
-	f, err := a.AsIntSlice()
-	if err != nil || len(f) != 4 {
-		return errors.New("unexpected lease answer " + a.String())
+func (v *Value) leaseAnswer(a engine.Answer, o Op, duplicate bool) error {
+	f := make([]int64, len(a.Vals))
+	for i, m := range a.Vals {
+		n, err := m.AsInt64()
+		if err != nil {
+			return errors.New("unexpected lease answer " + m.String())
+		}
+		f[i] = n
+	}
+	if len(f) != 4 {
+		return errors.New("unexpected lease answer")
 	}
 	v.Sum, v.Counted = f[0], f[1] == 1 && !duplicate
 	if o.Kind == Acquire {

@@ -48,37 +48,34 @@ func (p *plan) result(g engine.Reply) (BatchResult, error) {
 			}
 			continue
 		}
-		if it.kind != backend.ItemLimit {
-			if f, err := a.ToArray(); err == nil { // a late event: this tier's bucket has left the window
-				if len(f) != 1 {
-					return r, errors.New("unexpected group answer " + a.String())
-				}
-				a = f[0]
-				if val.CountedTiers != nil {
-					val.CountedTiers[it.tier] = false
-				}
-				if it.tier == o.tier {
-					val.Counted = false
-				}
+		if a.Late { // a late event: this tier's bucket has left the window
+			if val.CountedTiers != nil {
+				val.CountedTiers[it.tier] = false
+			}
+			if it.tier == o.tier {
+				val.Counted = false
 			}
 		}
 		switch it.kind {
 		case backend.ItemLimit:
-			f, err := a.ToArray()
-			if err != nil || len(f) != 4 {
-				return r, errors.New("unexpected limit answer " + a.String())
+			f := a.Vals
+			if len(f) != 4 {
+				return r, errors.New("unexpected limit answer")
 			}
 			sum, err1 := sumOf(f[0])
 			rt, err2 := f[1].AsInt64()
 			rs, err3 := f[2].AsInt64()
 			refused, err4 := f[3].AsInt64()
 			if err := errors.Join(err1, err2, err3, err4); err != nil {
-				return r, errors.New("unexpected limit answer " + a.String())
+				return r, errors.New("unexpected limit answer")
 			}
 			val.Sum, val.Limit, val.Remaining = sum, o.Limit, remaining(o.Limit, sum)
 			val.RetryAfter, val.ResetAfter, val.Refused = ms(rt), ms(rs), refused == 1
 		default:
-			n, err := sumOf(a)
+			if len(a.Vals) != 1 {
+				return r, errors.New("unexpected group answer")
+			}
+			n, err := sumOf(a.Vals[0])
 			if err != nil {
 				return r, err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/engine"
 )
 
 // Window statistics beyond the sum: the greatest and least amounts, the
@@ -407,25 +408,26 @@ func observeItems(o Op) ([][]string, [][]string, []string, error) {
 // statAnswer reads an Observe's item answer into v.Stat: an extreme's
 // {counted, value} ({counted}: none), or Avg's sum and count (a sum, or
 // {sum} when not counted: a late event).
-func (v *Value) statAnswer(a rueidis.RedisMessage, it planItem, st Stat) error {
+func (v *Value) statAnswer(a engine.Answer, it planItem, st Stat) error {
 	if it.kind == backend.ItemExtreme || it.kind == backend.ItemXRead {
-		f, err := a.ToArray()
-		if err != nil || len(f) < 1 {
-			return fmt.Errorf("unexpected statistic answer %s", a.String())
+		f := a.Vals
+		if len(f) < 1 {
+			return errors.New("unexpected statistic answer")
 		}
 		if c, err := f[0].AsInt64(); err != nil || c == 0 {
 			v.Counted = false
 		}
+		var err error
 		v.Stat, err = extremeFrom(st, f[1:])
 		return err
 	}
-	if f, err := a.ToArray(); err == nil {
-		if len(f) != 1 {
-			return fmt.Errorf("unexpected statistic answer %s", a.String())
-		}
-		a, v.Counted = f[0], false
+	if len(a.Vals) != 1 {
+		return errors.New("unexpected statistic answer")
 	}
-	n, err := sumOf(a)
+	if a.Late {
+		v.Counted = false
+	}
+	n, err := sumOf(a.Vals[0])
 	if err != nil {
 		return err
 	}

@@ -151,7 +151,7 @@ const StoreConn = "~ws:* -@all +hello +ping +command|info +evalsha +eval +evalsh
 var StoreExtras = []ACLRule{
 	{"event ids", "+get +set +del"},
 	{"functions", "+fcall +fcall_ro +function|load"},
-	{"distinct counts", "+pfadd +pfcount +pfmerge +pexpireat +del +hmget +hset +hdel +hgetall +getrange +type"},
+	{"distinct counts", "+pfadd +pfcount +pfmerge +pexpireat +del +hmget +hset +hdel +hgetall"},
 	{"leases", "+zscore +zcount +zrangebyscore +zremrangebyscore +zrem +zadd +zrange +pexpireat"},
 }
 

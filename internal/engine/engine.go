@@ -62,7 +62,15 @@ func (g *Group) SetID(id string, ttl time.Duration) {
 type Reply struct {
 	Flags   int64
 	Retry   int64 // ms; -1: never
-	Answers []rueidis.RedisMessage
+	Answers []Answer
+}
+
+// Answer is one item's answer: its values, and whether it is a write that
+// could not count (its bucket had left its window: the values are the
+// counter's now).
+type Answer struct {
+	Vals []rueidis.RedisMessage
+	Late bool
 }
 
 // Allowed reports that the group's limits counted their costs (or that it
@@ -77,18 +85,52 @@ func (r Reply) Duplicate() bool { return r.Flags&2 == 2 }
 // every one's bucket had left its window. It wrote nothing.
 func (r Reply) Late() bool { return r.Flags&4 == 4 }
 
-// ParseReply reads a group's reply of n items.
+// ParseReply reads the reply of one group of n items.
 func ParseReply(msg rueidis.RedisMessage, n int) (Reply, error) {
 	v, err := msg.ToArray()
-	if err != nil || len(v) != 2+n {
+	if err != nil {
 		return Reply{}, errors.New("unexpected group reply " + msg.String())
+	}
+	r, rest, err := parseGroup(v, n)
+	if err == nil && len(rest) != 0 {
+		err = errors.New("unexpected group reply " + msg.String())
+	}
+	return r, err
+}
+
+// parseGroup reads a group of n items from the front of a flat reply (see
+// event.lua's ws_emit), and answers what follows it.
+func parseGroup(v []rueidis.RedisMessage, n int) (Reply, []rueidis.RedisMessage, error) {
+	bad := errors.New("unexpected group reply")
+	if len(v) < 2 {
+		return Reply{}, nil, bad
 	}
 	flags, err1 := v[0].AsInt64()
 	retry, err2 := v[1].AsInt64()
 	if errors.Join(err1, err2) != nil {
-		return Reply{}, errors.New("unexpected group reply " + msg.String())
+		return Reply{}, nil, bad
 	}
-	return Reply{Flags: flags, Retry: retry, Answers: v[2:]}, nil
+	r := Reply{Flags: flags, Retry: retry, Answers: make([]Answer, n)}
+	v = v[2:]
+	for j := range n {
+		if len(v) == 0 {
+			return Reply{}, nil, bad
+		}
+		c, err := v[0].AsInt64()
+		if err != nil {
+			return Reply{}, nil, bad
+		}
+		a := Answer{Late: c < 0}
+		if c < 0 {
+			c = -c
+		}
+		if int64(len(v)-1) < c {
+			return Reply{}, nil, bad
+		}
+		a.Vals, v = v[1:1+c], v[1+c:]
+		r.Answers[j] = a
+	}
+	return r, v, nil
 }
 
 // Sender sends one write operation of a store: its keys and its arguments
@@ -168,14 +210,17 @@ func link(ctx context.Context, parts []Part) ([]Reply, error) {
 		return nil, partError(err)
 	}
 	vs, err := msg.ToArray()
-	if err != nil || len(vs) != len(parts) {
+	if err != nil {
 		return nil, &Error{Err: errors.New("unexpected event reply " + msg.String())}
 	}
 	out := make([]Reply, len(parts))
 	for i, p := range parts {
-		if out[i], err = ParseReply(vs[i], p.Items); err != nil {
-			return nil, &Error{Part: i, Err: err}
+		if out[i], vs, err = parseGroup(vs, p.Items); err != nil {
+			return nil, &Error{Part: i, Err: errors.New("unexpected event reply " + msg.String())}
 		}
+	}
+	if len(vs) != 0 {
+		return nil, &Error{Err: errors.New("unexpected event reply " + msg.String())}
 	}
 	return out, nil
 }

@@ -3,11 +3,12 @@
 -- AllowAll on one key or several) whose every counter's record is synced on
 -- the current bucket, or moves on by at most WS_SWEEP buckets, or starts
 -- afresh, and whose every limit admits, with every number below 2^53. It
--- reads each head once and writes it once at the operation's end (a move
--- also reads and writes its hash), and makes no table per counter: what the
--- pipeline would make of these events, at about half the server's
--- instructions. Any other event, or one it gives up on, goes through the
--- pipeline, which answers and writes the same (TestFastPathDifferential).
+-- reads its operation from ARGV in place, each head once, and writes each
+-- head once at the operation's end (a move also reads and writes its hash):
+-- no table per item or counter, where the pipeline makes a few. Any other
+-- operation, or one it gives up on (having written nothing), goes through
+-- the pipeline, which answers and writes the same
+-- (TestFastPathDifferential).
 
 -- ws_fname is the field of this year's bucket with code k of window L, made
 -- once per shape and header (a code reaches 31 million: a one-second bucket
@@ -72,89 +73,146 @@ local function ws_msweep(L, key, m, t, c, v, limit, cost)
   return t - gone + cost, nv, names, flush
 end
 
--- ws_fdecide is the fast path's check of item it's counter (record i of
--- head Hd, nil: none) for a cost (> 0) under a limit: when the cost fits and
--- every number stays below 2^53, it keeps in the item the new total and
--- current bucket value and how to write them (it.mv: 0 the head alone; 1 a
--- move, with it.del and it.flush; 2 a fresh start: no bucket of the window
--- holds anything, the hash does not exist), and answers true, having written
--- nothing.
-local function ws_fdecide(L, it, Hd, i, limit, cost)
-  local key = it.key
+-- ws_fe holds an operation's entries, one per count or limit, each a table
+-- reused from one call to the next: the window (L), the counter (key, its
+-- index in KEYS), the item's kind, and what ws_fcheck decided: the new total
+-- and current bucket value (nt, nv) and how to write them (mv: 0 the head
+-- alone; 1 a move, with the fields to delete (del) and the record's bucket
+-- to flush; 2 a fresh start: the hash does not exist, and no bucket of the
+-- window holds anything), in record rec of head hd.
+local ws_fe = {}
+
+-- ws_fcheck decides entry x, an item of kind (shape, counter k) for a cost
+-- (costs, a decimal string) under a limit (a number): true when the cost
+-- fits and every number stays below 2^53. Reads only.
+local function ws_fcheck(H, x, kind, shape, k, limit, costs)
+  local cost = ws_tonum(costs)
+  if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return false end
+  local L = ws_shape(H, shape)
+  local Hd = ws_hget(L, k)
+  local i = ws_hfind(Hd, L)
+  local e = ws_fe[x]
+  if e == nil then
+    e = {L = false, key = 0, kind = false, nt = 0, nv = 0, mv = 0, del = false, flush = false, hd = false, rec = false}
+    ws_fe[x] = e
+  end
+  e.L, e.key, e.kind, e.hd, e.rec, e.del, e.flush = L, k, kind, Hd, i or false, false, false
   if i ~= nil then
+    ws_hcheck(Hd, i)
     local a = Hd.a
     local m, t, c, v = a[i + 2], a[i + 3], a[i + 4], a[i + 5]
     if c == L.cstart and m == L.low then
       if t > limit - cost or t <= -WS_BIG or v <= -WS_BIG or v + cost >= WS_BIG or v + cost == 0 then return false end
-      it.nt, it.nv, it.mv = t + cost, v + cost, 0
+      e.nt, e.nv, e.mv = t + cost, v + cost, 0
       return true
     end
     if c + L.w > L.now then
-      local nt, nv, del, flush = ws_msweep(L, key, m, t, c, v, limit, cost)
+      local nt, nv, del, flush = ws_msweep(L, k, m, t, c, v, limit, cost)
       if nt == nil then return false end
-      it.nt, it.nv, it.mv, it.del, it.flush = nt, nv, 1, del, flush
+      e.nt, e.nv, e.mv, e.del, e.flush = nt, nv, 1, del, flush or false
       return true
     end
   end
-  if redis.call('EXISTS', KEYS[key]) ~= 0 then return false end
-  it.nt, it.nv, it.mv = cost, cost, 2
+  if redis.call('EXISTS', KEYS[k]) ~= 0 then return false end
+  e.nt, e.nv, e.mv = cost, cost, 2
   return true
 end
 
--- ws_fast runs the groups Gs of one event on the fast path, and answers
--- their answers, or nil, having written nothing (the heads it read stay for
--- the pipeline, ws_hget).
-local function ws_fast(Gs)
-  if ws_tracing and ws_tracing.general then return nil end
-  for q = 1, #Gs do
-    local G = Gs[q]
-    if G.idkey ~= nil or G.e ~= nil then return nil end
-    local items = G.items
-    for j = 1, #items do
-      local it = items[j]
-      local kind, limit, cost = it.kind, it.limit, it.cost
-      if kind ~= WS_IT_LIMIT then
-        if kind ~= WS_IT_COUNT and kind ~= WS_IT_QUIET and kind ~= WS_IT_IFOK then return nil end
-        limit, cost = WS_BIG - 1, ws_tonum(it.delta)
+-- ws_fwrite writes entry x as ws_fcheck decided it (the head at the
+-- operation's end, ws_end), and answers its sum (0 for a quiet count).
+local function ws_fwrite(x)
+  local e = ws_fe[x]
+  local L, Hd, i, mv = e.L, e.hd, e.rec, e.mv
+  if mv == 0 then
+    local a = Hd.a
+    a[i + 3], a[i + 5], Hd.dirty = e.nt, e.nv, true
+  else
+    if mv == 1 then
+      local hk = KEYS[e.key]
+      if e.flush then redis.call('HSET', hk, e.flush, string.format('%d', Hd.a[i + 5])) end
+      redis.call('PEXPIREAT', hk, ws_expiry(L.H, L.cstart + L.w))
+      if #e.del > 0 then redis.call('HDEL', hk, unpack(e.del)) end
+    end
+    ws_hset(Hd, L, i or nil, L.low, e.nt, L.cstart, e.nv)
+  end
+  e.hd, e.del, e.L = false, false, false -- (nothing kept from one call to the next)
+  if e.kind == WS_IT_QUIET then return 0 end
+  return e.nt
+end
+
+-- ws_fgroups checks the groups of a link (ng of them) or of one group at
+-- ARGV[a], KEYS[k]: the number of entries, and where the next operation
+-- starts in each; nil when one is not the fast path's.
+local function ws_fgroups(H, ng, a, k)
+  local x = 0
+  for q = 1, ng do
+    if ARGV[a + 1] ~= '' or ARGV[a + 3] ~= '' then return nil end
+    local n = ws_tonum(ARGV[a])
+    a = a + 4
+    for j = 1, n do
+      local kind, ok = ARGV[a], false
+      x = x + 1
+      if kind == WS_IT_LIMIT then
+        ok, a = ws_fcheck(H, x, kind, ARGV[a + 1], k, ws_tonum(ARGV[a + 2]), ARGV[a + 3]), a + 4
+      elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
+        ok, a = ws_fcheck(H, x, kind, ARGV[a + 1], k, WS_BIG - 1, ARGV[a + 2]), a + 3
       end
-      if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return nil end
-      local L = it.L
-      local Hd = ws_hget(L, it.key)
-      local i = ws_hfind(Hd, L)
-      if i ~= nil then ws_hcheck(Hd, i) end
-      if not ws_fdecide(L, it, Hd, i, limit, cost) then return nil end
-      it.hd, it.rec = Hd, i
+      if not ok then return nil end
+      k = k + WS_KPC
     end
   end
-  -- Every limit admits: count.
-  local outs = {}
-  for q = 1, #Gs do
-    local items, out = Gs[q].items, {1, 0}
-    for j = 1, #items do
-      local it = items[j]
-      local L, Hd, i, mv = it.L, it.hd, it.rec, it.mv
-      if mv == 0 then
-        local a = Hd.a
-        a[i + 3], a[i + 5], Hd.dirty = it.nt, it.nv, true
-      else
-        if mv == 1 then
-          local hk = KEYS[it.key]
-          if it.flush ~= nil then redis.call('HSET', hk, it.flush, string.format('%d', Hd.a[i + 5])) end
-          redis.call('PEXPIREAT', hk, ws_expiry(L.H, L.cstart + L.w))
-          if #it.del > 0 then redis.call('HDEL', hk, unpack(it.del)) end
+  return x, a, k
+end
+
+-- ws_fast runs the operation at ARGV[i], KEYS[k] on the fast path, if it
+-- takes it: it answers the operation's reply and where the next one starts
+-- in each; nil, having written nothing, when it does not (the heads it read
+-- stay for the pipeline, ws_hget).
+local function ws_fast(H, i, k)
+  if ws_tracing ~= nil and ws_tracing.general then return nil end
+  local op = ARGV[i]
+  local r, ni, nk
+  if op == WS_OP_ADD or op == WS_OP_ADDNOSUM then
+    if not ws_fcheck(H, 1, op == WS_OP_ADD and WS_IT_COUNT or WS_IT_QUIET, ARGV[i + 1], k, WS_BIG - 1, ARGV[i + 2]) then
+      return nil
+    end
+    r, ni, nk = ws_fwrite(1), i + 3, k + WS_KPC
+    if op == WS_OP_ADDNOSUM then r = 1 end
+  elseif op == WS_OP_ALLOW then
+    if not ws_fcheck(H, 1, WS_IT_LIMIT, ARGV[i + 1], k, ws_tonum(ARGV[i + 2]), ARGV[i + 3]) then return nil end
+    local L = ws_fe[1].L
+    r, ni, nk = {1, ws_fwrite(1), 0, L.target.start + L.w - L.now}, i + 4, k + WS_KPC
+  elseif op == WS_OP_GROUP or op == WS_OP_LINK then
+    local ng, a = 1, i + 1
+    if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 end
+    local n
+    n, ni, nk = ws_fgroups(H, ng, a, k)
+    if n == nil then return nil end
+    local x, out = 0, {}
+    for q = 1, ng do
+      local m = ws_tonum(ARGV[a])
+      a = a + 4
+      out[#out + 1], out[#out + 2] = 1, 0
+      for j = 1, m do
+        x = x + 1
+        local e = ws_fe[x]
+        if e.kind == WS_IT_LIMIT then
+          local L, nt = e.L, e.nt
+          ws_fwrite(x)
+          local o = #out
+          out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 4, nt, 0, L.target.start + L.w - L.now, 0
+          a = a + 4
+        else
+          local o = #out
+          out[o + 1], out[o + 2] = 1, ws_fwrite(x)
+          a = a + 3
         end
-        ws_hset(Hd, L, i, L.low, it.nt, L.cstart, it.nv)
-      end
-      if it.kind == WS_IT_LIMIT then
-        out[j + 2] = {it.nt, 0, L.target.start + L.w - L.now, 0}
-      elseif it.kind == WS_IT_QUIET then
-        out[j + 2] = 0
-      else
-        out[j + 2] = it.nt
       end
     end
-    outs[q] = out
+    r = out
+  else
+    return nil
   end
   ws_trace('fast')
-  return outs
+  return r, ni, nk
 end

@@ -30,9 +30,11 @@
 -- nothing). Ring keys expire when their bucket leaves the window, D and D:u
 -- when the newest bucket does.
 --
--- An add is planned (ws_dplan: reads and checks only, so that a key of
--- another type fails the event before anything is written), then written
--- (ws_dwrite).
+-- An add is planned (ws_dplan: reads only; D of another type fails the event
+-- before anything is written), then written (ws_dwrite), before the event's
+-- other writes: the ring and union keys are the script's alone, and only a
+-- string that is not a HyperLogLog, written there by someone else, could
+-- fail a write.
 --
 -- D's fields are bucket starts, not year-stripped codes, so that a view at
 -- another instant (Store.At) can always tell a bucket that has left the
@@ -81,21 +83,6 @@ local function ws_dkeys(K, by, lthr, top)
   return keys
 end
 
--- ws_hll raises WRONGTYPE, having written nothing, unless key is missing or
--- holds a HyperLogLog (PFADD and PFMERGE refuse any other string). (An
--- embedded test server keeps HyperLogLogs as a type of their own, "hll".)
-local function ws_hll(key)
-  local h = redis.pcall('GETRANGE', key, 0, 3)
-  if type(h) == 'table' then
-    local t = redis.call('TYPE', key)
-    if type(t) == 'table' then t = t.ok end
-    if t == 'hll' then return end
-  elseif h == '' or h == 'HYLL' then
-    return
-  end
-  error(redis.error_reply('WRONGTYPE Key is not a valid HyperLogLog string value.'))
-end
-
 -- ws_dplan plans an add to bucket B (the current one, or a live earlier one
 -- for a late event): the ring index, whether the bucket takes a new one
 -- (and what then leaves D), and what the union needs. Reads only.
@@ -131,15 +118,11 @@ local function ws_dplan(L, K, B)
       if s > top and j < K.n and s > thr and not (P.stale and s == gone[#gone]) then top = s end
     end
     P.alloc, P.gone, P.top = true, gone, top
-  else
-    ws_hll(KEYS[K.r + P.idx])
   end
   if K.ub ~= L.low and not P.alloc then
     P.union = 'rebuild' -- the second add at this instant: B's key is in the union
-    for _, rk in ipairs(ws_dkeys(K, ws_dlive(K), L.now - L.w, math.huge)) do ws_hll(rk) end
   elseif K.ub ~= nil and B.start >= K.ub and not P.stale then
     P.union = 'add' -- D:u holds every bucket from ub on, whatever instant it was built for
-    ws_hll(K.u)
   end
   return P
 end

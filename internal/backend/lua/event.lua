@@ -45,15 +45,16 @@
 -- time to live (ms), the event time ("" for now), then each item's kind,
 -- shape and arguments. KEYS: the id's key (with an id), then each item's.
 --
--- A group answers {flags, retry ms, answer per item}: flags 1 when the event
+-- A group answers {flags, retry ms, answer per item}, flat (see ws_emit),
+-- and a link its groups' answers, one after the other: flags 1 when the event
 -- admitted (its limits counted), 2 when the id was seen before, 4 when the
 -- group has writes and none of them could count (every one too old). A
 -- duplicate writes nothing and answers the counters' state now, with the
 -- first call's decision (the id's record: '1', or '0' and the items that
 -- refused, ',L' when another group did), each refusing limit's retry from
 -- now. An event time places the writes, not the limits, which decide now:
--- a write whose bucket has left its window counts nothing and answers {its
--- value now} (an array, where a counted write answers the value itself). A
+-- a write whose bucket has left its window counts nothing and answers its
+-- value now, marked (a negative count of values, ws_emit). A
 -- refused group without unconditional writes writes nothing, not even its
 -- id, so that a retry is decided anew; otherwise its id is kept with the
 -- decision.
@@ -283,8 +284,7 @@ local function ws_answer(G, it)
   else
     ans = ws_sumover(L, it.key, L.w)
   end
-  if it.B == nil and kind ~= WS_IT_EXTREME then return {ans} end
-  return ans
+  return ans, it.B == nil and kind ~= WS_IT_EXTREME
 end
 
 -- ws_check is the third stage: every write the event makes in the group
@@ -297,7 +297,7 @@ local function ws_check(G)
     local it = items[j]
     local kind = it.kind
     if G.seen or it.B == nil or it.read then
-      if not it.lease or G.seen then it.ans = ws_answer(G, it) end
+      if not it.lease or G.seen then it.ans, it.late = ws_answer(G, it) end
     elseif kind == WS_IT_LIMIT or kind == WS_IT_IFOK or kind == WS_IT_COUNT then
       if kind == WS_IT_COUNT or (allowed and it.delta ~= '0') then
         it.d = it.delta
@@ -338,15 +338,43 @@ local function ws_record(G, allowed)
   return rec
 end
 
--- ws_commit is the last stage: write, keep the id, answer.
-local function ws_commit_group(G, allowed)
+-- ws_emit appends an item's answer to a group's flat reply: the number of
+-- its values (negative: a write that could not count), then the values. (A
+-- script's reply pays for every table in it: some ten lookups each.)
+local function ws_emit(out, ans, late)
+  local n = #out
+  if type(ans) == 'table' then
+    local c = #ans
+    if late then out[n + 1] = -c else out[n + 1] = c end
+    for x = 1, c do out[n + 1 + x] = ans[x] end
+  else
+    if late then out[n + 1] = -1 else out[n + 1] = 1 end
+    out[n + 2] = ans
+  end
+end
+
+-- ws_dwrites writes the HyperLogLogs of the groups' distinct adds: the first
+-- writes of the commit.
+local function ws_dwrites(Gs)
+  for q = 1, #Gs do
+    local items = Gs[q].items
+    for j = 1, #items do
+      local it = items[j]
+      if it.P ~= nil then ws_dwrite(it.L, it.K, it.B, it.P, it.members) end
+    end
+  end
+end
+
+-- ws_commit_group is the last stage: write, keep the id, and append the
+-- group's answer to out, flat: {flags, retry, then each item's (ws_emit)}.
+local function ws_commit_group(G, allowed, out)
   local flags = 0
   if allowed then flags = 1 end
   if G.seen then flags = flags + 2 end
   if G.late then flags = flags + 4 end
   if G.own then flags = flags + 16 end
-  local items = G.items
-  local out = {flags, G.retry}
+  local items, n = G.items, #out
+  out[n + 1], out[n + 2] = flags, G.retry
   for j = 1, #items do
     local it = items[j]
     local kind, L, ans = it.kind, it.L, it.ans
@@ -372,13 +400,12 @@ local function ws_commit_group(G, allowed)
     elseif kind == WS_IT_EXTREME then
       ans = ws_xans(1, ws_xcommit(L, it.key, it.X, it.B))
     elseif kind == WS_IT_DISTINCT then
-      ws_dwrite(L, it.K, it.B, it.P, it.members)
-      ans = ws_dcount(L, it.K, L.now - L.w)
+      ans = ws_dcount(L, it.K, L.now - L.w) -- (written first: ws_dwrites)
     else -- WS_IT_QUIET
       ws_quietcommit(L, it.key, it.Q, it.B)
       ans = 0
     end
-    out[j + 2] = ans
+    ws_emit(out, ans, it.late)
   end
   if G.writes then G.wrote = true end
   if G.idkey ~= nil and not G.seen and G.wrote then redis.call('SET', G.idkey, ws_record(G, allowed), 'PX', G.ttl) end
@@ -418,9 +445,10 @@ local function ws_event(Gs, reserve, check)
   if not check then ws_each(Gs, ws_refusal) end
   ws_each(Gs, ws_check)
   if check then return nil end
-  local outs = {}
-  for q, G in ipairs(Gs) do outs[q] = ws_commit_group(G, G.event) end
-  return outs
+  ws_dwrites(Gs)
+  local out = {}
+  for q = 1, #Gs do ws_commit_group(Gs[q], Gs[q].event, out) end
+  return out
 end
 
 -- ws_group runs one group alone: ws_event of one.
@@ -430,7 +458,8 @@ local function ws_group(G)
   G.event = ws_decide(G)
   ws_refusal(G)
   ws_check(G)
-  return ws_commit_group(G, G.event)
+  ws_dwrites({G})
+  return ws_commit_group(G, G.event, {})
 end
 
 -- ws_reserved is the instant a group's id record says this reservation (its

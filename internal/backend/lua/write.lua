@@ -31,38 +31,21 @@ local function ws_one(kind, L, key, delta, limit)
   return G
 end
 
--- ws_one1 runs a group of one: on the backend's fast path when it takes it
--- (see nativehash/lua/fast.lua), else through the pipeline.
-local function ws_one1(G)
-  if ws_fast ~= nil then
-    local outs = ws_fast({G})
-    if outs ~= nil then return outs[1] end
-  end
-  return ws_group(G)
-end
-
-local function ws_add(G) return ws_one1(G)[3] end
+local function ws_add(G) return ws_group(G)[4] end
 local function ws_addquiet(G)
-  ws_one1(G)
+  ws_group(G)
   return 1
 end
 local function ws_allow(G)
-  local r = ws_one1(G)
-  local a = r[3]
-  return {r[1] % 2, a[1], a[2], a[3]}
+  local r = ws_group(G)
+  return {r[1] % 2, r[4], r[5], r[6]}
 end
 local function ws_checkonly(G)
   ws_event({G}, false, true)
   return 1
 end
-local function ws_reserve(G) return ws_event({G}, true)[1] end
-local function ws_link(Gs)
-  if ws_fast ~= nil then
-    local outs = ws_fast(Gs)
-    if outs ~= nil then return outs end
-  end
-  return ws_event(Gs)
-end
+local function ws_reserve(G) return ws_event({G}, true) end
+local function ws_link(Gs) return ws_event(Gs) end
 
 -- ws_op reads the operation at ARGV[i] and KEYS[k]: where the next one starts,
 -- and the function to run with its argument.
@@ -82,7 +65,7 @@ local function ws_op(i, k)
     return i + 3 + m, nk, ws_add, G
   elseif op == WS_OP_GROUP or op == WS_OP_CHECK then
     local ni, nk, G = ws_parse(H, i + 1, k)
-    return ni, nk, op == WS_OP_GROUP and ws_one1 or ws_checkonly, G
+    return ni, nk, op == WS_OP_GROUP and ws_group or ws_checkonly, G
   elseif op == WS_OP_RESERVE or op == WS_OP_UNDO or op == WS_OP_SETTLE then
     local ni, nk, G = ws_parse(H, i + 2, k)
     G.nonce = ARGV[i + 1]
@@ -109,24 +92,38 @@ local function ws_op(i, k)
   ws_err(WS_E_ARGS, 'unknown operation ' .. tostring(op))
 end
 
--- ws_do runs an operation, then writes what it left for its end (the plain
--- hash's heads: ws_end).
-local function ws_do(fn, a)
+-- ws_run runs the operation at ARGV[i] and KEYS[k], on the backend's fast
+-- path when it takes it (nativehash/lua/fast.lua), else through the
+-- pipeline, then writes what it left for its end (the plain hash's heads:
+-- ws_end). It answers the reply and where the next operation starts.
+local function ws_run(i, k)
+  if ws_fast ~= nil then
+    local r, ni, nk = ws_fast(H, i, k)
+    if r ~= nil then
+      ws_end()
+      return r, ni, nk
+    end
+  end
+  local ni, nk, fn, a = ws_op(i, k)
   local r = fn(a)
   ws_end()
-  return r
+  return r, ni, nk
 end
 
 local i, k, n = WS_HEADER + 1, 1, #ARGV
-local ni, nk, fn, a = ws_op(i, k)
-if ni > n then return {ws_do(fn, a)} end
+local r, ni, nk = nil, nil, nil
 local out, j = {}, 1
+if n <= WS_HEADER then return out end
 while true do
-  local ok, r = pcall(ws_do, fn, a)
-  if not ok then ws_abort() end
+  local ok
+  ok, r, ni, nk = pcall(ws_run, i, k)
+  if not ok then
+    ws_abort()
+    ni, nk = ws_op(i, k) -- (where the next operation starts)
+    if ni > n and j == 1 then error(r, 0) end -- a batch of one: its error is the call's
+  end
   out[j] = ws_result(ok, r)
   j, i, k = j + 1, ni, nk
   if i > n then break end
-  ni, nk, fn, a = ws_op(i, k)
 end
 return out
