@@ -113,18 +113,17 @@ func (s *Store) Allow(ctx context.Context, key string, limit, cost int64) (_ Dec
 	return r, fail("allow", key, nil, err)
 }
 
-// decision reads Allow's reply {allowed, sum, retry ms, reset ms}.
-func decision(msg rueidis.RedisMessage, limit int64) (Decision, error) {
-	v, err := msg.ToArray()
-	if err != nil || len(v) != 4 {
-		return Decision{}, errors.New("unexpected allow reply " + msg.String())
+// decision reads Allow's reply: allowed, sum, retry ms, reset ms.
+func decision(v []rueidis.RedisMessage, limit int64) (Decision, error) {
+	if len(v) != 4 {
+		return Decision{}, errors.New("unexpected allow reply")
 	}
 	allowed, err1 := v[0].AsInt64()
 	sum, err2 := sumOf(v[1])
 	retry, err3 := v[2].AsInt64()
 	reset, err4 := v[3].AsInt64()
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return Decision{}, errors.New("unexpected allow reply " + msg.String())
+		return Decision{}, errors.New("unexpected allow reply")
 	}
 	r := Decision{
 		Allowed:    allowed == 1,

@@ -234,14 +234,14 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 		}
 		b.DoAll(ctx, ops)
 		for i, c := range calls {
-			var msg = ops[i].Res
+			vals := ops[i].Vals
 			err := c.p.st.be.Write.AsScriptError(ops[i].Err)
 			if err != nil && c.p.st.retries > 0 && ctx.Err() == nil && resend(err, c.p.group.Retry) {
 				send(c, hdr) // resent on its own, as Store.run resends
 				continue
 			}
 			if err == nil {
-				c.msg, err = engine.ParseReply(msg, len(c.p.items))
+				c.msg, err = engine.ParseReply(vals, len(c.p.items))
 			}
 			c.err = err
 		}

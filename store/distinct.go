@@ -61,7 +61,7 @@ func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) 
 	if err != nil {
 		return 0, fail("add distinct", key, s.be.Write, err)
 	}
-	n, err := msg.AsInt64()
+	n, err := sumOf(one(msg))
 	return n, fail("add distinct", key, nil, err)
 }
 
@@ -118,7 +118,7 @@ func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookba
 			defer close(r.done)
 			msg, err := s.run(ctx, distinctKeys(rk, t, s.futureMs), hdr, false, backend.OpDCount, t.shape, lb)
 			if err == nil {
-				r.n, err = msg.AsInt64()
+				r.n, err = sumOf(one(msg))
 			}
 			r.err = fail("count distinct", k, s.be.Write, err)
 		}()

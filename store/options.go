@@ -130,13 +130,10 @@ func init() {
 			return nil, err
 		}
 		v, err := msg.ToArray()
-		if err != nil || len(v) != 1 {
+		if err != nil || len(v) < 1 {
 			return nil, fmt.Errorf("paths: %v %v", msg, err)
 		}
-		kv, err := v[0].ToArray()
-		if err != nil {
-			return nil, err
-		}
+		kv := v[1:]
 		out := map[string]int64{}
 		for i := 0; i+1 < len(kv); i += 2 {
 			p, _ := kv[i].ToString()

@@ -18,9 +18,9 @@ type sender struct {
 	hdr []string
 }
 
-func (x sender) Send(ctx context.Context, keys []string, retry bool, args ...string) (rueidis.RedisMessage, error) {
-	msg, err := x.s.run(ctx, keys, x.hdr, retry, args...)
-	return msg, x.s.be.Write.AsScriptError(err)
+func (x sender) Send(ctx context.Context, keys []string, retry bool, args ...string) ([]rueidis.RedisMessage, error) {
+	vals, err := x.s.run(ctx, keys, x.hdr, retry, args...)
+	return vals, x.s.be.Write.AsScriptError(err)
 }
 
 // joinable returns the header (the clock) that the batches of plans ps share
@@ -56,10 +56,10 @@ func joinable(ps []*plan) []string {
 // both nodes for now), for as long as ctx lasts and at most maxTryAgain in
 // all (tryAgainBackoff): a slot's keys move a few at a time. Retries off
 // (0) turn both off.
-func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ...string) (rueidis.RedisMessage, error) {
+func (s *Store) run(ctx context.Context, keys, hdr []string, retry bool, args ...string) ([]rueidis.RedisMessage, error) {
 	lost, again, waited := 0, 0, time.Duration(0)
 	for {
-		msg, err := s.writes.Do(ctx, keys, hdr, args...)
+		msg, err := s.writes.DoVals(ctx, keys, hdr, args...)
 		if err == nil || s.retries == 0 || ctx.Err() != nil || !resend(err, retry) {
 			return msg, err
 		}

@@ -159,7 +159,7 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 		tag: tiers[0].tag, shape: tiers[0].shape, bucketMs: tiers[0].bucketMs, winMs: tiers[0].winMs,
 		futureMs: cfg.future.Milliseconds(), tiers: tiers, retries: cfg.retries, obs: cfg.observer, hdr: &backend.HeaderCache{},
 		trace: cfg.trace,
-		writes: batch.New(client, run, be.Write, "write", cfg.observer, cfg.batchOps, cfg.batchCalls),
+		writes: batch.New(client, run, be.Write, "write", cfg.observer, cfg.batchOps, cfg.batchCalls).Flatten(),
 		reads:  batch.New(client, run, be.Sum, "sum", cfg.observer, cfg.batchOps, cfg.batchCalls),
 	}
 	return s, nil
@@ -208,11 +208,11 @@ func (s *Store) add(ctx context.Context, key string, delta int64) (int64, error)
 	if err != nil {
 		return 0, rename(err, "add")
 	}
-	msg, err := s.run(ctx, s.counterKeys(rk, s.tag), s.header(), false, backend.OpAdd, s.shape, strconv.FormatInt(delta, 10))
+	vals, err := s.run(ctx, s.counterKeys(rk, s.tag), s.header(), false, backend.OpAdd, s.shape, strconv.FormatInt(delta, 10))
 	if err != nil {
 		return 0, fail("add", key, s.be.Write, err)
 	}
-	n, err := sumOf(msg)
+	n, err := sumOf(one(vals))
 	return n, fail("add", key, nil, err)
 }
 
@@ -237,6 +237,15 @@ func rename(err error, op string) error {
 		return &c
 	}
 	return err
+}
+
+// one is the one value of a write's reply (an empty message when there are
+// more or fewer: sumOf refuses it).
+func one(vals []rueidis.RedisMessage) rueidis.RedisMessage {
+	if len(vals) != 1 {
+		return rueidis.RedisMessage{}
+	}
+	return vals[0]
 }
 
 // sumOf reads a sum: an integer, or, when the sum is beyond what Lua's

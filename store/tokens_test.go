@@ -98,7 +98,7 @@ func TestTokensDetect(t *testing.T) {
 }
 
 func TestTokensAddServerClock(t *testing.T) {
-	s, rec := tokenStore(t, false, func([]string) string { return resptest.Arr(resptest.Int(3)) }, WithPrefix("p:"))
+	s, rec := tokenStore(t, false, func([]string) string { return resptest.Arr(resptest.Int(1), resptest.Int(3)) }, WithPrefix("p:"))
 	n, err := s.Add(context.Background(), "user:42", -7)
 	if err != nil || n != 3 {
 		t.Fatal(n, err)
@@ -112,7 +112,7 @@ func TestTokensAddServerClock(t *testing.T) {
 
 func TestTokensAllowClientClock(t *testing.T) {
 	s, rec := tokenStore(t, true, func([]string) string {
-		return resptest.Arr(resptest.Arr(resptest.Int(0), resptest.Int(4), resptest.Int(1500), resptest.Int(9000)))
+		return resptest.Arr(resptest.Int(4), resptest.Int(0), resptest.Int(4), resptest.Int(1500), resptest.Int(9000))
 	}, WithFutureTolerance(time.Second), withFunctions(false))
 	at := time.Date(2024, 12, 31, 23, 59, 59, 500e6, time.UTC)
 	r, err := s.At(at).Allow(context.Background(), "k", 5, 2)
@@ -145,10 +145,10 @@ func TestTokensBatch(t *testing.T) {
 		if n == 1 {
 			close(inFlight)
 			<-release
-			return resptest.Arr(resptest.Int(1))
+			return resptest.Arr(resptest.Int(1), resptest.Int(1))
 		}
-		return resptest.Arr(resptest.Err("WRONGTYPE Operation against a key holding the wrong kind of value"),
-			resptest.Arr(resptest.Int(1), resptest.Int(3), resptest.Int(0), resptest.Int(10000)))
+		return resptest.Arr(resptest.Int(-1), resptest.Err("WRONGTYPE Operation against a key holding the wrong kind of value"),
+			resptest.Int(4), resptest.Int(1), resptest.Int(3), resptest.Int(0), resptest.Int(10000))
 	}, WithBatching(64, 1))
 	ctx := context.Background()
 	done := make(chan error, 3)
@@ -217,10 +217,10 @@ func TestTokensApplyBatch(t *testing.T) {
 			if strings.HasSuffix(k, ":h") {
 				continue // a counter's head: one reply per counter (its hash, then its head)
 			}
-			if k == "ws:{b}:10s/1s:b" || k == "ws:{c}:10s/1s:b" {
-				out = append(out, resptest.Arr(resptest.Int(1), resptest.Int(0), resptest.Int(int64(k[4]))))
+			if k == "ws:{b}:10s/1s:b" || k == "ws:{c}:10s/1s:b" { // a group: flags, retry, then its one item
+				out = append(out, resptest.Int(4), resptest.Int(1), resptest.Int(0), resptest.Int(1), resptest.Int(int64(k[4])))
 			} else {
-				out = append(out, resptest.Int(int64(k[4])))
+				out = append(out, resptest.Int(1), resptest.Int(int64(k[4])))
 			}
 		}
 		return resptest.Arr(out...)
@@ -289,7 +289,7 @@ func TestTokensQueuedCancel(t *testing.T) {
 			close(inFlight)
 			<-release
 		}
-		return resptest.Arr(resptest.Int(1))
+		return resptest.Arr(resptest.Int(1), resptest.Int(1))
 	}, WithBatching(64, 1))
 	go func() { _, _ = s.Add(context.Background(), "a", 1) }()
 	<-inFlight
@@ -425,12 +425,13 @@ func withFunctions(on bool) Option { return func(c *config) { c.functions = on }
 // without its cost.
 func TestTokensLink(t *testing.T) {
 	s, rec := tokenStore(t, false, func(cmd []string) string {
-		limit := func(sum, retry, refused int64) string {
-			return resptest.Arr(resptest.Int(sum), resptest.Int(retry), resptest.Int(10000), resptest.Int(refused))
+		limit := func(sum, retry, refused int64) []string {
+			return []string{resptest.Int(4), resptest.Int(sum), resptest.Int(retry), resptest.Int(10000), resptest.Int(refused)}
 		}
-		return resptest.Arr(resptest.Arr( // one op: the link's reply, one group reply each
-			resptest.Arr(resptest.Int(0), resptest.Int(0), limit(0, 0, 0)),
-			resptest.Arr(resptest.Int(0), resptest.Int(4000), limit(5, 4000, 1))))
+		// One op: the link's reply, flat, one group after the other.
+		vals := append([]string{resptest.Int(0), resptest.Int(0)}, limit(0, 0, 0)...)
+		vals = append(append(vals, resptest.Int(0), resptest.Int(4000)), limit(5, 4000, 1)...)
+		return resptest.Arr(append([]string{resptest.Int(int64(len(vals)))}, vals...)...)
 	})
 	d, err := AllowAll(context.Background(), 1, Policy{Store: s, Key: "a", Limit: 5}, Policy{Store: s, Key: "b", Limit: 5})
 	if err != nil {
@@ -464,7 +465,7 @@ func TestTokensObserve(t *testing.T) {
 		if args[0] == "FCALL_RO" {
 			return resptest.Arr(resptest.Arr(resptest.Str("1764000000000"), resptest.Str("-9223372036854775808")))
 		}
-		return resptest.Arr(resptest.Arr(resptest.Int(1), resptest.Int(0), resptest.Arr(resptest.Int(1), resptest.Str("9223372036854775807"))))
+		return resptest.Arr(resptest.Int(5), resptest.Int(1), resptest.Int(0), resptest.Int(2), resptest.Int(1), resptest.Str("9223372036854775807"))
 	}, WithPrefix("p:"))
 	ctx := context.Background()
 	v, err := s.Observe(ctx, Observation{Key: "card:1", Stat: Max, Value: math.MaxInt64})
@@ -524,11 +525,12 @@ func TestObserveResendable(t *testing.T) {
 // and head declared (the head once per counter).
 func TestTokensAllowAllOneKey(t *testing.T) {
 	ctx := context.Background()
-	limit := func(sum, reset int64) string {
-		return resptest.Arr(resptest.Int(sum), resptest.Int(0), resptest.Int(reset), resptest.Int(0))
+	limit := func(sum, reset int64) []string {
+		return []string{resptest.Int(4), resptest.Int(sum), resptest.Int(0), resptest.Int(reset), resptest.Int(0)}
 	}
 	s, rec := tokenStore(t, false, func([]string) string {
-		return resptest.Arr(resptest.Arr(resptest.Int(1), resptest.Int(0), limit(1, 9000), limit(1, 90000)))
+		vals := append(append([]string{resptest.Int(1), resptest.Int(0)}, limit(1, 9000)...), limit(1, 90000)...)
+		return resptest.Arr(append([]string{resptest.Int(int64(len(vals)))}, vals...)...)
 	})
 	s2, err := New(ctx, s.client, Window{Length: 100 * time.Second, Bucket: 10 * time.Second})
 	if err != nil {

@@ -60,6 +60,10 @@ type Batcher struct {
 	ops     int
 	calls   int
 	Cluster bool // the client is a cluster client: a batch holds one slot's operations
+	// Flat reports a script whose reply is one flat array: for each
+	// operation the number of its values, then the values, or -1 then an
+	// error (the store's write script): an operation's answer is its Vals.
+	Flat bool
 
 	mu     sync.Mutex
 	queue  []*Op
@@ -77,7 +81,8 @@ type Op struct {
 
 	queued bool // in batcher.queue; guarded by batcher.mu
 	with   *Op  // the first op of a DoAll of several: they go in one flush
-	Res    rueidis.RedisMessage
+	Res    rueidis.RedisMessage   // the reply (not Flat)
+	Vals   []rueidis.RedisMessage // the reply's values (Flat)
 	Err    error
 	done   chan struct{}
 }
@@ -87,6 +92,12 @@ type Op struct {
 // calls script calls in flight before it queues.
 func New(c rueidis.Client, run *backend.Runner, script *backend.Script, name string, obs Observer, ops, calls int) *Batcher {
 	return &Batcher{client: c, runner: run, script: script, name: name, obs: obs, ops: ops, calls: calls, Cluster: c.Mode() == rueidis.ClientModeCluster}
+}
+
+// Flatten makes b a Flat batcher, and returns it.
+func (b *Batcher) Flatten() *Batcher {
+	b.Flat = true
+	return b
 }
 
 // NewOp makes an operation; on a cluster it notes the key's slot, as only
@@ -108,6 +119,13 @@ func (b *Batcher) Do(ctx context.Context, keys []string, hdr []string, args ...s
 	ops := []*Op{b.NewOp(ctx, keys, hdr, args)}
 	b.DoAll(ctx, ops)
 	return ops[0].Res, ops[0].Err
+}
+
+// DoVals is Do for a Flat script: it returns the operation's values.
+func (b *Batcher) DoVals(ctx context.Context, keys []string, hdr []string, args ...string) ([]rueidis.RedisMessage, error) {
+	ops := []*Op{b.NewOp(ctx, keys, hdr, args)}
+	b.DoAll(ctx, ops)
+	return ops[0].Vals, ops[0].Err
 }
 
 // DoAll runs operations that arrive together (the batches of one
@@ -247,16 +265,25 @@ func (b *Batcher) Run(batch []*Op) {
 	cancel()
 	for i, g := range groups {
 		vals, err := res[i].ToArray()
-		if err == nil && len(vals) != len(g.ops) {
+		var each [][]rueidis.RedisMessage
+		switch {
+		case err == nil && b.Flat:
+			each, err = flat(vals, len(g.ops))
+		case err == nil && len(vals) != len(g.ops):
 			err = errShortReply
 		}
 		if b.obs != nil {
 			b.obs.Call(b.name, len(g.ops), took, err)
 		}
 		for j, o := range g.ops {
-			if err != nil {
+			switch {
+			case err != nil:
 				o.Err = err
-			} else {
+			case b.Flat && len(each[j]) == 1 && each[j][0].Error() != nil: // (an operation's values are never errors)
+				o.Err = each[j][0].Error()
+			case b.Flat:
+				o.Vals = each[j]
+			default:
 				o.Res, o.Err = vals[j], vals[j].Error()
 			}
 			o.done <- struct{}{}
@@ -294,4 +321,34 @@ func (b *Batcher) Queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return len(b.queue)
+}
+
+// flat splits a Flat script's reply into its n operations' values: for
+// each, the number of its values, then the values; -1 then an error reply
+// (kept as a slice of that one error).
+func flat(vals []rueidis.RedisMessage, n int) ([][]rueidis.RedisMessage, error) {
+	out := make([][]rueidis.RedisMessage, n)
+	for j := range n {
+		if len(vals) == 0 {
+			return nil, errShortReply
+		}
+		c, err := vals[0].AsInt64()
+		switch {
+		case err != nil:
+			return nil, errShortReply
+		case c == -1:
+			if len(vals) < 2 || vals[1].Error() == nil {
+				return nil, errShortReply
+			}
+			out[j], vals = vals[1:2], vals[2:]
+		case c < 0 || int64(len(vals)-1) < c:
+			return nil, errShortReply
+		default:
+			out[j], vals = vals[1:1+c], vals[1+c:]
+		}
+	}
+	if len(vals) != 0 {
+		return nil, errShortReply
+	}
+	return out, nil
 }

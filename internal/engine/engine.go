@@ -85,15 +85,12 @@ func (r Reply) Duplicate() bool { return r.Flags&2 == 2 }
 // every one's bucket had left its window. It wrote nothing.
 func (r Reply) Late() bool { return r.Flags&4 == 4 }
 
-// ParseReply reads the reply of one group of n items.
-func ParseReply(msg rueidis.RedisMessage, n int) (Reply, error) {
-	v, err := msg.ToArray()
-	if err != nil {
-		return Reply{}, errors.New("unexpected group reply " + msg.String())
-	}
+// ParseReply reads the reply of one group of n items: the values of its
+// operation.
+func ParseReply(v []rueidis.RedisMessage, n int) (Reply, error) {
 	r, rest, err := parseGroup(v, n)
 	if err == nil && len(rest) != 0 {
-		err = errors.New("unexpected group reply " + msg.String())
+		err = errors.New("unexpected group reply")
 	}
 	return r, err
 }
@@ -137,7 +134,7 @@ func parseGroup(v []rueidis.RedisMessage, n int) (Reply, []rueidis.RedisMessage,
 // after the header, with the store's resends (retry: safe to send again
 // after a lost reply).
 type Sender interface {
-	Send(ctx context.Context, keys []string, retry bool, args ...string) (rueidis.RedisMessage, error)
+	Send(ctx context.Context, keys []string, retry bool, args ...string) ([]rueidis.RedisMessage, error)
 }
 
 // Part is one group of an event and the store that sends it.
@@ -180,11 +177,11 @@ func Run(ctx context.Context, parts []Part, oneCall bool) ([]Reply, error) {
 	switch {
 	case len(parts) == 1:
 		p := parts[0]
-		msg, err := p.Via.Send(ctx, p.Group.Keys, p.Group.Retry, append([]string{backend.OpGroup}, p.Group.Args...)...)
+		vals, err := p.Via.Send(ctx, p.Group.Keys, p.Group.Retry, append([]string{backend.OpGroup}, p.Group.Args...)...)
 		if err != nil {
 			return nil, &Error{Err: err}
 		}
-		r, err := ParseReply(msg, p.Items)
+		r, err := ParseReply(vals, p.Items)
 		if err != nil {
 			return nil, &Error{Err: err}
 		}
@@ -205,22 +202,18 @@ func link(ctx context.Context, parts []Part) ([]Reply, error) {
 		keys = append(keys, p.Group.Keys...)
 		retry = retry && p.Group.Retry
 	}
-	msg, err := parts[0].Via.Send(ctx, keys, retry, args...)
+	vs, err := parts[0].Via.Send(ctx, keys, retry, args...)
 	if err != nil {
 		return nil, partError(err)
-	}
-	vs, err := msg.ToArray()
-	if err != nil {
-		return nil, &Error{Err: errors.New("unexpected event reply " + msg.String())}
 	}
 	out := make([]Reply, len(parts))
 	for i, p := range parts {
 		if out[i], vs, err = parseGroup(vs, p.Items); err != nil {
-			return nil, &Error{Part: i, Err: errors.New("unexpected event reply " + msg.String())}
+			return nil, &Error{Part: i, Err: errors.New("unexpected event reply")}
 		}
 	}
 	if len(vs) != 0 {
-		return nil, &Error{Err: errors.New("unexpected event reply " + msg.String())}
+		return nil, &Error{Err: errors.New("unexpected event reply")}
 	}
 	return out, nil
 }
@@ -245,7 +238,7 @@ func partError(err error) *Error {
 
 // each sends op to every part at once and hands each reply to do.
 func each(ctx context.Context, parts []Part, which func(i int) bool, op, nonce string,
-	do func(i int, msg rueidis.RedisMessage, err error)) {
+	do func(i int, vals []rueidis.RedisMessage, err error)) {
 	done := make(chan struct{})
 	n := 0
 	for i, p := range parts {
@@ -258,8 +251,8 @@ func each(ctx context.Context, parts []Part, which func(i int) bool, op, nonce s
 			if nonce != "" {
 				args = append(args, nonce)
 			}
-			msg, err := p.Via.Send(ctx, p.Group.Keys, p.Group.Retry || op == backend.OpCheck, append(args, p.Group.Args...)...)
-			do(i, msg, err)
+			vals, err := p.Via.Send(ctx, p.Group.Keys, p.Group.Retry || op == backend.OpCheck, append(args, p.Group.Args...)...)
+			do(i, vals, err)
 			done <- struct{}{}
 		}()
 	}
@@ -282,7 +275,7 @@ const settle = 10 * time.Second
 func reserve(ctx context.Context, parts []Part) ([]Reply, error) {
 	all := func(int) bool { return true }
 	errs := make([]error, len(parts))
-	each(ctx, parts, all, backend.OpCheck, "", func(i int, _ rueidis.RedisMessage, err error) { errs[i] = err })
+	each(ctx, parts, all, backend.OpCheck, "", func(i int, _ []rueidis.RedisMessage, err error) { errs[i] = err })
 	for i, err := range errs {
 		if err != nil {
 			return nil, &Error{Part: i, Err: err, Checked: true}
@@ -296,9 +289,9 @@ func reserve(ctx context.Context, parts []Part) ([]Reply, error) {
 		}
 	}
 	out := make([]Reply, len(parts))
-	each(ctx, parts, all, backend.OpReserve, nonce, func(i int, msg rueidis.RedisMessage, err error) {
+	each(ctx, parts, all, backend.OpReserve, nonce, func(i int, vals []rueidis.RedisMessage, err error) {
 		if err == nil {
-			out[i], err = ParseReply(msg, parts[i].Items)
+			out[i], err = ParseReply(vals, parts[i].Items)
 		}
 		errs[i] = err
 	})
@@ -318,7 +311,7 @@ func reserve(ctx context.Context, parts []Part) ([]Reply, error) {
 	}
 	if failed < 0 && !refused {
 		each(ctx, parts, func(i int) bool { return ids[i] && !out[i].Duplicate() }, backend.OpSettle, nonce,
-			func(int, rueidis.RedisMessage, error) {}) // (unsettled, a reservation stays counted: never taken back but by a refused call of the event)
+			func(int, []rueidis.RedisMessage, error) {}) // (unsettled, a reservation stays counted: never taken back but by a refused call of the event)
 		return out, nil
 	}
 	// Take back every reservation that may have been made: the admitted
@@ -328,7 +321,7 @@ func reserve(ctx context.Context, parts []Part) ([]Reply, error) {
 	// nothing.
 	uerrs := make([]error, len(parts))
 	each(ctx, parts, func(i int) bool { return errs[i] != nil || (out[i].Allowed() && !out[i].Duplicate()) }, backend.OpUndo,
-		nonce, func(i int, _ rueidis.RedisMessage, err error) { uerrs[i] = err })
+		nonce, func(i int, _ []rueidis.RedisMessage, err error) { uerrs[i] = err })
 	if failed >= 0 {
 		written := false
 		for i := range parts {

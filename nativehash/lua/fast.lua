@@ -73,71 +73,74 @@ local function ws_msweep(L, key, m, t, c, v, limit, cost)
   return t - gone + cost, nv, names, flush
 end
 
--- ws_fe holds an operation's entries, one per count or limit, each a table
--- reused from one call to the next: the window (L), the counter (key, its
--- index in KEYS), the item's kind, and what ws_fcheck decided: the new total
--- and current bucket value (nt, nv) and how to write them (mv: 0 the head
--- alone; 1 a move, with the fields to delete (del) and the record's bucket
--- to flush; 2 a fresh start: the hash does not exist, and no bucket of the
--- window holds anything), in record rec of head hd.
-local ws_fe = {}
-
--- ws_fcheck decides entry x, an item of kind (shape, counter k) for a cost
--- (costs, a decimal string) under a limit (a number): true when the cost
--- fits and every number stays below 2^53. Reads only.
-local function ws_fcheck(H, x, kind, shape, k, limit, costs)
+-- ws_fcheck decides an item of the fast path: a cost (costs, a decimal
+-- string) under a limit (a number) in the counter at KEYS[k] of window shape.
+-- When the cost fits and every number stays below 2^53 it answers the window
+-- L, the head Hd and its record i (nil: none), the new total and current
+-- bucket value (nt, nv) and how to write them (mv: 0 the head alone; 1 a
+-- move, with the fields to delete (del) and the record's bucket to flush; 2
+-- a fresh start: the hash does not exist, and no bucket of the window holds
+-- anything); else nil. Reads only.
+local function ws_fcheck(H, shape, k, limit, costs)
   local cost = ws_tonum(costs)
-  if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return false end
+  if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return nil end
   local L = ws_shape(H, shape)
   local Hd = ws_hget(L, k)
   local i = ws_hfind(Hd, L)
-  local e = ws_fe[x]
-  if e == nil then
-    e = {L = false, key = 0, kind = false, nt = 0, nv = 0, mv = 0, del = false, flush = false, hd = false, rec = false}
-    ws_fe[x] = e
-  end
-  e.L, e.key, e.kind, e.hd, e.rec, e.del, e.flush = L, k, kind, Hd, i or false, false, false
   if i ~= nil then
-    ws_hcheck(Hd, i)
+    -- (No ws_hcheck: a record taken here has m and c equal to the clock's
+    -- buckets and t and v within bounds, which a head that is not a
+    -- counter's could only pass with fractions.)
     local a = Hd.a
     local m, t, c, v = a[i + 2], a[i + 3], a[i + 4], a[i + 5]
     if c == L.cstart and m == L.low then
-      if t > limit - cost or t <= -WS_BIG or v <= -WS_BIG or v + cost >= WS_BIG or v + cost == 0 then return false end
-      e.nt, e.nv, e.mv = t + cost, v + cost, 0
-      return true
+      if t > limit - cost or t <= -WS_BIG or v <= -WS_BIG or v + cost >= WS_BIG or v + cost == 0 then return nil end
+      return L, Hd, i, t + cost, v + cost, 0
     end
     if c + L.w > L.now then
       local nt, nv, del, flush = ws_msweep(L, k, m, t, c, v, limit, cost)
-      if nt == nil then return false end
-      e.nt, e.nv, e.mv, e.del, e.flush = nt, nv, 1, del, flush or false
-      return true
+      if nt == nil then return nil end
+      return L, Hd, i, nt, nv, 1, del, flush
     end
   end
-  if redis.call('EXISTS', KEYS[k]) ~= 0 then return false end
-  e.nt, e.nv, e.mv = cost, cost, 2
-  return true
+  if redis.call('EXISTS', KEYS[k]) ~= 0 then return nil end
+  return L, Hd, i, cost, cost, 2
 end
 
--- ws_fwrite writes entry x as ws_fcheck decided it (the head at the
--- operation's end, ws_end), and answers its sum (0 for a quiet count).
-local function ws_fwrite(x)
-  local e = ws_fe[x]
-  local L, Hd, i, mv = e.L, e.hd, e.rec, e.mv
+-- ws_fwrite writes what ws_fcheck decided for the counter at KEYS[k] (the
+-- head at the operation's end, ws_end).
+local function ws_fwrite(L, k, Hd, i, nt, nv, mv, del, flush)
   if mv == 0 then
     local a = Hd.a
-    a[i + 3], a[i + 5], Hd.dirty = e.nt, e.nv, true
-  else
-    if mv == 1 then
-      local hk = KEYS[e.key]
-      if e.flush then redis.call('HSET', hk, e.flush, string.format('%d', Hd.a[i + 5])) end
-      redis.call('PEXPIREAT', hk, ws_expiry(L.H, L.cstart + L.w))
-      if #e.del > 0 then redis.call('HDEL', hk, unpack(e.del)) end
-    end
-    ws_hset(Hd, L, i or nil, L.low, e.nt, L.cstart, e.nv)
+    a[i + 3], a[i + 5], Hd.dirty = nt, nv, true
+    return
   end
-  e.hd, e.del, e.L = false, false, false -- (nothing kept from one call to the next)
-  if e.kind == WS_IT_QUIET then return 0 end
-  return e.nt
+  if mv == 1 then
+    local hk = KEYS[k]
+    if flush then redis.call('HSET', hk, flush, string.format('%d', Hd.a[i + 5])) end
+    redis.call('PEXPIREAT', hk, ws_expiry(L.H, L.cstart + L.w))
+    if #del > 0 then redis.call('HDEL', hk, unpack(del)) end
+  end
+  ws_hset(Hd, L, i, L.low, nt, L.cstart, nv)
+end
+
+-- ws_fe holds the items of a group or a link on the fast path, between their
+-- checks and their writes: one table per item, reused from one call to the
+-- next, with what ws_fcheck answered.
+local ws_fe = {}
+
+-- ws_fentry checks an item into ws_fe[x]; it reports whether the fast path
+-- takes it.
+local function ws_fentry(H, x, kind, shape, k, limit, costs)
+  local L, Hd, i, nt, nv, mv, del, flush = ws_fcheck(H, shape, k, limit, costs)
+  if L == nil then return false end
+  local e = ws_fe[x]
+  if e == nil then
+    e = {L = false, k = 0, kind = false, hd = false, rec = false, nt = 0, nv = 0, mv = 0, del = false, flush = false}
+    ws_fe[x] = e
+  end
+  e.L, e.k, e.kind, e.hd, e.rec, e.nt, e.nv, e.mv, e.del, e.flush = L, k, kind, Hd, i, nt, nv, mv, del, flush
+  return true
 end
 
 -- ws_fgroups checks the groups of a link (ng of them) or of one group at
@@ -153,9 +156,9 @@ local function ws_fgroups(H, ng, a, k)
       local kind, ok = ARGV[a], false
       x = x + 1
       if kind == WS_IT_LIMIT then
-        ok, a = ws_fcheck(H, x, kind, ARGV[a + 1], k, ws_tonum(ARGV[a + 2]), ARGV[a + 3]), a + 4
+        ok, a = ws_fentry(H, x, kind, ARGV[a + 1], k, ws_tonum(ARGV[a + 2]), ARGV[a + 3]), a + 4
       elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
-        ok, a = ws_fcheck(H, x, kind, ARGV[a + 1], k, WS_BIG - 1, ARGV[a + 2]), a + 3
+        ok, a = ws_fentry(H, x, kind, ARGV[a + 1], k, WS_BIG - 1, ARGV[a + 2]), a + 3
       end
       if not ok then return nil end
       k = k + WS_KPC
@@ -165,54 +168,55 @@ local function ws_fgroups(H, ng, a, k)
 end
 
 -- ws_fast runs the operation at ARGV[i], KEYS[k] on the fast path, if it
--- takes it: it answers the operation's reply and where the next one starts
--- in each; nil, having written nothing, when it does not (the heads it read
--- stay for the pipeline, ws_hget).
-local function ws_fast(H, i, k)
+-- takes it: it appends the operation's values to out (see write.lua) and
+-- answers where the next operation starts in each; nil, having written
+-- nothing, when it does not (the heads it read stay for the pipeline,
+-- ws_hget).
+local function ws_fast(H, i, k, out)
   if ws_tracing ~= nil and ws_tracing.general then return nil end
-  local op = ARGV[i]
-  local r, ni, nk
-  if op == WS_OP_ADD or op == WS_OP_ADDNOSUM then
-    if not ws_fcheck(H, 1, op == WS_OP_ADD and WS_IT_COUNT or WS_IT_QUIET, ARGV[i + 1], k, WS_BIG - 1, ARGV[i + 2]) then
-      return nil
+  local op, o = ARGV[i], #out
+  if op == WS_OP_ADD or op == WS_OP_ADDNOSUM or op == WS_OP_ALLOW then
+    local limit, costs, ni = WS_BIG - 1, ARGV[i + 2], i + 3
+    if op == WS_OP_ALLOW then limit, costs, ni = ws_tonum(ARGV[i + 2]), ARGV[i + 3], i + 4 end
+    local L, Hd, j, nt, nv, mv, del, flush = ws_fcheck(H, ARGV[i + 1], k, limit, costs)
+    if L == nil then return nil end
+    ws_fwrite(L, k, Hd, j, nt, nv, mv, del, flush)
+    if ws_tracing ~= nil then ws_trace('fast') end
+    if op == WS_OP_ADD then
+      out[o + 1] = nt
+    elseif op == WS_OP_ADDNOSUM then
+      out[o + 1] = 1
+    else
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, nt, 0, L.target.start + L.w - L.now
     end
-    r, ni, nk = ws_fwrite(1), i + 3, k + WS_KPC
-    if op == WS_OP_ADDNOSUM then r = 1 end
-  elseif op == WS_OP_ALLOW then
-    if not ws_fcheck(H, 1, WS_IT_LIMIT, ARGV[i + 1], k, ws_tonum(ARGV[i + 2]), ARGV[i + 3]) then return nil end
-    local L = ws_fe[1].L
-    r, ni, nk = {1, ws_fwrite(1), 0, L.target.start + L.w - L.now}, i + 4, k + WS_KPC
-  elseif op == WS_OP_GROUP or op == WS_OP_LINK then
-    local ng, a = 1, i + 1
-    if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 end
-    local n
-    n, ni, nk = ws_fgroups(H, ng, a, k)
-    if n == nil then return nil end
-    local x, out = 0, {}
-    for q = 1, ng do
-      local m = ws_tonum(ARGV[a])
-      a = a + 4
-      out[#out + 1], out[#out + 2] = 1, 0
-      for j = 1, m do
-        x = x + 1
-        local e = ws_fe[x]
-        if e.kind == WS_IT_LIMIT then
-          local L, nt = e.L, e.nt
-          ws_fwrite(x)
-          local o = #out
-          out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 4, nt, 0, L.target.start + L.w - L.now, 0
-          a = a + 4
-        else
-          local o = #out
-          out[o + 1], out[o + 2] = 1, ws_fwrite(x)
-          a = a + 3
-        end
+    return ni, k + WS_KPC
+  end
+  if op ~= WS_OP_GROUP and op ~= WS_OP_LINK then return nil end
+  local ng, a = 1, i + 1
+  if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 end
+  local n, ni, nk = ws_fgroups(H, ng, a, k)
+  if n == nil then return nil end
+  local x = 0
+  for q = 1, ng do
+    local m = ws_tonum(ARGV[a])
+    a = a + 4
+    out[o + 1], out[o + 2], o = 1, 0, o + 2
+    for j = 1, m do
+      x = x + 1
+      local e = ws_fe[x]
+      local L, nt = e.L, e.nt
+      ws_fwrite(L, e.k, e.hd, e.rec, nt, e.nv, e.mv, e.del, e.flush)
+      e.L, e.hd, e.del = false, false, false -- (nothing kept from one call to the next)
+      if e.kind == WS_IT_LIMIT then
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 4, nt, 0, L.target.start + L.w - L.now, 0
+        a, o = a + 4, o + 5
+      else
+        if e.kind == WS_IT_QUIET then nt = 0 end
+        out[o + 1], out[o + 2] = 1, nt
+        a, o = a + 3, o + 2
       end
     end
-    r = out
-  else
-    return nil
   end
-  ws_trace('fast')
-  return r, ni, nk
+  if ws_tracing ~= nil then ws_trace('fast') end
+  return ni, nk
 end

@@ -353,15 +353,13 @@ local function ws_emit(out, ans, late)
   end
 end
 
--- ws_dwrites writes the HyperLogLogs of the groups' distinct adds: the first
--- writes of the commit.
-local function ws_dwrites(Gs)
-  for q = 1, #Gs do
-    local items = Gs[q].items
-    for j = 1, #items do
-      local it = items[j]
-      if it.P ~= nil then ws_dwrite(it.L, it.K, it.B, it.P, it.members) end
-    end
+-- ws_dwrites writes the HyperLogLogs of a group's distinct adds: the
+-- event's first writes.
+local function ws_dwrites(G)
+  local items = G.items
+  for j = 1, #items do
+    local it = items[j]
+    if it.P ~= nil then ws_dwrite(it.L, it.K, it.B, it.P, it.members) end
   end
 end
 
@@ -429,10 +427,10 @@ local function ws_each(Gs, fn, a)
   end
 end
 
--- ws_event runs the groups of one event through the stages; reserve gives
--- each group its own decision (a cluster's phase two), check stops before
--- the commit (phase one). It answers each group's answer.
-local function ws_event(Gs, reserve, check)
+-- ws_event runs the groups of one event through the stages, appending their
+-- answers to out; reserve gives each group its own decision (a cluster's
+-- phase two), check stops before the commit (phase one).
+local function ws_event(Gs, reserve, check, out)
   ws_trace('event')
   ws_each(Gs, ws_place)
   ws_each(Gs, ws_decide)
@@ -445,21 +443,21 @@ local function ws_event(Gs, reserve, check)
   if not check then ws_each(Gs, ws_refusal) end
   ws_each(Gs, ws_check)
   if check then return nil end
-  ws_dwrites(Gs)
-  local out = {}
+  for q = 1, #Gs do ws_dwrites(Gs[q]) end
   for q = 1, #Gs do ws_commit_group(Gs[q], Gs[q].event, out) end
   return out
 end
 
--- ws_group runs one group alone: ws_event of one.
-local function ws_group(G)
+-- ws_group runs one group alone, as ws_event runs one, appending its answer
+-- to out.
+local function ws_group(G, out)
   ws_trace('event')
   ws_place(G)
   G.event = ws_decide(G)
   ws_refusal(G)
   ws_check(G)
-  ws_dwrites({G})
-  return ws_commit_group(G, G.event, {})
+  ws_dwrites(G)
+  return ws_commit_group(G, G.event, out)
 end
 
 -- ws_reserved is the instant a group's id record says this reservation (its

@@ -4,20 +4,22 @@
 --
 --   WS_OP_ADD      shape delta          Add: the new window sum
 --   WS_OP_ADDNOSUM shape delta          AddNoSum: 1
---   WS_OP_ALLOW    shape limit cost     Allow: {allowed, sum, retry ms, reset ms}
+--   WS_OP_ALLOW    shape limit cost     Allow: allowed, sum, retry ms, reset ms
 --   WS_OP_DADD     shape n member...    AddDistinct: the window's count
 --   WS_OP_GROUP, WS_OP_LINK, WS_OP_CHECK, WS_OP_RESERVE, WS_OP_UNDO, WS_OP_SETTLE
 --                  (see event.lua)
---   WS_OP_PATHS    tag                  the paths traced under tag, {path,
---                                       count, ...} (backend.Trace), forgotten
+--   WS_OP_PATHS    tag                  the paths traced under tag: path,
+--                                       count, ... (backend.Trace), forgotten
 --   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback:
 --                                       a read, here because PFCOUNT is a
 --                                       write command to Redis
 --
 -- (a shape is "bucketms:windowms"; a sum is an integer, or an exact decimal
--- string beyond 2^53). The reply has one entry per operation: its answer, or
--- an error reply where it failed. One operation failing does not stop the
--- others; a batch of one runs without pcall.
+-- string beyond 2^53). The reply is one flat array: for each operation the
+-- number of its values, then the values; -1 then an error reply where it
+-- failed. (A script's reply pays for every table in it.) One operation
+-- failing does not stop the others; the error of a batch of one is the
+-- call's.
 
 ws_begin()
 local H = ws_header(ARGV)
@@ -31,21 +33,26 @@ local function ws_one(kind, L, key, delta, limit)
   return G
 end
 
-local function ws_add(G) return ws_group(G)[4] end
-local function ws_addquiet(G)
-  ws_group(G)
-  return 1
+-- The operations of the pipeline: each appends its values to out.
+local function ws_add(G, out)
+  local r = ws_group(G, {})
+  out[#out + 1] = r[4]
 end
-local function ws_allow(G)
-  local r = ws_group(G)
-  return {r[1] % 2, r[4], r[5], r[6]}
+local function ws_addquiet(G, out)
+  ws_group(G, {})
+  out[#out + 1] = 1
 end
-local function ws_checkonly(G)
+local function ws_allow(G, out)
+  local r, n = ws_group(G, {}), #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = r[1] % 2, r[4], r[5], r[6]
+end
+local function ws_checkonly(G, out)
   ws_event({G}, false, true)
-  return 1
+  out[#out + 1] = 1
 end
-local function ws_reserve(G) return ws_event({G}, true) end
-local function ws_link(Gs) return ws_event(Gs) end
+local function ws_reserve(G, out) ws_event({G}, true, false, out) end
+local function ws_link(Gs, out) ws_event(Gs, false, false, out) end
+local function ws_one1(fn) return function(G, out) out[#out + 1] = fn(G) end end
 
 -- ws_op reads the operation at ARGV[i] and KEYS[k]: where the next one starts,
 -- and the function to run with its argument.
@@ -70,7 +77,7 @@ local function ws_op(i, k)
     local ni, nk, G = ws_parse(H, i + 2, k)
     G.nonce = ARGV[i + 1]
     local fn = ws_reserve
-    if op == WS_OP_UNDO then fn = ws_undo elseif op == WS_OP_SETTLE then fn = ws_settle end
+    if op == WS_OP_UNDO then fn = ws_one1(ws_undo) elseif op == WS_OP_SETTLE then fn = ws_one1(ws_settle) end
     return ni, nk, fn, G
   elseif op == WS_OP_LINK then
     local Gs, ni, nk = {}, i + 2, k
@@ -78,52 +85,53 @@ local function ws_op(i, k)
     return ni, nk, ws_link, Gs
   elseif op == WS_OP_PATHS then
     local tag = ARGV[i + 1]
-    return i + 2, k, function()
-      local out = {}
+    return i + 2, k, function(_, out)
       for p, c in pairs(ws_traces[tag] or {}) do out[#out + 1], out[#out + 2] = p, c end
       ws_traces[tag] = nil
-      return out
     end, nil
   elseif op == WS_OP_DCOUNT then
     local L = ws_shape(H, ARGV[i + 1])
     local K, nk = ws_dk(L, k)
-    return i + 3, nk, function(a) return ws_dcount(L, a, L.now - tonumber(ARGV[i + 2])) end, K
+    return i + 3, nk, function(a, out) out[#out + 1] = ws_dcount(L, a, L.now - tonumber(ARGV[i + 2])) end, K
   end
   ws_err(WS_E_ARGS, 'unknown operation ' .. tostring(op))
 end
 
--- ws_run runs the operation at ARGV[i] and KEYS[k], on the backend's fast
--- path when it takes it (nativehash/lua/fast.lua), else through the
--- pipeline, then writes what it left for its end (the plain hash's heads:
--- ws_end). It answers the reply and where the next operation starts.
-local function ws_run(i, k)
+-- ws_run runs the operation at ARGV[i] and KEYS[k], appending its values to
+-- out, on the backend's fast path when it takes it
+-- (nativehash/lua/fast.lua), else through the pipeline, then writes what it
+-- left for its end (the plain hash's heads: ws_end). It answers where the
+-- next operation starts.
+local function ws_run(i, k, out)
   if ws_fast ~= nil then
-    local r, ni, nk = ws_fast(H, i, k)
-    if r ~= nil then
+    local ni, nk = ws_fast(H, i, k, out)
+    if ni ~= nil then
       ws_end()
-      return r, ni, nk
+      return ni, nk
     end
   end
   local ni, nk, fn, a = ws_op(i, k)
-  local r = fn(a)
+  fn(a, out)
   ws_end()
-  return r, ni, nk
+  return ni, nk
 end
 
 local i, k, n = WS_HEADER + 1, 1, #ARGV
-local r, ni, nk = nil, nil, nil
-local out, j = {}, 1
-if n <= WS_HEADER then return out end
-while true do
-  local ok
-  ok, r, ni, nk = pcall(ws_run, i, k)
-  if not ok then
+local out = {}
+while i <= n do
+  local m = #out
+  out[m + 1] = 0
+  local ok, ni, nk = pcall(ws_run, i, k, out)
+  if ok then
+    out[m + 1] = #out - m - 1
+  else
     ws_abort()
+    local e = ni
+    for x = #out, m + 2, -1 do out[x] = nil end
     ni, nk = ws_op(i, k) -- (where the next operation starts)
-    if ni > n and j == 1 then error(r, 0) end -- a batch of one: its error is the call's
+    if ni > n and m == 0 then error(e, 0) end -- a batch of one: its error is the call's
+    out[m + 1], out[m + 2] = -1, ws_result(false, e)
   end
-  out[j] = ws_result(ok, r)
-  j, i, k = j + 1, ni, nk
-  if i > n then break end
+  i, k = ni, nk
 end
 return out
