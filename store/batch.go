@@ -164,7 +164,6 @@ type Value struct {
 	Stat StatValue
 }
 
-
 // Apply runs the batches, each atomically in one script call, all in one
 // round trip per node: batches of different slots go out in parallel. Each
 // batch is an event of its own: one that fails does not stop the others,

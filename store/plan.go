@@ -319,4 +319,3 @@ func distinctRing(t tier, futureMs int64) int {
 	n := ceil(t.winMs, t.bucketMs)
 	return int(n + 3 + min(ceil(futureMs, t.bucketMs), n))
 }
-

@@ -47,7 +47,6 @@ func joinable(ps []*plan) []string {
 	return hdr
 }
 
-
 // run sends one write operation through the batcher: every write goes
 // through it. With retry (an operation with an event id, safe to send
 // again) it resends it after a connection error, up to the store's retries,
@@ -174,4 +173,3 @@ func retryBackoff(attempt int) time.Duration {
 
 // maxBackoff caps the wait between two sends of a write with an event id.
 const maxBackoff = 500 * time.Millisecond
-

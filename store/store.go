@@ -158,7 +158,7 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 		client: client, runner: run, win: w, codec: codec, be: be, det: det, space: space, now: cfg.now,
 		tag: tiers[0].tag, shape: tiers[0].shape, bucketMs: tiers[0].bucketMs, winMs: tiers[0].winMs,
 		futureMs: cfg.future.Milliseconds(), tiers: tiers, retries: cfg.retries, obs: cfg.observer, hdr: &backend.HeaderCache{},
-		trace: cfg.trace,
+		trace:  cfg.trace,
 		writes: batch.New(client, run, be.Write, "write", cfg.observer, cfg.batchOps, cfg.batchCalls).Flatten(),
 		reads:  batch.New(client, run, be.Sum, "sum", cfg.observer, cfg.batchOps, cfg.batchCalls),
 	}

@@ -79,8 +79,8 @@ type Op struct {
 	args []string // the operation's arguments (backend.OpAdd ...)
 	slot uint16
 
-	queued bool // in batcher.queue; guarded by batcher.mu
-	with   *Op  // the first op of a DoAll of several: they go in one flush
+	queued bool                   // in batcher.queue; guarded by batcher.mu
+	with   *Op                    // the first op of a DoAll of several: they go in one flush
 	Res    rueidis.RedisMessage   // the reply (not Flat)
 	Vals   []rueidis.RedisMessage // the reply's values (Flat)
 	Err    error
