@@ -278,6 +278,7 @@ const (
 	CodeArgs       = "WSARGS"       // a malformed call: a bug, not bad input
 	CodeTooOld     = "WSTOOOLD"     // an event whose bucket has left the window
 	CodeFuture     = "WSFUTURE"     // an event beyond the future tolerance
+	CodePending    = "WSPENDING"    // an event id another call is recording (a cluster's check)
 )
 
 // constants is the Lua that defines the codes above, so that they are
@@ -293,7 +294,7 @@ func constants() Fragment {
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},
 		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},
 		{"WS_E_NOTCOUNTER", CodeNotCounter}, {"WS_E_OVERFLOW", CodeOverflow}, {"WS_E_CLOCK", CodeClock},
-		{"WS_E_ARGS", CodeArgs}, {"WS_E_TOOOLD", CodeTooOld}, {"WS_E_FUTURE", CodeFuture},
+		{"WS_E_ARGS", CodeArgs}, {"WS_E_TOOOLD", CodeTooOld}, {"WS_E_FUTURE", CodeFuture}, {"WS_E_PENDING", CodePending},
 	} {
 		fmt.Fprintf(&b, "local %s = '%s'\n", c[0], c[1])
 	}

@@ -261,6 +261,11 @@ func each(ctx context.Context, parts []Part, which func(i int) bool, op, nonce s
 	}
 }
 
+// pendingWait bounds how long a check waits for another call's reservation
+// of the same event id to settle (the scripts take it for stale 5 s after
+// it was made, WS_STALE).
+const pendingWait = 6 * time.Second
+
 // settle is how long the id of a reserved part without an event id of its
 // own is kept, for its undo to find: an undo that comes later (past the
 // store's retries) does nothing, and the cost stays counted until its bucket
@@ -275,10 +280,33 @@ const settle = 10 * time.Second
 func reserve(ctx context.Context, parts []Part) ([]Reply, error) {
 	all := func(int) bool { return true }
 	errs := make([]error, len(parts))
-	each(ctx, parts, all, backend.OpCheck, "", func(i int, _ []rueidis.RedisMessage, err error) { errs[i] = err })
-	for i, err := range errs {
-		if err != nil {
-			return nil, &Error{Part: i, Err: err, Checked: true}
+	// The checks; a part whose id another call is recording (WSPENDING)
+	// waits for it to settle, up to pendingWait (past it the reservation is
+	// stale: this call takes it over).
+	for wait, start := 5*time.Millisecond, time.Now(); ; wait = min(2*wait, 100*time.Millisecond) {
+		each(ctx, parts, all, backend.OpCheck, "", func(i int, _ []rueidis.RedisMessage, err error) { errs[i] = err })
+		pending := false
+		for i, err := range errs {
+			if code, _ := backend.ReplyCode(err); code == backend.CodePending {
+				pending = true
+			} else if err != nil {
+				return nil, &Error{Part: i, Err: err, Checked: true}
+			}
+		}
+		if !pending {
+			break
+		}
+		if time.Since(start) > pendingWait {
+			for i, err := range errs {
+				if err != nil {
+					return nil, &Error{Part: i, Err: err, Checked: true}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &Error{Err: ctx.Err(), Checked: true}
+		case <-time.After(wait):
 		}
 	}
 	nonce := nonce()

@@ -176,8 +176,10 @@ end
 
 -- ws_dcount is the number of distinct members in the buckets that start
 -- after lthr and are live. It is PFCOUNT of D:u when D:u is at the script's
--- instant, nothing is ahead of the instant and the span is the window; else
--- PFCOUNT of the live ring keys (a merge, which writes nothing).
+-- instant, nothing is ahead of the instant and the span is the window (D:u's
+-- count is kept in it by the write that changed it, so a read writes
+-- nothing); else PFCOUNT of the live ring keys (a merge, which writes
+-- nothing).
 local function ws_dcount(L, K, lthr)
   local hi = L.now + L.H.F
   if not K.known then
@@ -188,5 +190,9 @@ local function ws_dcount(L, K, lthr)
   if K.ub == L.low and K.top <= hi and lthr <= L.now - L.w then return redis.call('PFCOUNT', K.u) end
   local keys = ws_dkeys(K, ws_dlive(K), math.max(lthr, L.now - L.w), hi)
   if #keys == 0 then return 0 end
+  -- (PFCOUNT of one key keeps the count in it, a write; of several, a merge,
+  -- writes nothing: one key is counted as two of the same, so that a read
+  -- leaves every key as it was.)
+  if #keys == 1 then return redis.call('PFCOUNT', keys[1], keys[1]) end
   return redis.call('PFCOUNT', unpack(keys))
 end

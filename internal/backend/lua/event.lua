@@ -67,9 +67,11 @@
 --                              reply is each group's answer
 --   WS_OP_CHECK    group       a cluster, phase one: the stages before commit,
 --                              for one slot's group; answers 1, or the error
+--                              (WS_E_PENDING: its id is another call's
+--                              reservation, in flight)
 --   WS_OP_RESERVE  nonce group a cluster, phase two: the group, deciding for
 --                              itself; an admitted group with writes records
---                              '1@T#nonce' (T its instant)
+--                              '1@T@S#nonce' (T its instant, S the server's)
 --   WS_OP_UNDO     nonce group phase three, when another slot refused: takes
 --                              back what the group counted only because its
 --                              limits admitted, if its id's record is this
@@ -78,10 +80,12 @@
 --                              reservation's record becomes '1'; answers 1,
 --                              else 0
 --
--- A reservation that finds its id recorded as a reservation not settled
--- ('1@T#n': this call's own, resent, or an earlier call's that never
--- finished) takes it over: nothing more is written, flags has 16, and the
--- record names this call, so that its undo or its settle ends it.
+-- A reservation not settled ('1@T@S#n') is another call's in flight until
+-- WS_STALE ms after S: a check waits for it (WS_E_PENDING), a reservation
+-- takes it for a duplicate. Past that, or when it is this call's own (resent
+-- after a lost reply), a reservation takes it over: nothing more is written,
+-- flags has 16, and the record names this call, whose undo or settle ends it.
+local WS_STALE = 5000
 
 local WS_NONE = {} -- an empty list, never written
 
@@ -154,21 +158,30 @@ end
 -- ws_place is the first stage: the id's record, each write's bucket (an event
 -- beyond the future tolerance raises WS_E_FUTURE here), each counter opened,
 -- each lease read. Reads only.
+-- ws_pending reads a reservation's record '1@T@S#n': T, and whether it is
+-- this call's (nonce) or, if another's, stale; nil when rec is not one.
+local function ws_pending(rec, nonce)
+  if string.sub(rec, 1, 2) ~= '1@' then return nil end
+  local at, sep = string.find(rec, '@', 3, true), string.find(rec, '#', 3, true)
+  if at == nil or sep == nil then return nil end
+  local own = string.sub(rec, sep + 1) == nonce
+  return tonumber(string.sub(rec, 3, at - 1)), own, own or ws_srvnow() - tonumber(string.sub(rec, at + 1, sep - 1)) >= WS_STALE
+end
+
 local function ws_place(G)
   if G.idkey ~= nil then
     local rec = redis.call('GET', G.idkey)
     if rec then G.seen = rec end
-    if rec and G.nonce ~= nil and string.sub(rec, 1, 2) == '1@' then
-      -- A reservation not settled: this call's own, resent after a lost
-      -- reply, or one of an earlier call of the event that never finished
-      -- (its undo or its settle lost), which this call takes over. Either
-      -- way its cost is counted: nothing more is written, and the record
-      -- becomes this call's.
-      local sep = string.find(rec, '#', 3, true)
+    local T, own, stale = nil, false, false
+    if rec then T, own, stale = ws_pending(rec, G.nonce) end
+    if T ~= nil and G.check and not stale then
+      ws_err(WS_E_PENDING, 'the event is being recorded by another call; nothing was written')
+    elseif T ~= nil and G.nonce ~= nil and stale then
+      -- This call's own reservation, resent, or one of a call that never
+      -- finished (its undo or its settle lost), taken over: its cost is
+      -- counted, nothing more is written.
       G.own = true
-      if sep == nil or string.sub(rec, sep + 1) ~= G.nonce then
-        G.adopt = string.sub(rec, 1, (sep or #rec + 1) - 1) .. '#' .. G.nonce -- written at the commit
-      end
+      if not own then G.adopt = '1@' .. string.format('%d', T) .. '@' .. string.format('%d', ws_srvnow()) .. '#' .. G.nonce end
     end
   end
   local some, items = false, G.items
@@ -323,11 +336,13 @@ local function ws_check(G)
 end
 
 -- ws_record is the id's record of a group that wrote: '1' when the event
--- admitted (a reservation: '1@T#nonce'), else '0' and the items that refused
+-- admitted (a reservation: '1@T@S#nonce'), else '0' and the items that refused
 -- ('0,L' when another group refused).
 local function ws_record(G, allowed)
   if allowed then
-    if G.nonce ~= nil then return '1@' .. string.format('%d', G.H.now) .. '#' .. G.nonce end
+    if G.nonce ~= nil then
+      return '1@' .. string.format('%d', G.H.now) .. '@' .. string.format('%d', ws_srvnow()) .. '#' .. G.nonce
+    end
     return '1'
   end
   local rec, any = '0', false
@@ -465,10 +480,10 @@ end
 local function ws_reserved(G)
   if G.idkey == nil then return nil end
   local rec = redis.call('GET', G.idkey)
-  if not rec or string.sub(rec, 1, 2) ~= '1@' then return nil end
-  local sep = string.find(rec, '#', 3, true)
-  if sep == nil or string.sub(rec, sep + 1) ~= G.nonce then return nil end
-  return tonumber(string.sub(rec, 3, sep - 1))
+  if not rec then return nil end
+  local T, own = ws_pending(rec, G.nonce)
+  if not own then return nil end
+  return T
 end
 
 -- ws_settle confirms a reservation of an event that every group admitted:

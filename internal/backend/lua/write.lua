@@ -72,6 +72,7 @@ local function ws_op(i, k)
     return i + 3 + m, nk, ws_add, G
   elseif op == WS_OP_GROUP or op == WS_OP_CHECK then
     local ni, nk, G = ws_parse(H, i + 1, k)
+    G.check = op == WS_OP_CHECK
     return ni, nk, op == WS_OP_GROUP and ws_group or ws_checkonly, G
   elseif op == WS_OP_RESERVE or op == WS_OP_UNDO or op == WS_OP_SETTLE then
     local ni, nk, G = ws_parse(H, i + 2, k)

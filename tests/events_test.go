@@ -1,0 +1,590 @@
+package tests
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/internal/codec"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// The event contract (docs/counters.md, "Events"): an event that fails writes
+// nothing, on any key of any backend, across cluster slots too; one that
+// succeeds counts what an exact model counts; a replayed event changes
+// nothing. Checked by DUMP: every key under the test's prefix, its bytes and
+// its expiry, before and after.
+
+// snapshot is every key matching a prefix on the nodes, as DUMP and
+// PEXPIRETIME read it.
+type snapshot map[string]string
+
+func takeSnapshot(t *testing.T, ctx context.Context, nodes []rueidis.Client, prefix string) snapshot {
+	t.Helper()
+	out := snapshot{}
+	for _, c := range nodes {
+		var keys []string
+		for cursor := uint64(0); ; {
+			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(prefix+"*").Count(1000).Build()).AsScanEntry()
+			require.NoError(t, err)
+			keys = append(keys, e.Elements...)
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+		cmds := make(rueidis.Commands, 0, 2*len(keys))
+		for _, k := range keys {
+			cmds = append(cmds, c.B().Dump().Key(k).Build(), c.B().Arbitrary("PEXPIRETIME").Keys(k).Build())
+		}
+		for i, r := range c.DoMulti(ctx, cmds...) {
+			k := keys[i/2]
+			if i%2 == 0 {
+				d, err := r.ToString()
+				if rueidis.IsRedisNil(err) {
+					continue // expired between SCAN and DUMP
+				}
+				require.NoError(t, err, "DUMP %s", k)
+				out[k] = d
+			} else if _, ok := out[k]; ok {
+				e, err := r.AsInt64()
+				require.NoError(t, err, "PEXPIRETIME %s", k)
+				out[k] += "|" + strconv.FormatInt(e, 10)
+			}
+		}
+	}
+	return out
+}
+
+// requireSame fails when two snapshots differ, naming the keys.
+func requireSame(t *testing.T, before, after snapshot, format string, args ...any) {
+	t.Helper()
+	var diff []string
+	now := time.Now().UnixMilli()
+	for k, v := range before {
+		if w, ok := after[k]; !ok {
+			if at, _ := strconv.ParseInt(v[strings.LastIndex(v, "|")+1:], 10, 64); at > 0 && at <= now {
+				continue // expired meanwhile (a cluster's reservation id: 10 s)
+			}
+			diff = append(diff, k+" (gone)")
+		} else if w != v {
+			diff = append(diff, k+" (changed)")
+		}
+	}
+	for k := range after {
+		if _, ok := before[k]; !ok {
+			diff = append(diff, k+" (new)")
+		}
+	}
+	slices.Sort(diff)
+	require.Empty(t, diff, append([]any{format}, args...)...)
+}
+
+var (
+	evW1 = store.Window{Length: 10 * time.Second, Bucket: time.Second}
+	evW2 = store.Window{Length: time.Minute, Bucket: 10 * time.Second}
+)
+
+// eventFeatures is the feature set of the event tests: two entities, counts
+// over two windows (a late event may fit one and not the other), a sum of
+// amounts (which can overflow), a limit, a distinct count, a maximum.
+func eventFeatures(limit int64) []features.Feature {
+	return []features.Feature{
+		{Name: "user_logins", Entity: "user", Kind: features.Count, Windows: []store.Window{evW1, evW2}},
+		{Name: "user_spend", Entity: "user", Kind: features.Sum, Windows: []store.Window{evW1}},
+		{Name: "user_limit", Entity: "user", Kind: features.Limit, Windows: []store.Window{evW1}, Limits: []int64{limit}},
+		{Name: "user_ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{evW1}},
+		{Name: "ip_logins", Entity: "ip", Kind: features.Count, Windows: []store.Window{evW1}},
+		{Name: "ip_max", Entity: "ip", Kind: features.Max, Windows: []store.Window{evW1}},
+	}
+}
+
+// evModel is an exact model of eventFeatures: every counter's buckets in
+// big integers, the maximum's per bucket, and the ids each entity kept.
+type evModel struct {
+	limit  int64
+	future time.Duration
+	c1, c2 *codec.Codec
+	counts map[string]*exactModel         // "feature/entity/window index"
+	maxes  map[string]map[int64]int64     // entity -> bucket start -> max
+	ids    map[string]string              // "entity/id" -> the record's decision: "1" or "0"
+}
+
+func newEvModel(t *testing.T, limit int64) *evModel {
+	c1, err := codec.New(evW1.Bucket, nil)
+	require.NoError(t, err)
+	c2, err := codec.New(evW2.Bucket, nil)
+	require.NoError(t, err)
+	return &evModel{limit: limit, future: 5 * time.Second, c1: c1, c2: c2, counts: map[string]*exactModel{},
+		maxes: map[string]map[int64]int64{}, ids: map[string]string{}}
+}
+
+func (m *evModel) counter(feature, entity string, w int) *exactModel {
+	k := feature + "/" + entity + "/" + strconv.Itoa(w)
+	c := m.counts[k]
+	if c == nil {
+		if w == 0 {
+			c = newExactModel(m.c1, evW1)
+		} else {
+			c = newExactModel(m.c2, evW2)
+		}
+		m.counts[k] = c
+	}
+	return c
+}
+
+// covers reports whether a write at event time e, decided at now, counts in
+// window w: its bucket (now's, for an event ahead within the tolerance) is
+// live at now.
+func (m *evModel) covers(c *exactModel, now, e time.Time) (int64, bool) {
+	if e.After(now) {
+		e = now
+	}
+	s := c.start(e)
+	return s, s > now.Add(-c.w.Length).UnixMilli()
+}
+
+// anEvent is one event of the tests.
+type anEvent struct {
+	id       string
+	now, at  time.Time // the clock's instant; the event's time (zero: now)
+	user, ip string    // "" when the event has no such entity
+	amount   int64
+}
+
+func (e anEvent) String() string {
+	return fmt.Sprintf("event %q at %v (time %v) user %q ip %q amount %d", e.id, e.now.Format("15:04:05.000"),
+		e.at.Format("15:04:05.000"), e.user, e.ip, e.amount)
+}
+
+// outcome is what the model says an event does.
+type outcome struct {
+	err       bool // it fails (and writes nothing)
+	allowed   bool
+	duplicate bool          // every entity saw its id
+	dups      map[string]bool // by entity ("user", "ip")
+}
+
+// predict says what e does, without changing the model.
+func (m *evModel) predict(e anEvent, wrong map[string]bool) outcome {
+	o := outcome{dups: map[string]bool{}}
+	at := e.at
+	if at.IsZero() {
+		at = e.now
+	}
+	if at.After(e.now.Add(m.future)) || wrong[e.user] || wrong[e.ip] {
+		o.err = true
+		return o
+	}
+	o.allowed, o.duplicate = true, e.id != ""
+	placed := false
+	for _, ent := range []string{"ip", "user"} {
+		v := map[string]string{"user": e.user, "ip": e.ip}[ent]
+		if v == "" {
+			continue
+		}
+		key := ent + ":" + v
+		rec, dup := m.ids[key+"/"+e.id]
+		dup = dup && e.id != ""
+		o.dups[ent] = dup
+		o.duplicate = o.duplicate && dup
+		if dup {
+			placed = true
+			o.allowed = o.allowed && rec == "1"
+			continue
+		}
+		if ent == "user" {
+			placed = true // the limit decides now
+			if m.counter("user_limit", key, 0).sum(e.now, evW1.Length).Int64()+1 > m.limit {
+				o.allowed = false
+			}
+			sp := m.counter("user_spend", key, 0)
+			if s, ok := m.covers(sp, e.now, at); ok {
+				sum := new(big.Int).Add(sp.sum(e.now, evW1.Length), big.NewInt(e.amount))
+				b := new(big.Int).Add(sp.value(s), big.NewInt(e.amount))
+				if !fitsInt64(sum) || !fitsInt64(b) {
+					o.err = true
+				}
+			}
+		} else if _, ok := m.covers(m.counter("ip_logins", key, 0), e.now, at); ok {
+			placed = true
+		}
+	}
+	if !placed {
+		o.err = true // too old for every window
+	}
+	return o
+}
+
+// apply counts e as predicted.
+func (m *evModel) apply(e anEvent, o outcome) {
+	at := e.at
+	if at.IsZero() {
+		at = e.now
+	}
+	add := func(c *exactModel, delta int64) bool {
+		s, ok := m.covers(c, e.now, at)
+		if ok {
+			b := new(big.Int).Add(c.value(s), big.NewInt(delta))
+			c.buckets[s] = b
+		}
+		return ok
+	}
+	rec := "0"
+	if o.allowed {
+		rec = "1"
+	}
+	if e.user != "" && !o.dups["user"] {
+		u := "user:" + e.user
+		wrote := add(m.counter("user_logins", u, 0), 1)
+		wrote = add(m.counter("user_logins", u, 1), 1) || wrote
+		wrote = add(m.counter("user_spend", u, 0), e.amount) || wrote
+		if o.allowed {
+			lc := m.counter("user_limit", u, 0)
+			s := lc.start(e.now)
+			lc.buckets[s] = new(big.Int).Add(lc.value(s), big.NewInt(1))
+			wrote = true
+		}
+		if wrote && e.id != "" {
+			m.ids["user:"+e.user+"/"+e.id] = rec
+		}
+	}
+	if e.ip != "" && !o.dups["ip"] {
+		ip := "ip:" + e.ip
+		c := m.counter("ip_logins", ip, 0)
+		if s, ok := m.covers(c, e.now, at); ok {
+			add(c, 1)
+			mx := m.maxes[ip]
+			if mx == nil {
+				mx = map[int64]int64{}
+				m.maxes[ip] = mx
+			}
+			if v, seen := mx[s]; !seen || e.amount > v {
+				mx[s] = e.amount
+			}
+			if e.id != "" {
+				m.ids["ip:"+e.ip+"/"+e.id] = rec
+			}
+		}
+	}
+}
+
+// max is ip_max over the window at now: its value and whether any event is live.
+func (m *evModel) max(ip string, now time.Time) (int64, bool) {
+	best, ok := int64(math.MinInt64), false
+	thr := now.Add(-evW1.Length).UnixMilli()
+	for s, v := range m.maxes[ip] {
+		if s > thr && s <= now.UnixMilli() && (!ok || v > best) {
+			best, ok = v, true
+		}
+	}
+	return best, ok
+}
+
+// check compares a successful Record's values with the model after the
+// event.
+func (m *evModel) check(t *testing.T, e anEvent, o outcome, r features.Result) {
+	t.Helper()
+	require.Equal(t, o.allowed, r.Allowed, "%v: allowed", e)
+	require.Equal(t, o.duplicate, r.Duplicate, "%v: duplicate", e)
+	for _, v := range r.Values {
+		switch v.Feature {
+		case "user_logins":
+			require.Equal(t, []int64{m.counter("user_logins", v.Entity, 0).sum(e.now, evW1.Length).Int64(),
+				m.counter("user_logins", v.Entity, 1).sum(e.now, evW2.Length).Int64()}, v.Sums, "%v: %s", e, v.Feature)
+		case "user_spend", "ip_logins":
+			require.Equal(t, m.counter(v.Feature, v.Entity, 0).sum(e.now, evW1.Length).Int64(), v.Sum, "%v: %s", e, v.Feature)
+		case "user_limit":
+			require.Equal(t, m.counter("user_limit", v.Entity, 0).sum(e.now, evW1.Length).Int64(), v.Sum, "%v: %s", e, v.Feature)
+		case "ip_max":
+			want, ok := m.max(v.Entity, e.now)
+			require.Equal(t, ok, v.Stats[0].OK, "%v: %s has an event", e, v.Feature)
+			if ok {
+				require.Equal(t, want, v.Sum, "%v: %s", e, v.Feature)
+			}
+		}
+	}
+}
+
+// eventEnv is a feature set on a server or cluster, and how to read its keys.
+type eventEnv struct {
+	set    *features.Set
+	nodes  []rueidis.Client
+	client rueidis.Client
+	prefix string
+}
+
+// breakEntity makes one of an entity's counters a key of another type (a
+// list): the head of the plain hash, else the counter's hash. Every event
+// with the entity then fails.
+func (env eventEnv) breakEntity(t *testing.T, ctx context.Context, entity string) {
+	t.Helper()
+	_, err := env.set.Record(ctx, features.Event{Entities: map[string]string{strings.Split(entity, ":")[0]: strings.Split(entity, ":")[1]}, Amount: 1})
+	require.NoError(t, err)
+	var victim string
+	for k := range takeSnapshot(t, ctx, env.nodes, env.prefix+"{"+entity+"}:") {
+		if strings.Contains(k, "_logins:") && (victim == "" || strings.HasSuffix(k, ":h")) {
+			victim = k
+		}
+	}
+	require.NotEmpty(t, victim, "no key of %s", entity)
+	c := env.client
+	require.NoError(t, c.Do(ctx, c.B().Del().Key(victim).Build()).Error())
+	require.NoError(t, c.Do(ctx, c.B().Rpush().Key(victim).Element("not a counter").Build()).Error())
+}
+
+// eventWalk records random events with bad parts (an amount that overflows
+// the sum, a time too old or too far ahead, an entity whose key holds another
+// type, a replayed id) one after the other on a virtual clock, and checks
+// every outcome: an error leaves every key as it was (DUMP), a success
+// counts what the model counts, a replay of every entity changes nothing.
+func eventWalk(t *testing.T, env eventEnv, seed uint64, steps int) {
+	ctx := ctxT(t)
+	const limit = 5
+	m := newEvModel(t, limit)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	wrong := map[string]bool{"uw": true, "iw": true}
+	env.breakEntity(t, ctx, "user:uw")
+	env.breakEntity(t, ctx, "ip:iw")
+	now := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	var past []anEvent
+	counts := map[string]int{}
+	for step := 0; step < steps; step++ {
+		now = now.Add(time.Duration(rng.Int64N(int64(1500 * time.Millisecond))))
+		// Amounts of one sign per user (un's are never positive), so that a
+		// window sum only nears 0 as its buckets leave: it never leaves
+		// int64 but by a write, which must fail.
+		e := anEvent{now: now, amount: rng.Int64N(2000)}
+		if rng.IntN(6) > 0 {
+			e.user = "u" + strconv.Itoa(rng.IntN(4))
+		}
+		if e.user == "u3" {
+			e.user, e.amount = "un", -e.amount
+		}
+		if e.user == "" || rng.IntN(4) > 0 {
+			e.ip = "i" + strconv.Itoa(rng.IntN(3))
+		}
+		if rng.IntN(3) > 0 {
+			e.id = "e" + strconv.Itoa(step)
+		}
+		kind := "plain"
+		switch r := rng.IntN(20); {
+		case r < 2 && len(past) > 0: // a replay, as it was first sent
+			p := past[rng.IntN(len(past))]
+			e.id, e.user, e.ip, e.amount = p.id, p.user, p.ip, p.amount
+			if !p.at.IsZero() {
+				e.at = p.at
+			}
+			kind = "replay"
+		case r < 4: // late: a few seconds to past every window
+			e.at = now.Add(-time.Duration(rng.Int64N(int64(75 * time.Second))))
+			kind = "late"
+		case r < 5: // ahead, within the tolerance or past it
+			e.at = now.Add(time.Duration(rng.Int64N(int64(12 * time.Second))))
+			kind = "ahead"
+		case r < 7: // an amount near the int64 limits
+			e.amount = []int64{math.MaxInt64, math.MaxInt64 / 2, 1 << 62}[rng.IntN(3)]
+			if e.user == "un" {
+				e.amount = []int64{math.MinInt64, math.MinInt64/2 - 7}[rng.IntN(2)]
+			}
+			kind = "huge"
+		case r < 8:
+			if rng.IntN(2) == 0 {
+				e.user = "uw"
+			} else {
+				e.ip = "iw"
+			}
+			kind = "wrong type"
+		}
+		if e.id == "" && kind == "replay" {
+			e.id = "r" + strconv.Itoa(step)
+		}
+		o := m.predict(e, wrong)
+		ents := map[string]string{}
+		if e.user != "" {
+			ents["user"] = e.user
+			ents["ip"] = e.ip // the distinct count's member, when there is an ip
+		}
+		if e.ip != "" {
+			ents["ip"] = e.ip
+		}
+		if ents["ip"] == "" {
+			delete(ents, "ip")
+		}
+		before := takeSnapshot(t, ctx, env.nodes, env.prefix)
+		r, err := env.set.At(now).Record(ctx, features.Event{ID: e.id, Time: e.at, Entities: ents, Amount: e.amount})
+		if o.err {
+			require.Error(t, err, "%s %v: the model fails it", kind, e)
+			requireSame(t, before, takeSnapshot(t, ctx, env.nodes, env.prefix), "%s %v failed (%v) but changed keys", kind, e, err)
+			require.NotContains(t, err.Error(), "were written", "%v", e)
+			counts["failed "+kind]++
+			continue
+		}
+		require.NoError(t, err, "%s %v", kind, e)
+		m.apply(e, o)
+		m.check(t, e, o, r)
+		if o.duplicate {
+			requireSame(t, before, takeSnapshot(t, ctx, env.nodes, env.prefix), "%v: a replay changed keys", e)
+			counts["replayed"]++
+		}
+		counts[kind]++
+		if e.id != "" && kind != "replay" {
+			past = append(past, e)
+		}
+	}
+	t.Logf("events: %v", counts)
+	for _, k := range []string{"failed huge", "failed wrong type", "failed ahead", "failed late", "late", "replayed", "huge"} {
+		require.Positive(t, counts[k], "the walk never had a %q event: %v", k, counts)
+	}
+}
+
+// TestEventsRejectedWriteNothing: the walk of eventWalk on every backend.
+func TestEventsRejectedWriteNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		srv := harness.Shared(t, tg.kind)
+		c := srv.Client(t)
+		prefix := harness.Prefix(t)
+		set, err := features.New(ctxT(t), c, eventFeatures(5), store.WithPrefix(prefix), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		eventWalk(t, eventEnv{set: set, nodes: []rueidis.Client{c}, client: c, prefix: prefix}, 3, 400)
+	})
+}
+
+// TestEventsRejectedWriteNothingCluster: the same walk on a Redis Cluster,
+// whose entities live in different slots: an event is checked in every slot
+// before any writes.
+func TestEventsRejectedWriteNothingCluster(t *testing.T) {
+	t.Parallel()
+	cl := harness.NewCluster(t)
+	c := cl.Client(t)
+	var nodes []rueidis.Client
+	for _, n := range cl.Masters(t) {
+		nodes = append(nodes, n.Client(t))
+	}
+	prefix := harness.Prefix(t)
+	set, err := features.New(ctxT(t), c, eventFeatures(5), store.WithPrefix(prefix))
+	require.NoError(t, err)
+	eventWalk(t, eventEnv{set: set, nodes: nodes, client: c, prefix: prefix}, 11, 250)
+}
+
+// TestEventsConcurrent: 40 callers record events at once, a share of them
+// bad (an amount that overflows, an entity of another type) and a share
+// replays of one another's ids: every successful event counts once, every
+// failed one not at all, and exactly as many as the limit allows are
+// admitted.
+func TestEventsConcurrent(t *testing.T) {
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			prefix := harness.Prefix(t)
+			set, err := features.New(ctxT(t), c, eventFeatures(25), store.WithPrefix(prefix), store.WithBackend(tg.backend))
+			require.NoError(t, err)
+			concurrentEvents(t, eventEnv{set: set, nodes: []rueidis.Client{c}, client: c, prefix: prefix})
+		})
+	}
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		cl := harness.NewCluster(t)
+		c := cl.Client(t)
+		var nodes []rueidis.Client
+		for _, n := range cl.Masters(t) {
+			nodes = append(nodes, n.Client(t))
+		}
+		prefix := harness.Prefix(t)
+		set, err := features.New(ctxT(t), c, eventFeatures(25), store.WithPrefix(prefix))
+		require.NoError(t, err)
+		concurrentEvents(t, eventEnv{set: set, nodes: nodes, client: c, prefix: prefix})
+	})
+}
+
+func concurrentEvents(t *testing.T, env eventEnv) {
+	ctx := ctxT(t)
+	env.breakEntity(t, ctx, "ip:iw")
+	now := time.Now()
+	set := env.set.At(now)
+	// A first event, so that the sum is positive: an amount of MaxInt64
+	// then always overflows it.
+	_, err := set.Record(ctx, features.Event{ID: "first", Entities: map[string]string{"user": "u1", "ip": "i1"}, Amount: 1})
+	require.NoError(t, err)
+	const callers, each = 40, 10
+	type rec struct {
+		id       string
+		amount   int64
+		allowed  bool
+		counted  bool // it succeeded and was not a duplicate
+		failed   bool
+		wantFail bool
+	}
+	var mu sync.Mutex
+	var recs []rec
+	var wg sync.WaitGroup
+	for g := range callers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 3))
+			for i := range each {
+				r := rec{id: fmt.Sprintf("c%d", rng.IntN(callers*each*3/4)), amount: rng.Int64N(100)}
+				ip := "i1"
+				switch rng.IntN(10) {
+				case 0:
+					r.amount, r.wantFail = math.MaxInt64, true // past the sum's int64 range, whatever the others
+				case 1:
+					ip, r.wantFail = "iw", true
+				}
+				_ = i
+				res, err := set.Record(ctx, features.Event{ID: r.id, Entities: map[string]string{"user": "u1", "ip": ip}, Amount: r.amount})
+				r.failed = err != nil
+				if err == nil {
+					r.allowed, r.counted = res.Allowed, !res.Duplicate
+				}
+				mu.Lock()
+				recs = append(recs, r)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	// Every id counts once: the first success of each. Its amount is the one
+	// counted (a replay of an id carries its own amount, which a duplicate
+	// never counts).
+	logins, spend, admitted := int64(1), int64(1), int64(1) // the first event's
+	ids := map[string]bool{}
+	for _, r := range recs {
+		if r.wantFail {
+			require.True(t, r.failed || !r.counted, "a bad event (id %s) counted", r.id)
+		}
+		if !r.counted {
+			continue
+		}
+		require.False(t, ids[r.id], "id %s counted twice", r.id)
+		ids[r.id] = true
+		logins++
+		spend += r.amount
+		if r.allowed {
+			admitted++
+		}
+	}
+	got, err := set.Read(ctx, map[string]string{"user": "u1", "ip": "i1"})
+	require.NoError(t, err)
+	v, _ := got.Get("user_logins")
+	require.Equal(t, logins, v.Sums[0], "user_logins: every success once")
+	v, _ = got.Get("user_spend")
+	require.Equal(t, spend, v.Sum, "user_spend: every success's amount once")
+	v, _ = got.Get("user_limit")
+	require.Equal(t, admitted, v.Sum, "user_limit: exactly the admitted")
+	require.EqualValues(t, 25, admitted, "the limit admits exactly 25 of %d events", logins)
+	v, _ = got.Get("ip_logins")
+	require.Equal(t, logins, v.Sum, "ip_logins: every success once")
+}
