@@ -28,6 +28,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/hook"
 )
 
 // Group is one group's script arguments and keys, as event.lua reads them
@@ -347,6 +348,9 @@ func reserve(ctx context.Context, parts []Part) ([]Reply, error) {
 	// of a part that reserved nothing does nothing). A true duplicate's
 	// record is its first call's, settled or another call's: its undo does
 	// nothing.
+	if hook.BeforeUndo != nil {
+		hook.BeforeUndo(ctx)
+	}
 	uerrs := make([]error, len(parts))
 	each(ctx, parts, func(i int) bool { return errs[i] != nil || (out[i].Allowed() && !out[i].Duplicate()) }, backend.OpUndo,
 		nonce, func(i int, _ []rueidis.RedisMessage, err error) { uerrs[i] = err })

@@ -29,6 +29,11 @@ var (
 	// the last call ("fast", "event"), and forgets them (Redis Functions
 	// only: a script run with EVALSHA keeps nothing).
 	Paths func(ctx context.Context, st any, tag string) (map[string]int64, error)
+	// BeforeUndo, when set, is called before a cluster's (or several
+	// clients') refused decision takes its reservations back, with the
+	// decision's context: a test that waits there moves the undo past the
+	// reservation's bucket.
+	BeforeUndo func(ctx context.Context)
 	// RedisKey returns the Redis key of a *store.Store's counter key, as the
 	// keys of its event ids and distinct counts begin; the keys that hold
 	// the counter itself are CounterKeys.

@@ -1,0 +1,227 @@
+package tests
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
+)
+
+// The plain hash's fast path (nativehash/lua/fast.lua) must answer and write
+// what the event pipeline answers and writes.
+
+// plainTargets are the targets whose backend is the plain hash, the one
+// with a fast path.
+func plainTargets() []target {
+	var out []target
+	for _, tg := range targets {
+		if tg.wantBackend == "nativehash-plain" {
+			out = append(out, tg)
+		}
+	}
+	return out
+}
+
+// traced makes stores of the three windows of the bench's allow3 (10s/1s,
+// 100s/10s, 1000s/100s) under one prefix, whose scripts count the paths they
+// take under tag; general makes them take the pipeline alone.
+func traced(t *testing.T, c rueidis.Client, prefix, tag string, general bool) []*store.Store {
+	t.Helper()
+	var out []*store.Store
+	for _, sc := range []time.Duration{1, 10, 100} {
+		s, err := store.New(ctxT(t), c, store.Window{Length: 10 * sc * time.Second, Bucket: sc * time.Second},
+			store.WithPrefix(prefix), store.WithBackend("nativehash-plain"), hook.WithTrace(tag, general).(store.Option))
+		require.NoError(t, err)
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestFastPathDifferential drives the fast path and the pipeline alone (the
+// test-only switch: a trace with general on) with the same random
+// operations, each on a prefix of its own: Add, Record without a sum, Allow,
+// AllowAll of a key's windows (in a random order) and across keys, a batch
+// of counts; amounts near the limits of doubles and negative ones, limits
+// that admit and refuse, a clock that moves by a bucket, many buckets, past
+// every window and across a year's end. Every answer must be the same, and
+// after every operation every key's bytes (DUMP). The fast path must have
+// taken many operations, and the pipeline every one on its side.
+func TestFastPathDifferential(t *testing.T) {
+	for _, tg := range plainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			pa, pb := harness.Prefix(t)+"a:", harness.Prefix(t)+"b:"
+			tag := strings.ReplaceAll(harness.Prefix(t), ":", "")
+			fast := traced(t, c, pa, tag+"f", false)
+			slow := traced(t, c, pb, tag+"g", true)
+			rng := rand.New(rand.NewPCG(21, 4))
+			at := time.Date(2026, 12, 31, 23, 56, 0, 0, time.UTC)
+			amount := func() int64 {
+				switch rng.IntN(12) {
+				case 0:
+					return -rng.Int64N(50)
+				case 1:
+					return hugeValue(rng)
+				case 2:
+					return 0
+				}
+				return 1 + rng.Int64N(20)
+			}
+			keys := []string{"k0", "k1", "k2"}
+			for step := 0; step < 600; step++ {
+				switch r := rng.IntN(20); {
+				case r == 0:
+					at = at.Add(time.Duration(rng.Int64N(int64(40 * time.Second)))) // past the sweep, or every window
+				case r < 4:
+					at = at.Add(time.Second) // a bucket
+				default:
+					at = at.Add(time.Duration(rng.Int64N(int64(300 * time.Millisecond))))
+				}
+				k := keys[rng.IntN(len(keys))]
+				var op string
+				run := func(ss []*store.Store) (string, error) {
+					var out any
+					var err error
+					switch op {
+					case "add":
+						out, err = ss[0].At(at).Add(ctx, k, amount())
+					case "nosum":
+						out, err = ss[1].At(at).Record(ctx, store.Event{Key: k, Delta: amount(), NoSum: true})
+					case "allow":
+						out, err = ss[0].At(at).Allow(ctx, k, rng.Int64N(60), rng.Int64N(4))
+					case "allow3":
+						perm := rng.Perm(3)
+						var ps []store.Policy
+						for _, i := range perm {
+							ps = append(ps, store.Policy{Store: ss[i], Key: k, Limit: 10 + rng.Int64N(200)})
+						}
+						out, err = allowAllAt(ctx, at, rng.Int64N(3), ps...)
+					case "across":
+						out, err = allowAllAt(ctx, at, 1+rng.Int64N(2), store.Policy{Store: ss[0], Key: k, Limit: 5 + rng.Int64N(60)},
+							store.Policy{Store: ss[1], Key: k, Limit: 5 + rng.Int64N(60)},
+							store.Policy{Store: ss[0], Key: "ip:" + k, Limit: 5 + rng.Int64N(60)})
+					case "batch":
+						var res []store.BatchResult
+						res, err = applyAt(ctx, at, store.Batch{Ops: []store.Op{{Store: ss[0], Key: k, Delta: amount()},
+							{Store: ss[2], Key: k, Delta: amount()}}})
+						out = res
+					}
+					return fmt.Sprintf("%+v", out), err
+				}
+				op = []string{"add", "nosum", "allow", "allow3", "across", "batch"}[rng.IntN(6)]
+				state, main := rng.Uint64(), rng
+				rng = rand.New(rand.NewPCG(state, 4))
+				ra, ea := run(fast)
+				rng = rand.New(rand.NewPCG(state, 4)) // the same draws for the pipeline's side
+				rb, eb := run(slow)
+				rng = main
+				require.Equal(t, errText(eb, pb), errText(ea, pa), "step %d %s at %v: errors", step, op, at)
+				require.Equal(t, rb, ra, "step %d %s at %v: answers", step, op, at)
+				sa := takeSnapshot(t, ctx, []rueidis.Client{c}, pa)
+				sb := takeSnapshot(t, ctx, []rueidis.Client{c}, pb)
+				require.Equal(t, len(sb), len(sa), "step %d %s: keys", step, op)
+				for key, v := range sa {
+					w, ok := sb[pb+strings.TrimPrefix(key, pa)]
+					require.True(t, ok, "step %d %s: %s only on the fast side", step, op, key)
+					require.Equal(t, dumpOnly(w), dumpOnly(v), "step %d %s at %v: %s differs", step, op, at, key)
+					require.InDelta(t, expiryOf(w), expiryOf(v), 2000, "step %d %s: %s's expiry", step, op, key)
+				}
+			}
+			pf, err := hook.Paths(ctx, fast[0], tag+"f")
+			require.NoError(t, err)
+			pg, err := hook.Paths(ctx, slow[0], tag+"g")
+			require.NoError(t, err)
+			t.Logf("paths: fast side %v, pipeline side %v", pf, pg)
+			require.Greater(t, pf["fast"], int64(150), "the fast path took too few operations to compare: %v", pf)
+			require.Greater(t, pf["event"], int64(150), "too few operations left the fast path: %v", pf)
+			require.Zero(t, pg["fast"], "the switch did not keep the fast path off: %v", pg)
+			require.Positive(t, pg["event"], "%v", pg)
+		})
+	}
+}
+
+// errText is an error's text without the prefix it names.
+func errText(err error, prefix string) string {
+	if err == nil {
+		return ""
+	}
+	return strings.ReplaceAll(err.Error(), prefix, "")
+}
+
+func dumpOnly(v string) string { return v[:strings.LastIndex(v, "|")] }
+
+func expiryOf(v string) float64 {
+	n, _ := strconv.ParseFloat(v[strings.LastIndex(v, "|")+1:], 64)
+	return n
+}
+
+// TestFastPathTaken: the operations the fast path is for take it, one script
+// path each, on the plain hash (a trace counts the paths): Add, Record
+// without a sum, Allow that admits, AllowAll of a key's windows and across
+// keys; a refusal, an event id and a late event take the pipeline.
+func TestFastPathTaken(t *testing.T) {
+	for _, tg := range plainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			tag := strings.ReplaceAll(harness.Prefix(t), ":", "")
+			ss := traced(t, c, harness.Prefix(t), tag, false)
+			at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+			want := func(fast, event int64, what string, f func() error) {
+				t.Helper()
+				require.NoError(t, f(), what)
+				p, err := hook.Paths(ctx, ss[0], tag)
+				require.NoError(t, err)
+				require.Equal(t, map[string]int64{"fast": fast, "event": event}, withZeros(p), what)
+			}
+			want(1, 0, "add", func() error { _, err := ss[0].At(at).Add(ctx, "k", 1); return err })
+			want(1, 0, "add again", func() error { _, err := ss[0].At(at).Add(ctx, "k", 1); return err })
+			want(1, 0, "record without a sum", func() error {
+				_, err := ss[0].At(at).Record(ctx, store.Event{Key: "k", Delta: 2, NoSum: true})
+				return err
+			})
+			want(1, 0, "allow", func() error { _, err := ss[0].At(at).Allow(ctx, "k", 100, 1); return err })
+			want(0, 1, "a refusal", func() error { _, err := ss[0].At(at).Allow(ctx, "k", 3, 1); return err })
+			want(1, 0, "allow all of a key's windows", func() error {
+				_, err := allowAllAt(ctx, at, 1, store.Policy{Store: ss[0], Key: "k", Limit: 100}, store.Policy{Store: ss[1], Key: "k", Limit: 100},
+					store.Policy{Store: ss[2], Key: "k", Limit: 100})
+				return err
+			})
+			want(1, 0, "allow all across keys", func() error {
+				_, err := allowAllAt(ctx, at, 1, store.Policy{Store: ss[0], Key: "k", Limit: 100}, store.Policy{Store: ss[0], Key: "ip", Limit: 100})
+				return err
+			})
+			want(0, 1, "an event id", func() error {
+				_, err := ss[0].At(at).Record(ctx, store.Event{Key: "k", Delta: 1, ID: "e1"})
+				return err
+			})
+			want(0, 1, "a late event", func() error {
+				_, err := ss[0].At(at).Record(ctx, store.Event{Key: "k", Delta: 1, Time: at.Add(-3 * time.Second)})
+				return err
+			})
+			want(1, 0, "a move on", func() error { _, err := ss[0].At(at.Add(1500*time.Millisecond)).Add(ctx, "k", 1); return err })
+		})
+	}
+}
+
+func withZeros(p map[string]int64) map[string]int64 {
+	out := map[string]int64{"fast": 0, "event": 0}
+	for k, v := range p {
+		out[k] = v
+	}
+	return out
+}
+
