@@ -1,49 +1,24 @@
--- Several sliding windows of one key, kept as prefix sums (limit.NewWindows):
--- an event writes one running total whatever the number of windows.
+-- Several sliding windows of one key, kept as prefix sums (limit.NewWindows,
+-- whose doc has an example): g, the total of every cost the key counted; S,
+-- g when a bucket started, one field per bucket that counted something, in
+-- its window's hash, named by the bucket's index (Unix ms / bucket). A
+-- window's sum is g less S of its oldest live bucket that counted something.
 --
---   g   the total of every cost the key ever counted (rebased, see below)
---   S   g when a bucket started: one field per bucket that counted something,
---       in its window's hash, named by the bucket's index (Unix ms / bucket)
---
---   window k's sum = g - S(its oldest live bucket that counted something)
---
---       buckets    b0    b1    b2    b3   (b3 current, b0 left the window)
---       counted     4     0     3     2
---       S           0     -     4     7   (b1 counted nothing: no field)
---       g = 9; the mark is b2's S = 4, so the window's sum is 9 - 4 = 5
---
--- KEYS: per operation, one hash per window, in the rules' order. The first
--- also holds the key's running state:
---   g       the running total
---   t       the time of the newest counted cost (Unix ms)
---   m<k>, v<k>  window k's mark, the index of its oldest bucket that may hold
---           a count, and S there. The window's sum is g less that S. Every
---           field of the window's hash below the mark has been deleted.
---
--- The keys expire together, at X(t) = (floor(need / Q) + 2) x Q, where need
--- is when the buckets of t have left every window and Q is a quarter of the
--- longest window: a write sets the expiry when X moves (once per Q at most),
--- so a key lives at most 2 Q past its last bucket's leaving.
+-- KEYS: per operation, one hash per window, in the rules' order; the first
+-- also holds the state: g; t, the time of the newest counted cost; m<k>,
+-- v<k>, window k's mark (its oldest bucket that may hold a count) and S
+-- there. Fields below a mark are deleted. The keys expire together at
+-- X(t) = (floor(need / Q) + 2) x Q, need being when t's buckets have left
+-- every window and Q a quarter of the longest: the expiry moves once per Q.
 --
 -- ARGV: clock ("" for the server's TIME), Q ms, the number of windows, then
--- per window: bucket ms, buckets, limit, mark field, value field; then one cost
--- per operation. The operations of a call are a batch (internal/batch): each
--- is atomic on its own and answered on its own.
---
--- Reply, per operation: {allowed, now, t, then per window its sum after the
--- decision; then, when refused, per window the time until the cost fits in
--- that window alone (0 when it fits now, -1 when it never fits: a cost over
--- the limit)}, or the operation's error. now is the instant decided at, t the
--- newest count's (0: none); a window's reset, the time until every bucket
--- counted has left it, is when t's bucket leaves, less now (0 for a sum of 0).
---
--- Costs are whole and at least 0, and limits and costs at most 2^51 (the
--- constructor and the call check them), so every figure is an integer below
--- 2^53 in a double: a window's sum is at most its limit, and g is rebased
--- (every S less the smallest mark's) before it would pass 2^52.
---
--- A clock behind the key's newest count (t) is taken as t. A refusal, and a
--- cost of 0, write nothing.
+-- per window: bucket ms, buckets, limit, mark field, value field; then one
+-- cost per operation (each atomic and answered on its own). Reply, per
+-- operation: {allowed, now, t, each window's sum after the decision, then,
+-- when refused, each window's wait until the cost fits in it alone (-1:
+-- never)}, or its error. Costs and limits are at most 2^51, so every figure
+-- is an integer below 2^53 (g is rebased before it would pass 2^52). A clock
+-- behind t is taken as t; a refusal, and a cost of 0, write nothing.
 
 local clock, srv = ws_clock(ARGV[1])
 local Q, K = tonumber(ARGV[2]), tonumber(ARGV[3])

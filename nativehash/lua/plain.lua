@@ -1,35 +1,15 @@
--- The plain hash's operations, on its running totals (see plainprims.lua for
--- the keys and the head's records). A record (m, t, c, v) of a window: t is
--- the sum of the buckets that start at or after m; bucket c's value is v.
---
---   Window{10s, 1s}, at 12:00:15.3, the record synced at the last write:
---   m  12:00:06   (the oldest live bucket at the last write)
---   t  42         (the buckets from 12:00:06 on)
---   c  12:00:15   v 3   (the current bucket: counted in the head alone)
---   hash: 6 ... 14, the buckets before c (codes), 12:00:06 ... 12:00:14
---
---   Add 1 at 12:00:15.8: the record is synced (m is the oldest live bucket,
---   c the current one): t = 43, v = 4, in the head (GET, SET).
---   Add 1 at 12:00:17.1: the oldest live bucket is now 12:00:08, so buckets
---   6 and 7 have left: read them (HMGET), take them off t; the current bucket
---   is 17: bucket 15's value goes to its field (HSET 15 4, a flush), and the
---   record becomes m = 12:00:08, t = 43 - b6 - b7 + 1, c = 12:00:17, v = 1;
---   then HDEL 6 and 7, and the hash's and the head's expiries move.
---
--- The head is written at the operation's end (ws_end), after the hash. The
--- first write of an operation is the only one the server can refuse (OOM),
--- and whichever it is, a refusal leaves every count as it was. Every number
--- is exact: a record holds integers below 2^53, t moves by sweeps whose
--- values' magnitudes add up to less than 2^53 (checked), and by writes done
--- exactly (see ws_plus). A counter without a record (new, or its total
--- beyond 2^53), idle for more than WS_SWEEP buckets or past its window, or
--- whose record is past the clock (a clock that went back), is read whole
--- (HGETALL, the record's bucket in place of its field) and its total rebuilt.
---
--- The buckets' hash expires when the record's current bucket leaves the
--- window: every flush, and every bucket the record moves to, sets it (a late
--- bucket only extends it). So while a record's total counts a bucket, that
--- bucket's field is there to be swept.
+-- The plain hash's counter operations, on its running totals (see
+-- plainprims.lua). An event counted in the current bucket of a synced record
+-- (m the oldest live bucket, c the current one) moves t and v in the head
+-- alone. When the window has moved on, the buckets that left [m, low) are
+-- read (HMGET) and taken off t, bucket c's value goes to its field (a
+-- flush), the record moves to the current bucket, and the buckets that left
+-- are deleted. A counter without a record, idle past WS_SWEEP buckets or its
+-- window, beyond 2^53, or whose record is past the clock, is read whole
+-- (HGETALL) and its record made anew. The hash expires when the record's
+-- bucket leaves the window, so while a total counts a bucket, its field is
+-- there to be swept. The head is written at the operation's end (ws_end):
+-- the only write the server can refuse (OOM) is an operation's first.
 
 -- WS_SWEEP is how many buckets a write may sweep one by one (see ws_dead).
 local WS_SWEEP = 32

@@ -1,42 +1,18 @@
--- The plain native hash, for servers without hash-field TTL: fields never
--- expire on their own. A counter is two keys: its buckets' hash, one field
--- per bucket (as every backend keeps them), and its key's head, a string that
--- the counters of one key share (every window of a store's tiers, every
--- store under one prefix):
+-- The plain native hash, for servers without hash-field TTL (the keys and the
+-- head's records are in package nativehash's doc). A counter is two keys,
+-- its buckets' hash and its key's head, which the counters of one key share:
+-- a record of six doubles per window (struct.pack '<d...'): b, w, the
+-- window's bucket and length; m, the oldest bucket live at the last write;
+-- t, the sum of the buckets from m on; c, v, the current bucket's start and
+-- value (its field is written when the window moves on). Every number of a
+-- record is an integer below 2^53: a counter beyond it keeps no record and is
+-- read whole.
 --
---   ws:{user:42}:h          the head: per window, its running total and its
---                           current bucket (see below)
---   ws:{user:42}:1m/1s:b    the buckets of the 1m/1s window
---   ws:{user:42}:1h/1m:b    the buckets of the 1h/1m window
---
--- The head is a record per window, six doubles each (struct.pack '<d...'):
---
---   b, w   the window's bucket and length (ms): which window the record is
---   m      the start (Unix ms) of the oldest bucket that was live at the last
---          write: the total covers the buckets from m on
---   t      the sum of the buckets that start at or after m
---   c, v   a bucket's start and its value: the value of bucket c is v, not
---          its field (which may be missing or stale); c is the current
---          bucket at the last write that counted in the current bucket
---
--- So an event that counts in the current bucket of a synced window (m is the
--- oldest live bucket, c the current one) reads the head (GET) and writes it
--- (SET), whatever the number of windows: one read and one write of one key.
--- The bucket's field is written once, when the window's current bucket moves
--- on (a flush), with the buckets that left the window swept from the total
--- (see plain.lua). Every number of a record is an integer below 2^53 in
--- magnitude: a total or a bucket beyond that is kept in the hash alone, with
--- no record, and the counter is read whole on every operation.
---
--- A counter's keys come to a script as two entries of KEYS: the buckets'
--- hash, then the head (WS_KPC). The plain hash's operations take a counter
--- as the index in KEYS of its hash (ws_ckey; KEYS[key + 1] is its head),
--- which shared code passes on as it is. An operation reads a head once
--- (ws_hget) and writes it once at its end if it changed (ws_end), with its
--- expiry: when the newest of its records' current buckets leaves its window.
--- (A script pays for every table it makes, as garbage to collect: the heads
--- an operation read are kept in tables reused from one operation and one
--- call to the next, found by a walk of the few an operation reads.)
+-- A counter comes to a script as two entries of KEYS, its hash then its head
+-- (WS_KPC); the operations take a counter as the index of its hash (ws_ckey).
+-- An operation reads a head once (ws_hget) and writes it once at its end if
+-- it changed (ws_end), with the expiry of its newest record. The heads are
+-- kept in tables reused from one operation to the next.
 
 local WS_RESERVED = {m = true, t = true}
 

@@ -25,10 +25,9 @@ local function ws_clock(arg)
   return tonumber(arg), nil
 end
 
--- ws_tonum is tonumber of an argument that repeats from one operation to
--- the next (a cost, a limit, how many items follow): tonumber costs the
--- server some 1,600 instructions (strtod, callgrind), a table lookup a tenth
--- of that. It keeps at most 256 strings, from one call to the next.
+-- ws_tonum is tonumber of an argument that repeats from one operation to the
+-- next (a cost, a limit, how many items follow), remembered: a lookup costs
+-- less than strtod. It keeps at most 256 strings, from one call to the next.
 local ws_tonum = nil
 do
   local memo, n = {}, 0

@@ -1,7 +1,5 @@
 -- Decisions: whether a cost fits under a limit, and when it will.
 --
---   ws_le(sum, x)              sum (a double, or a decimal string past
---                              2^53) <= x (an exact double)
 --   ws_reset(L, S)             ms until every live bucket that is not 0 has
 --                              left the window (S: ws_detail's live buckets)
 --   ws_retry(L, S, cost, limit)
@@ -14,13 +12,6 @@
 --
 -- Every figure is exact: on doubles while the magnitudes of the live values
 -- add up to less than 2^53 (S.kmag), else on pairs (see exact.lua).
-
-local function ws_le(sum, x)
-  if type(sum) == 'number' then return sum <= x end
-  local hi, lo = ws_split(sum)
-  local xh, xl = ws_splitnum(x)
-  return ws_sign(hi - xh, lo - xl) <= 0
-end
 
 local function ws_reset(L, S)
   local last = nil

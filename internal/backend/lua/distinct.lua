@@ -1,48 +1,27 @@
 -- Distinct counts: a HyperLogLog per bucket, kept in a ring of keys, and the
--- union of the live buckets, kept so that a count is PFCOUNT of one key,
--- whose cached cardinality Redis reuses until the key changes. Every key is
--- declared in KEYS by the caller (a key a script names itself may have moved
--- away during a slot migration), all in the counter's slot:
+-- union of the live buckets, so that a count is PFCOUNT of one key. Every key
+-- is declared in KEYS by the caller, in the counter's slot:
 --
---   D       a hash: which bucket each ring key holds ("<bucket start>" ->
---           ring index), "u", the oldest live bucket start D:u was built
---           for, and "h", the newest bucket start that holds a ring key
+--   D       a hash: "<bucket start>" -> its ring index; "u", the oldest live
+--           bucket start D:u was built for; "h", the newest bucket start
 --   D:u     the union of the buckets from "u" on
---   D:r0 .. D:r<R-1>
---           the ring: one HyperLogLog per bucket, R keys for a window of n
---           buckets (ws_dring): the live buckets (n, one more at a year's
---           short last bucket), the new one, one ahead, and the buckets of
---           the future tolerance (clients whose clocks are ahead)
+--   D:r0 .. D:r<R-1>  one HyperLogLog per bucket (ws_dring: the window's
+--           buckets, the new one, one ahead, and the future tolerance's)
 --
---   D (ring of R = 6, window of 3 buckets), at 12:00:03.5, buckets of 1 s:
---   "12:00:01" -> 4   "12:00:02" -> 5   "12:00:03" -> 0   u = 12:00:01
---   D:r4 {a}   D:r5 {a, b}   D:r0 {c}   D:u {a, b, c}
---
--- An add to a bucket that has its ring key, while D:u is at the script's
--- instant, is PFADD to that key and to D:u, and its count PFCOUNT D:u. The
--- first add to a bucket reads D whole: it gives the bucket the lowest ring
--- index that no bucket still in the window holds (deleting the key of the
--- one that left). When the oldest live bucket has changed, D:u is rebuilt
--- with one PFMERGE of the live ring keys, by the second add at that instant,
--- not the first: a key that sees one add per bucket pays the merge once, as
--- PFCOUNT of the ring keys. Until then, and over a span shorter than the
--- window, a count is PFCOUNT of the live ring keys (a merge, which writes
--- nothing). Ring keys expire when their bucket leaves the window, D and D:u
--- when the newest bucket does.
+-- An add to a bucket that has its ring key, while D:u is current, is PFADD to
+-- that key and to D:u, and its count PFCOUNT D:u. The first add to a bucket
+-- gives it the lowest ring index no live bucket holds; when the oldest live
+-- bucket has changed, the second add at that instant rebuilds D:u (PFMERGE),
+-- and until then a count merges the live ring keys. Ring keys expire with
+-- their bucket, D and D:u with the newest. D's fields are bucket starts, not
+-- year-stripped codes, so that a view at another instant (Store.At) tells a
+-- bucket that left from one ahead; when every ring key is held (At views far
+-- apart in time), the bucket furthest ahead gives its key up.
 --
 -- An add is planned (ws_dplan: reads only; D of another type fails the event
 -- before anything is written), then written (ws_dwrite), before the event's
--- other writes: the ring and union keys are the script's alone, and only a
--- string that is not a HyperLogLog, written there by someone else, could
--- fail a write.
---
--- D's fields are bucket starts, not year-stripped codes, so that a view at
--- another instant (Store.At) can always tell a bucket that has left the
--- window from one ahead of its instant. Only buckets that have left the
--- window at the script's instant are ever deleted, unless every ring key is
--- held, which takes writes at instants further apart than the future
--- tolerance (At views that go back in time): then the bucket furthest ahead
--- of the instant gives up its key, and its members.
+-- other writes: only a string that is not a HyperLogLog, written at a ring
+-- or union key by someone else, could fail a write.
 
 -- ws_dring is the number of ring keys of a window shape: n + 3 for a window
 -- of n buckets, and one more per bucket of the future tolerance (at most n).

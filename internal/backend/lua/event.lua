@@ -16,75 +16,59 @@
 -- So an error leaves every key of the event as it was, and a refusal writes
 -- no limit's cost anywhere.
 --
--- Items (after the group's header):
+-- Items (after the group's header), and their answers:
 --
---   WS_IT_COUNT    shape delta          add delta; answer the window sum
---   WS_IT_QUIET    shape delta          add delta; answer 0
---   WS_IT_LIMIT    shape limit cost     count cost only if the event admits;
---                                       answer {sum, retry ms, reset ms,
---                                       refused} (refused: 1 when this limit
---                                       refused, in a duplicate's first
---                                       decision too)
+--   WS_IT_COUNT    shape delta          add delta: the window sum
+--   WS_IT_QUIET    shape delta          add delta: 0
+--   WS_IT_LIMIT    shape limit cost     count cost only if the event admits:
+--                                       sum, retry ms, reset ms, refused (1
+--                                       when this limit refused, in a
+--                                       duplicate's first decision too)
 --   WS_IT_IFOK     shape delta          add delta only if the event admits
---                                       (the other tiers of a limited
---                                       counter); answer the window sum
---   WS_IT_DISTINCT shape n member...    add members to the bucket's
---                                       HyperLogLog (none: only read); answer
---                                       the distinct count (keys: ws_dk)
---   WS_IT_READ     shape                answer the window sum
---   WS_IT_EXTREME  shape dir value      keep the bucket's greatest or least
---                                       value ('': the event's time; see
---                                       extreme.lua); answer {1, value...}
---   WS_IT_XREAD    shape dir            answer {1, value...}
+--                                       (a limited counter's other tiers)
+--   WS_IT_DISTINCT shape n member...    add to the bucket's HyperLogLog
+--                                       (none: read): the distinct count
+--   WS_IT_READ     shape                the window sum
+--   WS_IT_EXTREME  shape dir value      see extreme.lua: counted, value...
+--   WS_IT_XREAD    shape dir            1, value...
 --   WS_IT_ACQUIRE, WS_IT_REFRESH, WS_IT_RELEASE   max ttl id
---                                       a lease (lease.lua): an acquire is a
---                                       limit of the event; answer {held,
---                                       ok, retry ms, refused}
+--                                       a lease (lease.lua; an acquire is a
+--                                       limit): held, ok, retry ms, refused
 --
 -- A group's ARGV: the number of items, the event id ("" for none), the id's
--- time to live (ms), the event time ("" for now), then each item's kind,
--- shape and arguments. KEYS: the id's key (with an id), then each item's.
---
--- A group answers {flags, retry ms, answer per item}, flat (see ws_emit),
--- and a link its groups' answers, one after the other: flags 1 when the event
--- admitted (its limits counted), 2 when the id was seen before, 4 when the
--- group has writes and none of them could count (every one too old). A
--- duplicate writes nothing and answers the counters' state now, with the
--- first call's decision (the id's record: '1', or '0' and the items that
--- refused, ',L' when another group did), each refusing limit's retry from
--- now. An event time places the writes, not the limits, which decide now:
--- a write whose bucket has left its window counts nothing and answers its
--- value now, marked (a negative count of values, ws_emit). A
--- refused group without unconditional writes writes nothing, not even its
--- id, so that a retry is decided anew; otherwise its id is kept with the
--- decision.
+-- time to live (ms), the event time ("" for now), then the items. KEYS: the
+-- id's key (with an id), then each item's. A group answers flags, retry ms,
+-- then each item's answer (flat, ws_emit); a link, its groups' in turn.
+-- flags: 1 the event admitted (its limits counted), 2 the id was seen, 4 the
+-- group has writes and none could count (too old), 16 (a reservation) the
+-- record was this call's. A duplicate writes nothing and answers the state
+-- now and the first decision (the id's record: '1', or '0' and the items that
+-- refused, ',L' when another group did). An event time places the writes;
+-- the limits decide now; a write whose bucket has left its window counts
+-- nothing and answers its value now, marked late. A refused group without
+-- unconditional writes keeps no id, so that a retry is decided anew.
 --
 -- Operations:
 --
 --   WS_OP_GROUP    group       one group
---   WS_OP_LINK     n group...  the groups of one event on one server, in
---                              one script: all stages over all groups; the
---                              reply is each group's answer
---   WS_OP_CHECK    group       a cluster, phase one: the stages before commit,
---                              for one slot's group; answers 1, or the error
---                              (WS_E_PENDING: its id is another call's
---                              reservation, in flight)
---   WS_OP_RESERVE  nonce group a cluster, phase two: the group, deciding for
---                              itself; an admitted group with writes records
---                              '1@T@S#nonce' (T its instant, S the server's)
---   WS_OP_UNDO     nonce group phase three, when another slot refused: takes
---                              back what the group counted only because its
---                              limits admitted, if its id's record is this
---                              reservation's; answers 1, else 0
---   WS_OP_SETTLE   nonce group phase three, when every slot admitted: the
---                              reservation's record becomes '1'; answers 1,
---                              else 0
+--   WS_OP_LINK     n group...  the groups of one event on one server
+--   WS_OP_CHECK    group       a cluster's phase one: the stages before the
+--                              commit; 1, or the error (WS_E_PENDING: the
+--                              id is another call's reservation in flight)
+--   WS_OP_RESERVE  nonce group phase two: the group deciding alone; an
+--                              admitted one that wrote records '1@T@S#nonce'
+--                              (T its instant, S the server's)
+--   WS_OP_UNDO     nonce group phase three after a refusal: what the group
+--                              counted because its limits admitted, taken
+--                              back if the record is this reservation's
+--   WS_OP_SETTLE   nonce group phase three after an admission: the record
+--                              becomes '1', never taken back
 --
--- A reservation not settled ('1@T@S#n') is another call's in flight until
--- WS_STALE ms after S: a check waits for it (WS_E_PENDING), a reservation
--- takes it for a duplicate. Past that, or when it is this call's own (resent
--- after a lost reply), a reservation takes it over: nothing more is written,
--- flags has 16, and the record names this call, whose undo or settle ends it.
+-- A reservation not settled is another call's in flight until WS_STALE ms
+-- after S: a check waits for it, a reservation takes it for a duplicate.
+-- Past that, or when it is this call's own (resent after a lost reply), a
+-- reservation takes it over: nothing more is written, and the record names
+-- this call.
 local WS_STALE = 5000
 
 local WS_NONE = {} -- an empty list, never written

@@ -112,3 +112,12 @@ local function ws_bucketplus(cur, delta)
   end
   return nv
 end
+
+-- ws_le reports whether sum (a double, or a decimal string past 2^53) <= x
+-- (an exact double).
+local function ws_le(sum, x)
+  if type(sum) == 'number' then return sum <= x end
+  local hi, lo = ws_split(sum)
+  local xh, xl = ws_splitnum(x)
+  return ws_sign(hi - xh, lo - xl) <= 0
+end

@@ -1,45 +1,25 @@
--- Window extremes: the greatest or least value of the window's events. A
--- bucket keeps its own extreme (one field per bucket, as a counter keeps its
--- amount); the window's is the extreme of its live buckets. Package store
--- keeps the max and min of amounts with them, and first and last seen as the
--- least and greatest event time. Values are int64s as canonical decimal
--- strings (as the client sends them), compared exactly, never as doubles.
+-- Window extremes: the greatest or least value of the window's events (max,
+-- min; first and last seen are the least and greatest event time). A bucket
+-- keeps its own extreme in its field; the window's is that of its live
+-- buckets. Values are canonical decimal int64s, compared exactly, never as
+-- doubles. dir is WS_X_MAX ('>') or WS_X_MIN ('<'); a value '' is the event's
+-- time. Items: WS_IT_EXTREME shape dir value (event.lua); the read, in
+-- sum.lua: shape dir, answering {extreme} or {} when no event is live.
 --
---   WS_IT_EXTREME shape dir value       an event's item (see event.lua)
---   (read, in sum.lua: shape dir)       {extreme}, or {} when no event is live
+-- A window of more than WS_XSMALL buckets caches its extreme in field
+-- WS_XCACHE as "start:value" (start: the bucket holding it, the later of
+-- two): while that bucket is live the cache is the window's extreme, so a
+-- write reads two fields and a read one; once it has left (once per bucket at
+-- most) the hash is read whole and the extreme found again.
 --
--- dir is WS_X_MAX ('>', keep the greatest) or WS_X_MIN ('<', the least). A
--- value '' is the event's time (first and last seen).
---
--- A window of more than WS_XSMALL buckets caches its extreme in the reserved
--- field WS_XCACHE as "start:value", start being that of the bucket that
--- holds it (of two that hold it, the later); a smaller one is read whole at
--- every call. While that bucket is live the cache is the window's
--- extreme: a bucket that left held no more (the cache was the extreme of all
--- of them), and every write since went through the cache. So a write reads
--- two fields (the cache and its bucket) and writes at most two, and a read
--- one; only when the cache's bucket has left the window (once per bucket at
--- most) is the hash read whole, its extreme found again and its stale fields
--- deleted:
---
---   Max, window 2h of 1m (120 buckets), 12:04:30   x = "10:30:00:90"
---   10:04 7 (stale) | 10:05 12 | ... | 10:30 90 | ... | 12:04 40
---   write 60 at 12:04:30: 10:30 is live, so the max is 90; bucket 12:04 = 60
---   write 60 at 12:30:10: 10:30 has left: HGETALL, max of 10:31..12:30
---
--- dir WS_X_RECENT keeps the window's WS_RECENT most recent values instead
--- (the last K), in WS_XCACHE alone, as "start:ms:value" entries (start: the
--- start of the bucket the event counted in), newest first, comma-separated;
--- the answer is {ms, value, ms, value, ...}, newest first. The live entries of
--- the list are always the window's most recent: an event the list dropped is
--- older than every entry it kept, so its bucket leaves no later than theirs.
--- Of two events of the same ms, the later written is the more recent.
--- (WS_RECENT is package backend's MaxRecent.)
+-- dir WS_X_RECENT keeps the window's WS_RECENT most recent values in
+-- WS_XCACHE alone, "start:ms:value" entries, newest first, comma-separated,
+-- answered as {ms, value, ...}: an entry the list dropped is older than every
+-- one it kept, so its bucket leaves no later than theirs.
 
 local WS_XCACHE = 'x'
 
--- WS_XSMALL is the most buckets a window has whose extremes are not cached:
--- reading a hash that small whole costs less than keeping the cache.
+-- WS_XSMALL is the most buckets a window has whose extremes are not cached.
 local WS_XSMALL = 64
 
 -- ws_xbeats reports whether a beats b in direction dir: canonical decimal

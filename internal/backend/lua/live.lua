@@ -5,6 +5,7 @@
 --   1     clock: Unix ms of a client clock, or "" for the server's TIME
 --   2..6  starts of the five years around the client's clock, Unix ms
 --   7     future tolerance ms: how far ahead of the clock an event may be
+--   8     a trace, for tests (see base.lua)
 --
 -- Field codes are year-stripped (package fieldcodec): a bucket's code is its
 -- index within its year, so a code means a different instant in each year.
@@ -20,24 +21,18 @@
 -- next-year range only within the tolerance of the next one.
 
 -- ws_memo keeps the last header, with the shapes computed for it (see
--- ws_shape), from one call to the next. Under Redis Functions a library's
--- upvalues live as long as the library, so the calls of one millisecond (on
--- the server's clock) or of one instant (on a client's) with the same years
--- share them; under EVALSHA each call starts with an empty one. Nothing
--- changes a header or a shape once made, but a client-clock header's server
--- time (srv), which each call that needs it reads (ws_expiry).
+-- ws_shape), from one call to the next (under Redis Functions a library's
+-- upvalues live as long as the library): the calls of one instant share
+-- them. Nothing changes a header once made but a client-clock header's
+-- server time (srv), which each call that needs it reads (ws_expiry).
 local ws_memo = {H = nil, a1 = nil, a2 = nil, a3 = nil, a4 = nil, a5 = nil, a6 = nil, a7 = nil}
 
--- ws_header reads ARGV's header. (Tables are built whole, by one
--- constructor: a table that grows field by field is rehashed as it grows,
--- and in a script that costs more than the arithmetic.)
+-- ws_header reads ARGV's header.
 local function ws_header(a)
   local M = ws_memo
   if a[1] ~= '' and M.H ~= nil and M.a1 == a[1] and M.a3 == a[3] and M.a4 == a[4] and M.a5 == a[5] and
       M.a2 == a[2] and M.a6 == a[6] and M.a7 == a[7] then
-    -- The last client-clock header, at the same instant: its server time
-    -- (read when an expiry needs it, ws_expiry) is this call's to read.
-    M.H.srv = nil
+    M.H.srv = nil -- (the last client-clock header: this call reads its own server time)
     return M.H
   end
   local now, srv = ws_clock(a[1])
@@ -45,7 +40,6 @@ local function ws_header(a)
       M.a5 == a[5] and M.a2 == a[2] and M.a6 == a[6] and M.a7 == a[7] then
     return M.H
   end
-  -- (The years and the tolerance repeat from call to call: ws_tonum.)
   local y2, y3, y4 = ws_tonum(a[3]), ws_tonum(a[4]), ws_tonum(a[5])
   local prev, cur, nxt
   if y2 <= now and now < y3 then
@@ -80,16 +74,10 @@ end
 --               of the next (an empty range has lo > hi)
 --   low         the start of the oldest live bucket
 --   reset       ms from the instant until the current bucket leaves the window
--- A shape's table is made once and kept from one call to the next (at most
--- 256 shapes): a header is made anew each millisecond of the server's clock
--- (or each instant of a client's), and filling a kept table in place costs
--- the server a fraction of making one of twenty fields, nothing at all but
--- the instant when the live buckets are those of the last header (three
--- windows' shapes and policies made anew at each header were a fifth of an
--- AllowAll's instructions for a caller that waits for each answer,
--- callgrind). So a shape's table is its header's until the next header's
--- ws_shape: nothing keeps one from one call to the next but ws_memo's last
--- header.
+-- A shape's table is kept from one call to the next (at most 256 shapes) and
+-- filled in place for each new header: a new table per header would be
+-- garbage to collect on every call. So a shape's table is its header's until
+-- the next header's ws_shape.
 local ws_shape = nil
 do
   local kept, nk = {}, 0
@@ -123,9 +111,7 @@ do
     L.xs, L.xsrv = false, false
     if c == L.c and cur == L.cur and lo == L.lo and plo == L.plo and hi == L.hi and nhi == L.nhi and prev == L.prev and
         nxt == L.nxt then
-      -- The same live buckets as the last header's (the same current bucket,
-      -- as most headers of a busy key find): only the instant moves.
-      L.H, L.now, L.reset = H, now, cstart + w - now
+      L.H, L.now, L.reset = H, now, cstart + w - now -- (the same live buckets: only the instant moves)
       H.shapes[shape] = L
       return L
     end
