@@ -113,7 +113,7 @@ var fieldTTL = backend.Register(backend.New(backend.Spec{
 	Requires: []string{"hincrby", "hpexpireat"},
 	FieldTTL: true,
 	Why:      "the server has hash-field TTL (HPEXPIREAT): buckets expire per field",
-	Prims:    []backend.Fragment{frag("hash.lua"), frag("fieldttl.lua"), frag("fieldttlx.lua")},
+	Prims:    []backend.Fragment{frag("fieldttl.lua"), frag("fieldttlx.lua")},
 	Ops:      []backend.Fragment{backend.ScanOps},
 	ACL:      backend.ACLRule{Label: "field TTL", Rule: "+time +pttl +hgetall +hget +hincrby +hset +hpexpireat +pexpireat +hdel +hpttl"},
 }))

@@ -1,21 +1,13 @@
 -- GCRA, the generic cell rate algorithm: one string per key holding the
--- theoretical arrival time (TAT), the instant at which the key's state is
--- fresh again. One unit of cost moves it on by the emission interval
--- T = p / q ms; a request of cost n is admitted when, after it, the TAT is at
--- most burst x T ahead of now.
---
--- Time is counted in ms and the TAT is kept exactly, as whole ms and a
--- remainder in units of 1/q ms: the value is "ms rem q". The arithmetic below
--- works on times relative to now, in units of 1/q ms, which stay under
--- burst x p: integers a double holds exactly (the constructor bounds them).
---
--- ARGV: clock ("" for the server's TIME), p, q, burst, cost.
---
--- A negative cost gives back units admitted before (a decision taken back):
--- the TAT moves back by as much, never before now (a fresh key).
--- Reply: {allowed, used, retry ms, reset ms}, where used is burst less the
--- whole units still free now. A refusal writes nothing; the key expires at its
--- TAT, when it would read as fresh anyway.
+-- theoretical arrival time (TAT). A unit of cost moves it on by T = p / q ms;
+-- a cost is admitted when, after it, the TAT is at most burst x T ahead of
+-- now. The TAT is kept exactly, "ms rem q" (rem in units of 1/q ms), and the
+-- arithmetic works in units of 1/q ms relative to now, below burst x p: exact
+-- in doubles (the constructor bounds them). ARGV: clock ("" for the server's
+-- TIME), p, q, burst, cost; a negative cost gives units back (the TAT moves
+-- back, never before now). Reply: {allowed, used, retry ms, reset ms}, used
+-- being burst less the whole units free now. A refusal writes nothing; the key
+-- expires at its TAT.
 
 local key = KEYS[1]
 local now, srv = ws_clock(ARGV[1])

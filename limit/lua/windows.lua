@@ -39,10 +39,9 @@ local function ws_wnames(lo, hi)
   return names
 end
 
--- ws_wfirst: the first bucket of hash key, from index lo to index hi, that
--- counted something, and its S; nil when none did. It reads 4 fields, then
--- twice as many each time, up to 256: the oldest is the likeliest, and a
--- sparse window of many buckets is crossed in a few reads.
+-- ws_wfirst: the first bucket of hash key from index lo to hi that counted
+-- something, and its S (nil: none), read 4 fields at first, then twice as
+-- many each time, up to 256.
 local function ws_wfirst(key, lo, hi)
   local n = 4
   while lo <= hi do
@@ -58,10 +57,8 @@ local function ws_wfirst(key, lo, hi)
 end
 
 -- ws_wretry: the time from now until window k's sum (g less S at mark) is at
--- most rem, its hash being key and its newest bucket that counted something
--- last. Its buckets leave oldest first, and once bucket j has left, the sum
--- is g less the S of the next bucket that counted something (0 when none
--- did). It reads 8 fields, then twice as many each time, up to 256.
+-- most rem (its hash key, its newest bucket that counted last): once bucket j
+-- has left, the sum is g less the next counted bucket's S.
 local function ws_wretry(key, k, g, mark, last, rem, now)
   local prev, lo, n = mark, mark + 1, 8
   while lo <= last do
@@ -99,15 +96,13 @@ local function ws_wexpiry(at)
   return (floor(need / Q) + 2) * Q
 end
 
--- Each operation's windows: current bucket, the bucket of the newest count,
--- mark and S there, whether it moved, the first and last fields it passed
--- (lo > hi: none), and whether the cost fits (reused from one operation to the next).
+-- Each operation's windows (reused): current bucket, the newest count's, mark
+-- and S, whether it moved, the fields it passed (lo > hi: none), whether the
+-- cost fits.
 local cur, last, mark, val, moved, dlo, dhi, own = {}, {}, {}, {}, {}, {}, {}, {}
 
--- What depends on the clock alone, once per call: each window's current
--- bucket at the clock (c0) and the first window's oldest live bucket (s1),
--- with the clock and s1 as field values (the read's and the write's
--- arguments: a number would be formatted again by each redis.call).
+-- Once per call: each window's current bucket (c0) and the first window's
+-- oldest live bucket (s1), the clock and s1 as field values.
 local c0 = {}
 for k = 1, K do c0[k] = floor(clock / b[k]) end
 local s1 = c0[1] - nb[1] + 1

@@ -2,12 +2,10 @@
 -- event of counts and limits without an event id or time (Add, Allow,
 -- AllowAll on one key or several) whose every limit admits. It reads its
 -- operation from ARGV in place, each head once, and a counter synced on the
--- current bucket in its head alone (others through the counter operations,
--- plain.lua), and writes each head once at the operation's end: no table
--- per item, where the pipeline makes a few. Any other
--- operation, or one it gives up on (having written nothing), goes through
--- the pipeline, which answers and writes the same
--- (TestFastPathDifferential).
+-- current bucket in its head alone (others through plain.lua's operations),
+-- and writes each head once at the end: no table per item. Any other, or one
+-- it gives up on (having written nothing), takes the pipeline, which answers
+-- and writes the same (TestFastPathDifferential).
 
 -- ws_fcheck decides an item of the fast path: a cost (costs, a decimal
 -- string) under a limit (a number) in the counter at KEYS[k] of window shape.
@@ -39,8 +37,7 @@ local function ws_fcheck(H, shape, k, limit, costs)
   return L, Hd, i, C.nsum, C.nv, C
 end
 
--- ws_fwrite writes what ws_fcheck decided for the counter at KEYS[k] (the
--- head at the operation's end, ws_end).
+-- ws_fwrite writes what ws_fcheck decided for the counter at KEYS[k].
 local function ws_fwrite(L, k, Hd, i, nt, nv, C)
   if C ~= nil then
     ws_commit(L, k, C, L.target)
@@ -50,13 +47,11 @@ local function ws_fwrite(L, k, Hd, i, nt, nv, C)
   a[i + 3], a[i + 5], Hd.dirty = nt, nv, true
 end
 
--- ws_fe holds the items of a group or a link on the fast path, between their
--- checks and their writes: one table per item, reused from one call to the
--- next, with what ws_fcheck answered.
+-- ws_fe holds what ws_fcheck answered for each item of a group or link, in
+-- tables reused from call to call.
 local ws_fe = {}
 
--- ws_fentry checks an item into ws_fe[x]; it reports whether the fast path
--- takes it.
+-- ws_fentry checks an item into ws_fe[x]: whether the fast path takes it.
 local function ws_fentry(H, x, kind, shape, k, limit, costs)
   local L, Hd, i, nt, nv, C = ws_fcheck(H, shape, k, limit, costs)
   if L == nil then return false end
@@ -69,9 +64,8 @@ local function ws_fentry(H, x, kind, shape, k, limit, costs)
   return true
 end
 
--- ws_fgroups checks the groups of a link (ng of them) or of one group at
--- ARGV[a], KEYS[k]: the number of entries, and where the next operation
--- starts in each; nil when one is not the fast path's.
+-- ws_fgroups checks the ng groups at ARGV[a], KEYS[k]: the number of items and
+-- where the next operation starts; nil when one is not the fast path's.
 local function ws_fgroups(H, ng, a, k)
   local x = 0
   for q = 1, ng do
@@ -93,11 +87,9 @@ local function ws_fgroups(H, ng, a, k)
   return x, a, k
 end
 
--- ws_fast runs the operation at ARGV[i], KEYS[k] on the fast path, if it
--- takes it: it appends the operation's values to out (see write.lua) and
--- answers where the next operation starts in each; nil, having written
--- nothing, when it does not (the heads it read stay for the pipeline,
--- ws_hget).
+-- ws_fast runs the operation at ARGV[i], KEYS[k] on the fast path if it takes
+-- it, appending its values to out: where the next operation starts; nil,
+-- having written nothing, when it does not.
 local function ws_fast(H, i, k, out)
   if ws_tracing ~= nil and ws_tracing.general then return nil end
   local op, o = ARGV[i], #out

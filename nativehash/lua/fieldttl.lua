@@ -38,3 +38,9 @@ local function ws_ttls(key, fields, pttl)
   end)
   return out
 end
+
+local function ws_read(key) return redis.call('HGETALL', key) end
+
+local function ws_drop(key, fields)
+  ws_chunks(fields, function(...) redis.call('HDEL', key, ...) end)
+end

@@ -1,13 +1,8 @@
 -- ws_pack and ws_unpack pack and unpack doubles, little-endian, as the struct
--- library does for a format of '<' and one 'd' per number (the plain hash's
--- heads, see plainprims.lua): ws_unpack(fmt, s[, pos]) answers the numbers
--- and the position after them. They are the server's struct library, which
--- Redis and Valkey give every script, or, on a server without it (an
--- embedded test server: the demo's miniredis), the same bytes made in Lua,
--- slower, for finite numbers (a head holds integers below 2^53). Which one
--- is settled by the first call (ws_packing): a Functions library's code
--- runs at FUNCTION LOAD, where the struct library is not in sight, and
--- every call after the first goes straight to the one chosen.
+-- library does for '<' and a 'd' per number (the plain hash's heads). They
+-- are the server's struct library, or, on a server without it (the demo's
+-- embedded miniredis), the same bytes made in Lua. The first call chooses
+-- (ws_packing): at FUNCTION LOAD the struct library is not in sight.
 local ws_pack, ws_unpack = nil, nil
 
 local function ws_packing()

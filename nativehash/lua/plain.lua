@@ -15,11 +15,9 @@
 local WS_SWEEP = 32
 
 -- ws_codes appends to codes and starts the buckets that start in [from, to),
--- in time order, at most n of them (a year's last bucket may be short, so
--- the walk steps to the next year's start when it gets there). It answers
--- true when it got to `to`, false when it stopped at n, nil when from is not
--- a bucket start of the last, this or the next year; and the start where it
--- stopped.
+-- in time order, at most n (a year's short last bucket steps to the next
+-- year's start). It answers true when it got to `to`, false when it stopped
+-- at n, nil when from is not a bucket start of the three years around now.
 local function ws_codes(L, from, to, n, codes, starts)
   local s, got = from, 0
   while s < to do
@@ -42,19 +40,17 @@ local function ws_codes(L, from, to, n, codes, starts)
   return true, s
 end
 
--- ws_dead lists the codes and starts of the buckets that start in [from, to):
--- those that left the window between a write whose oldest live bucket
--- started at from, and now (to = L.low). It answers nil when there are more
--- than WS_SWEEP, or when from is not a bucket start of this year or the last.
+-- ws_dead lists the codes and starts of the buckets that left the window
+-- since a write whose oldest live bucket started at from; nil for more than
+-- WS_SWEEP, or a from that is not a bucket start.
 local function ws_dead(L, from, to)
   local codes, starts = {}, {}
   if ws_codes(L, from, to, WS_SWEEP, codes, starts) then return codes, starts end
   return nil
 end
 
--- ws_rebuild is ws_open's answer from a full read (the record's bucket in
--- place of its field): the total and the record are to be written anew, and
--- every stale field deleted, by ws_commit.
+-- ws_rebuild is ws_open's answer from a full read: ws_commit writes the
+-- record anew and deletes every stale field.
 local function ws_rebuild(L, key, B, Hd, i)
   local all = ws_read(key, L)
   local S = ws_scan(L, all, L.now - L.w, false)
@@ -67,11 +63,9 @@ local function ws_rebuild(L, key, B, Hd, i)
   return C
 end
 
--- ws_open reads the counter's state for a write to bucket B, or for a sum:
--- C.sum is the window sum (C.fits: within int64); C.cur is B's value (a
--- number from the record, a string from the hash, false: none); C.dead lists
--- the fields ws_commit is to delete; C.hd and C.i are the head and the
--- record (nil: none). It writes nothing.
+-- ws_open reads the counter for a write to bucket B, or a sum: C.sum (C.fits:
+-- within int64), C.cur (B's value; false: none), C.dead (the fields to
+-- delete), C.hd and C.i (the head and the record). Reads only.
 local function ws_open(L, key, B)
   local Hd = ws_hget(L, key)
   local i = ws_hfind(Hd, L)
@@ -117,14 +111,9 @@ local function ws_open(L, key, B)
 end
 
 -- ws_prepare computes what adding delta (a decimal string) to bucket B does
--- to the window sum and to the bucket, exactly, into C; it raises
--- WS_E_OVERFLOW, having written nothing, when either would leave int64.
--- ws_commit then writes it. A group prepares every write before it commits
--- one, so that no item's overflow leaves another written.
---
--- The common case, a total, a bucket and a delta all below 2^53 whose sums
--- stay there, is done on doubles inline (the hot path of Add and Allow); any
--- other goes through ws_addsum and ws_bucketplus, exactly.
+-- to the window sum and the bucket, exactly, into C, and raises
+-- WS_E_OVERFLOW, having written nothing, when either would leave int64: on
+-- doubles while every number stays below 2^53, else on pairs.
 local function ws_prepare(L, C, delta, B)
   local s, d, cur = C.sum, tonumber(delta), C.cur
   local v = 0
@@ -157,14 +146,12 @@ local function ws_hexpire(L, hk, at, only)
   redis.call('PEXPIREAT', hk, e)
 end
 
--- ws_commit writes what ws_prepare prepared (C.nsum, C.nv) to bucket B, and
--- answers the new window sum and the bucket's new value. A write to the
--- current bucket moves the record there (the bucket it had goes to its
--- field, a flush, while it is live); a write to an earlier bucket (a late
--- event, a reservation taken back) goes to that bucket's field, unless it is
--- the record's own. After a full read (C.all) the record is made anew on the
--- current bucket, as read. A total or a bucket beyond 2^53 leaves the counter
--- without a record: every bucket in its field.
+-- ws_commit writes what ws_prepare prepared to bucket B, and answers the new
+-- window sum and the bucket's value. A write to the current bucket moves the
+-- record there (flushing its old bucket to its field); one to an earlier
+-- bucket (late, or an undo) goes to that bucket's field, unless it is the
+-- record's. After a full read the record is made anew; beyond 2^53 the
+-- counter keeps no record.
 local function ws_commit(L, key, C, B)
   local sum, nv = C.nsum, C.nv
   local Hd, i, cst = C.hd, C.i, L.cstart

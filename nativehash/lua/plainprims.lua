@@ -35,29 +35,24 @@ local function ws_fmt(n)
   return f
 end
 
--- ws_hc holds the heads the current operation read (ws_hn of them): each
--- {key, a = the records' numbers, n = how many records, H, dirty (to write
--- at the operation's end), moved (a record's bucket moved, or a record came
--- or went: the expiry may move)}. The tables are reused from one operation to
--- the next. An operation of more than WS_HWALK heads (an event of many
--- entities) finds them by key in ws_hmap.
+-- ws_hc holds the heads the operation read (ws_hn of them), each {key, a =
+-- the records' numbers, n = records, H, dirty (to write), moved (the expiry
+-- may move)}, reused from one operation to the next; past WS_HWALK heads
+-- they are found by key in ws_hmap.
 local ws_hc, ws_hn, ws_hmap = {}, 0, nil
 local WS_HWALK = 8
 
 local function ws_begin() ws_hn, ws_hmap = 0, nil end
 
--- ws_abort forgets the heads read, after an operation failed: the next one
--- reads them again. (An operation that fails has changed no head: records
--- change only when a write commits, after every check.)
+-- ws_abort forgets the heads read after an operation failed (it changed
+-- none: records change only when a write commits, after every check).
 local function ws_abort() ws_hn, ws_hmap = 0, nil end
 
--- ws_ckey is the counter of the j-th counter's keys (from 0) of KEYS from
--- index k: the index of its hash.
+-- ws_ckey is the j-th counter (from 0) of KEYS from k: its hash's index.
 local function ws_ckey(k, j) return k + WS_KPC * j end
 
--- ws_hget returns the head of counter key (read once per operation). A head
--- that is not windowstore's raises WS_E_NOTCOUNTER (a key of another type,
--- WRONGTYPE), before anything is written.
+-- ws_hget returns the head of counter key, read once per operation (one not
+-- windowstore's raises WS_E_NOTCOUNTER, or WRONGTYPE).
 local function ws_hget(L, key)
   local hk = KEYS[key + 1]
   if ws_hmap ~= nil then
@@ -108,9 +103,8 @@ local function ws_hfind(Hd, L)
   return nil
 end
 
--- ws_hcheck raises WS_E_NOTCOUNTER, before anything is written, when record
--- i of Hd holds a number that is not an integer below 2^53: a head that is
--- not windowstore's.
+-- ws_hcheck raises WS_E_NOTCOUNTER when record i of Hd holds a number that is
+-- not an integer below 2^53.
 local function ws_hcheck(Hd, i)
   local a = Hd.a
   for x = i + 2, i + 5 do
@@ -119,9 +113,8 @@ local function ws_hcheck(Hd, i)
   end
 end
 
--- ws_hset writes window L's record into Hd (at index i, or a new one when i
--- is nil), to be written to the server at the operation's end; m, t, c, v
--- nil drops it. It answers the record's index.
+-- ws_hset writes window L's record into Hd (at i, or a new one), saved at the
+-- operation's end; m nil drops it. It answers the record's index.
 local function ws_hset(Hd, L, i, m, t, c, v)
   local a = Hd.a
   if i == nil then
@@ -139,11 +132,9 @@ local function ws_hset(Hd, L, i, m, t, c, v)
   return i
 end
 
--- ws_hsave writes head Hd. A head whose records kept their buckets is
--- written as it is, its expiry kept; otherwise without its records dropped
--- and those whose current bucket has left the window (their buckets have all
--- left), with the expiry of the newest bucket's leaving, or deleted when no
--- record is left.
+-- ws_hsave writes head Hd: as it is, its expiry kept, when no record moved;
+-- else without the records dropped or past their window, expiring with the
+-- latest of its records' buckets (deleted when none is left).
 local function ws_hsave(Hd)
   Hd.dirty = false
   local a, n = Hd.a, Hd.n
@@ -176,8 +167,7 @@ local function ws_hsave(Hd)
   redis.call('SET', Hd.key, ws_pack(ws_fmt(n), unpack(a, 1, m)), 'PXAT', ws_expiry(Hd.H, leave))
 end
 
--- ws_end writes the heads that the operation changed: once per operation,
--- after its last write.
+-- ws_end writes the heads the operation changed, after its last write.
 local function ws_end()
   for j = 1, ws_hn do
     local Hd = ws_hc[j]
@@ -204,10 +194,9 @@ local function ws_code(L, s)
   return string.format('%d', k)
 end
 
--- ws_read reads a hash whole: a window extreme's (key, its name), or a
--- counter's (key, its index in KEYS; L, its window): its fields as the hash
--- holds them, with the head's record's bucket's value in place of its
--- field's (or added).
+-- ws_read reads a hash whole: a window extreme's (key, a name), or a
+-- counter's (key, an index in KEYS; L, its window), the head's record's
+-- bucket in place of its field.
 local function ws_read(key, L)
   if type(key) == 'string' then return redis.call('HGETALL', key) end
   local all = redis.call('HGETALL', KEYS[key])
@@ -238,8 +227,8 @@ local function ws_meta(L, key)
   return {'m', string.format('%d', Hd.a[i + 2]), 't', string.format('%d', Hd.a[i + 3])}
 end
 
--- ws_life is the counter's remaining life (ms) for Inspect: the longer of
--- its hash's and its head's (-2: neither exists; -1: one has no expiry).
+-- ws_life is the counter's remaining life (ms) for Inspect: its hash's or its
+-- head's, the longer (-2: neither; -1: no expiry).
 local function ws_life(key)
   local a, b = redis.call('PTTL', KEYS[key]), redis.call('PTTL', KEYS[key + 1])
   if a == -1 or b == -1 then return -1 end
@@ -251,10 +240,8 @@ local function ws_drop(key, fields)
   ws_chunks(fields, function(...) redis.call('HDEL', key, ...) end)
 end
 
--- ws_touch makes the key expire when bucket B leaves the window, after a
--- write created B: the newest bucket sets it; an earlier (late) one may only
--- extend it. (A window extreme's hash; a counter's hash sets its own, see
--- plain.lua.)
+-- ws_touch makes a window extreme's hash expire when bucket B, just created,
+-- leaves the window (a late bucket may only extend it).
 local function ws_touch(L, key, B)
   local at = ws_expiry(L.H, B.start + L.w)
   if not B.current then

@@ -76,10 +76,9 @@ local function ws_result(ok, r)
 end
 
 -- Tracing, for the tests (backend.Trace): a header's eighth field, when not
--- '', is a mode ('g': the pipeline alone, no fast path; 't': any path) and
--- a tag, under which each path an operation takes is counted, from one call
--- to the next (under Redis Functions, a library lives as long as the
--- server); WS_OP_PATHS tag answers and forgets them.
+-- '', is a mode ('g': the pipeline alone; 't': any path) and a tag, under
+-- which the paths operations take are counted from call to call (Redis
+-- Functions only); WS_OP_PATHS tag answers and forgets them.
 local ws_tracing, ws_traces = nil, {}
 
 local function ws_tracefrom(arg)

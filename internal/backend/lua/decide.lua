@@ -1,17 +1,10 @@
--- Decisions: whether a cost fits under a limit, and when it will.
---
---   ws_reset(L, S)             ms until every live bucket that is not 0 has
---                              left the window (S: ws_detail's live buckets)
---   ws_retry(L, S, cost, limit)
---                              ms until enough buckets have left for cost to
---                              fit under limit, if nothing else is counted;
---                              -1 when it never will
---   ws_groupretry(limits)      the earliest ms at which every limit of a
---                              group admits its cost (each item: L, S, cost,
---                              limit, fits; it.own gets its own retry)
---
--- Every figure is exact: on doubles while the magnitudes of the live values
--- add up to less than 2^53 (S.kmag), else on pairs (see exact.lua).
+-- Decisions: when a refused cost fits. ws_reset: ms until every live bucket
+-- that is not 0 has left (S: ws_detail's live buckets); ws_retry: ms until
+-- enough have left for cost to fit under limit, if nothing else is counted
+-- (-1: never); ws_groupretry: the earliest ms at which every limit of a group
+-- admits (each item: L, S, cost, limit, fits; it.own gets its own retry).
+-- Exact: on doubles while the live values' magnitudes add up to less than
+-- 2^53 (S.kmag), else on pairs (exact.lua).
 
 local function ws_reset(L, S)
   local last = nil
@@ -22,9 +15,8 @@ local function ws_reset(L, S)
   return last + L.w - L.now
 end
 
--- ws_leaving lists the indices of S's live buckets oldest first, the order
--- in which they leave the window. The starts are distinct, so they sort as
--- numbers (a comparator function would be called per comparison).
+-- ws_leaving lists the indices of S's live buckets oldest first (distinct
+-- starts, sorted as numbers: no comparator to call).
 local function ws_leaving(S)
   local order, at = {}, {}
   for i = 1, S.live do
@@ -94,10 +86,8 @@ local function ws_retry(L, S, cost, limit)
 end
 
 -- ws_groupretry walks the moments the limits' buckets leave, in time order,
--- counting how many limits admit (a sum may rise as well as fall, when a
--- negative bucket leaves): O(T log T) for T live buckets in all. With no
--- negative bucket, a limit that admits keeps admitting, and the group's
--- retry is the latest of the limits' own.
+-- counting the limits that admit (a negative bucket leaving raises a sum):
+-- O(T log T). With no negative bucket the retry is the latest limit's own.
 local function ws_groupretry(limits)
   local mono = true
   for _, it in ipairs(limits) do

@@ -30,11 +30,9 @@ local function ws_dring(L)
   return n + 3 + math.min(math.ceil(L.H.F / L.b), n)
 end
 
--- ws_dk returns the keys of a distinct count whose first key is KEYS[k], as
--- {h = D, u = D:u, r = index of D:r0 in KEYS, n = R}, and where the next
--- item's keys start. What the call learnt of D is kept in it: ub, D's "u"
--- (nil when D:u is stale); top, D's "h"; by, D read whole; known, whether ub
--- and top are D's now.
+-- ws_dk returns the keys of a distinct count from KEYS[k], {h = D, u = D:u,
+-- r = index of D:r0, n = R}, with what the call learns of D (ub, top, by:
+-- D read whole, known), and where the next item's keys start.
 local function ws_dk(L, k)
   local n = ws_dring(L)
   return {h = KEYS[k], u = KEYS[k + 1], r = k + 2, n = n, ub = nil, top = nil, by = nil, known = false}, k + 2 + n
@@ -153,12 +151,10 @@ local function ws_dwrite(L, K, B, P, members)
   end
 end
 
--- ws_dcount is the number of distinct members in the buckets that start
--- after lthr and are live. It is PFCOUNT of D:u when D:u is at the script's
--- instant, nothing is ahead of the instant and the span is the window (D:u's
--- count is kept in it by the write that changed it, so a read writes
--- nothing); else PFCOUNT of the live ring keys (a merge, which writes
--- nothing).
+-- ws_dcount is the number of distinct members of the live buckets that start
+-- after lthr: PFCOUNT of D:u when it is current and the span is the window
+-- (its count is kept in it by the write that changed it: a read writes
+-- nothing); else of the live ring keys (a merge, which writes nothing).
 local function ws_dcount(L, K, lthr)
   local hi = L.now + L.H.F
   if not K.known then

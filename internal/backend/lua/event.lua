@@ -1,8 +1,6 @@
 -- Events: the one write pipeline. An event is one or more groups, a group the
--- items of one Redis Cluster slot; every write of the store is an event, from
--- an Add (one count) to a feature set's Record (a group per entity). Each
--- group runs in four stages, and an event runs each stage over all of its
--- groups before the next:
+-- items of one Redis Cluster slot (an Add: one count; a feature set's Record:
+-- a group per entity). An event runs each stage over all its groups:
 --
 --   place    read the event id, find each write's bucket, open each counter
 --   decide   each limit and acquire fits or not; the event admits when every
@@ -73,9 +71,7 @@ local WS_STALE = 5000
 
 local WS_NONE = {} -- an empty list, never written
 
--- ws_newgroup and ws_item make a group and an item with the fields every one
--- has; the stages add the others (B, C, d, ans...) as they need them. (A
--- table pays for every field it is made with, as garbage to collect.)
+-- ws_newgroup and ws_item make a group and an item; the stages add fields.
 local function ws_newgroup(H) return {H = H, items = {}, seen = nil, allowed = true, placed = false, retry = 0} end
 local function ws_item(kind, L, key, delta) return {kind = kind, L = L, key = key, delta = delta, B = nil, C = nil} end
 
@@ -139,11 +135,7 @@ local function ws_push(G, name, it)
   end
 end
 
--- ws_place is the first stage: the id's record, each write's bucket (an event
--- beyond the future tolerance raises WS_E_FUTURE here), each counter opened,
--- each lease read. Reads only.
--- ws_pending reads a reservation's record '1@T@S#n': T, and whether it is
--- this call's (nonce) or, if another's, stale; nil when rec is not one.
+-- ws_pending reads a reservation's record '1@T@S#n': T, own, own or stale.
 local function ws_pending(rec, nonce)
   if string.sub(rec, 1, 2) ~= '1@' then return nil end
   local at, sep = string.find(rec, '@', 3, true), string.find(rec, '#', 3, true)
@@ -152,6 +144,9 @@ local function ws_pending(rec, nonce)
   return tonumber(string.sub(rec, 3, at - 1)), own, own or ws_srvnow() - tonumber(string.sub(rec, at + 1, sep - 1)) >= WS_STALE
 end
 
+-- ws_place is the first stage: the id's record, each write's bucket (an event
+-- beyond the future tolerance raises WS_E_FUTURE), each counter opened, each
+-- lease read. Reads only.
 local function ws_place(G)
   if G.idkey ~= nil then
     local rec = redis.call('GET', G.idkey)
@@ -199,8 +194,7 @@ local function ws_place(G)
 end
 
 -- ws_refusedby marks the deciders that refused an event the first time, from
--- the decision its id recorded ('0,j,k...': the items j, k refused; ',L':
--- another group did).
+-- its id's record ('0,j,k': items j and k; ',L': another group).
 local function ws_refusedby(G, rec)
   if string.find(rec, ',L', 1, true) then return end
   for j in string.gmatch(rec, ',(%d+)') do
@@ -234,9 +228,8 @@ local function ws_decide(G)
   return own
 end
 
--- ws_refusal computes a group's retry, when it refused: the earliest moment
--- every limit admits its cost, or an acquire might (a release may free a
--- lease sooner). Reads only.
+-- ws_refusal computes a refused group's retry: the earliest moment every
+-- limit admits, or an acquire might. Reads only.
 local function ws_refusal(G)
   local ds, any = G.deciders, false
   if ds == nil then return end
@@ -257,9 +250,9 @@ local function ws_refusal(G)
   G.retry = retry
 end
 
--- ws_answer answers an item that writes nothing now: a read, a write whose
--- bucket has left its window ({its value now}: the array marks it), every
--- item of a duplicate (the state now), a limit whose cost is not written.
+-- ws_answer answers an item that writes nothing now (a read, a late write, a
+-- duplicate's item, a limit whose cost is not written), and whether it is
+-- late.
 local function ws_answer(G, it)
   local kind, L = it.kind, it.L
   if it.lease then return ws_lwrite(it, G.H, G.allowed, G.seen) end
@@ -284,10 +277,9 @@ local function ws_answer(G, it)
   return ans, it.B == nil and kind ~= WS_IT_EXTREME
 end
 
--- ws_check is the third stage: every write the event makes in the group
--- (G.event, the decision it commits) is prepared and checked, and every item
--- that writes nothing is answered. Reads only: after it, a commit cannot
--- fail.
+-- ws_check is the third stage: every write of the group under the event's
+-- decision (G.event) is prepared and checked, every other item answered.
+-- Reads only: after it, a commit cannot fail.
 local function ws_check(G)
   local allowed, items = G.event, G.items
   for j = 1, #items do
@@ -319,9 +311,7 @@ local function ws_check(G)
   end
 end
 
--- ws_record is the id's record of a group that wrote: '1' when the event
--- admitted (a reservation: '1@T@S#nonce'), else '0' and the items that refused
--- ('0,L' when another group refused).
+-- ws_record is the id's record of a group that wrote (see ws_refusedby).
 local function ws_record(G, allowed)
   if allowed then
     if G.nonce ~= nil then
@@ -338,8 +328,7 @@ local function ws_record(G, allowed)
 end
 
 -- ws_emit appends an item's answer to a group's flat reply: the number of
--- its values (negative: a write that could not count), then the values. (A
--- script's reply pays for every table in it: some ten lookups each.)
+-- its values (negative: a write that could not count), then the values.
 local function ws_emit(out, ans, late)
   local n = #out
   if type(ans) == 'table' then
@@ -352,8 +341,7 @@ local function ws_emit(out, ans, late)
   end
 end
 
--- ws_dwrites writes the HyperLogLogs of a group's distinct adds: the
--- event's first writes.
+-- ws_dwrites writes a group's distinct adds: the event's first writes.
 local function ws_dwrites(G)
   local items = G.items
   for j = 1, #items do
@@ -362,8 +350,7 @@ local function ws_dwrites(G)
   end
 end
 
--- ws_commit_group is the last stage: write, keep the id, and append the
--- group's answer to out, flat: {flags, retry, then each item's (ws_emit)}.
+-- ws_commit_group is the last stage: write, keep the id, append the answer.
 local function ws_commit_group(G, allowed, out)
   local flags = 0
   if allowed then flags = 1 end
@@ -410,8 +397,7 @@ local function ws_commit_group(G, allowed, out)
   return out
 end
 
--- ws_each runs fn(G, a) for each group. In an event of several groups an
--- error names its group: "CODE windowstore: group q: ...".
+-- ws_each runs fn(G, a) for each group; an error names its group ("group q: ").
 local function ws_each(Gs, fn, a)
   if #Gs == 1 then return fn(Gs[1], a) end
   for q, G in ipairs(Gs) do
@@ -426,9 +412,9 @@ local function ws_each(Gs, fn, a)
   end
 end
 
--- ws_event runs the groups of one event through the stages, appending their
--- answers to out; reserve gives each group its own decision (a cluster's
--- phase two), check stops before the commit (phase one).
+-- ws_event runs an event's groups through the stages, appending their answers
+-- to out; reserve (phase two) gives each group its own decision, check
+-- (phase one) stops before the commit.
 local function ws_event(Gs, reserve, check, out)
   ws_trace('event')
   ws_each(Gs, ws_place)
@@ -447,8 +433,7 @@ local function ws_event(Gs, reserve, check, out)
   return out
 end
 
--- ws_group runs one group alone, as ws_event runs one, appending its answer
--- to out.
+-- ws_group runs one group, as ws_event does.
 local function ws_group(G, out)
   ws_trace('event')
   ws_place(G)
@@ -459,8 +444,7 @@ local function ws_group(G, out)
   return ws_commit_group(G, G.event, out)
 end
 
--- ws_reserved is the instant a group's id record says this reservation (its
--- nonce) counted at; nil when the record is another's.
+-- ws_reserved is the instant this reservation counted at; nil: not this one.
 local function ws_reserved(G)
   if G.idkey == nil then return nil end
   local rec = redis.call('GET', G.idkey)
@@ -470,20 +454,18 @@ local function ws_reserved(G)
   return T
 end
 
--- ws_settle confirms a reservation of an event that every group admitted:
--- its record becomes '1', a decision that a later call's refusal never takes
--- back. Answers 1, else 0 (not this reservation's).
+-- ws_settle confirms a reservation of an event every group admitted: its
+-- record becomes '1'. Answers 1, else 0 (not this reservation's).
 local function ws_settle(G)
   if ws_reserved(G) == nil then return 0 end
   redis.call('SET', G.idkey, '1', 'KEEPTTL')
   return 1
 end
 
--- ws_undo takes back what a reserved group counted at instant T only
--- because its limits admitted: the limits' costs and the other tiers' (in
--- the buckets they went to, while those are live), the leases it acquired;
--- its id is then kept as '0,L' when the group also made unconditional
--- writes (they count once whatever the decision), else deleted.
+-- ws_undo takes back what a reserved group counted at instant T because its
+-- limits admitted (the costs, in the buckets they went to while those are
+-- live; the leases it acquired); its id stays as '0,L' when the group made
+-- unconditional writes (they count once whatever the decision).
 local function ws_undo(G)
   local T = ws_reserved(G)
   if T == nil then return 0 end

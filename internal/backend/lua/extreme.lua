@@ -37,8 +37,7 @@ local function ws_xbeats(dir, a, b)
   return a > b
 end
 
--- ws_xcheck raises WS_E_ARGS unless v is a canonical decimal int64: it
--- guards the comparison above, which trusts the form.
+-- ws_xcheck raises WS_E_ARGS unless v is a canonical decimal int64.
 local function ws_xcheck(v)
   if not string.find(v, '^%-?[1-9]%d*$') and v ~= '0' or #v > 20 or
       (#v == 19 and string.byte(v, 1) ~= 45 and v > '9223372036854775807') or
@@ -47,18 +46,14 @@ local function ws_xcheck(v)
   end
 end
 
--- ws_xlive reports whether the bucket that starts at s is live at L's
--- instant: no older than the oldest live bucket, and not beyond the future
--- tolerance.
+-- ws_xlive reports whether the bucket that starts at s is live at L's instant.
 local function ws_xlive(L, s)
   return s >= L.low and s <= L.now + L.H.F
 end
 
--- ws_xscan reads the whole hash: the live buckets' extreme (nil: none) and
--- the start of the bucket that holds it (the latest of those that do), the
--- fields of the buckets that have left the window, and the flat reply. A
--- field that is neither a bucket code nor WS_XCACHE, or a value that is not a
--- number, raises WS_E_NOTCOUNTER, before anything is written.
+-- ws_xscan reads the whole hash: the live buckets' extreme (nil: none) and its
+-- bucket's start, the stale fields, and the reply; a field or value that is
+-- not a counter's raises WS_E_NOTCOUNTER.
 local function ws_xscan(L, key, dir)
   local all = ws_read(key)
   local lo, hi, plo, phi, nhi = L.lo, L.hi, L.plo, L.phi, L.nhi
@@ -93,8 +88,7 @@ local function ws_xscan(L, key, dir)
   return best, bs, stale, all
 end
 
--- ws_xcached reads the cache: the window's extreme and its bucket's start, or
--- nil when there is none or its bucket has left the window.
+-- ws_xcached reads the cache: the extreme and its bucket's start; nil: none.
 local function ws_xcached(L, key)
   local c = ws_get(key, WS_XCACHE)
   if not c then return nil end
@@ -105,9 +99,8 @@ local function ws_xcached(L, key)
 end
 
 -- ws_xextreme is the window's extreme and its bucket's start (nil: none),
--- bucket B's value (nil: none), the stale fields to delete, and whether the
--- cache must be written again (it is kept, and was not valid). A window of at
--- most WS_XSMALL buckets keeps no cache.
+-- bucket B's value, the stale fields, and whether the cache is kept and must
+-- be written again.
 local function ws_xextreme(L, key, dir, B)
   local keep = L.w > WS_XSMALL * L.b
   if keep then
@@ -152,13 +145,11 @@ local function ws_ranswer(es)
   return out
 end
 
--- ws_xprepare reads what writing v (a value, or '' for the event's time e,
--- nil: now) to bucket B does: X.best, the answer after it ({extreme}, or {}
--- for none; WS_X_RECENT: its list); X.set, the value B's field takes (nil:
--- unchanged; X.new: a new field); X.cache, the cache's new value (nil:
--- unchanged), X.C its pseudo-bucket (the bucket whose start bounds its life)
--- and X.cnew whether it sets the key's expiry; X.stale, the fields to delete. It
--- writes nothing, and raises WRONGTYPE on a key of another type.
+-- ws_xprepare reads what writing v (a value, or '' for the event's time e)
+-- to bucket B does: X.best, the answer after it; X.set, B's new value (nil:
+-- unchanged; X.new: a new field); X.cache, the cache's (X.C its bucket,
+-- X.cnew whether it sets the key's expiry); X.stale, the fields to delete.
+-- Reads only (WRONGTYPE on a key of another type).
 local function ws_xprepare(L, key, dir, v, e, B)
   if v == '' then v = string.format('%d', e or L.now) end
   ws_xcheck(v)

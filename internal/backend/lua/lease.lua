@@ -1,26 +1,16 @@
--- Leases: a limit on how many holders of one key are in flight at once,
--- decided in a group (group.lua) with the group's other limits.
---
--- A key's leases are one sorted set: each member a lease id, its score the
--- instant (on the script's clock, Unix ms) at which the lease ends unless it
--- is refreshed. A lease is held while its end is after now. Ended leases are
--- removed by the next write, and the key expires when its last lease ends,
--- so a holder that crashed frees its lease within its time to live.
+-- Leases: how many holders of one key are in flight at once, decided in an
+-- event (event.lua) with its other limits. A key's leases are one sorted set,
+-- each member a lease id scored by the instant it ends unless refreshed; the
+-- key expires with its last lease, so a holder that crashed frees its lease.
 --
 --   WS_IT_ACQUIRE  max ttl id   take lease id for ttl ms if fewer than max
---                               leases are held: a limit of the group, all
---                               or nothing with the others. An id already
---                               held always fits, and is refreshed: a resent
---                               acquire takes one lease, not two.
---   WS_IT_REFRESH  max ttl id   end lease id ttl ms from now, if it is held
---   WS_IT_RELEASE  max ttl id   end lease id now, if it is held
+--                               are held (an id held fits, and is refreshed)
+--   WS_IT_REFRESH  max ttl id   end lease id ttl ms from now, if held
+--   WS_IT_RELEASE  max ttl id   end lease id now, if held
 --
--- (max and ttl are ignored where unused.) Each item answers {held, ok, retry
--- ms, refused}: held is the number of leases held after it; ok is 1 when it
--- acquired, refreshed or released the lease; refused is 1 when an acquire
--- did not fit (in a duplicate: the first call's); retry, for such an acquire,
--- is the time until the first held lease ends (a release may free one
--- sooner), -1 when max is 0, and 0 otherwise.
+-- Each answers held (after it), ok (1: it acquired, refreshed or released),
+-- retry (a refused acquire's wait until the first held lease ends; -1 when
+-- max is 0), refused (1: an acquire that did not fit).
 
 -- ws_lopen reads an item's leases at instant now: whether its id holds one,
 -- how many are held, and whether an acquire fits. Reads only.
@@ -42,10 +32,8 @@ local function ws_lretry(it, now)
   return tonumber(first[2]) - now
 end
 
--- ws_lwrite does an item's write, when it has one (see the table above),
--- and answers {held, ok, retry ms, refused}. allowed is the group's
--- decision; seen reports a duplicate, which writes nothing and answers the
--- first call's decision.
+-- ws_lwrite does an item's write and answers it; allowed is the event's
+-- decision; seen, a duplicate's record (it writes nothing).
 local function ws_lwrite(it, H, allowed, seen)
   local kind, now, key = it.kind, H.now, it.key
   local ok, held, retry, refused = 0, it.held, 0, 0

@@ -7,11 +7,10 @@
 --   7     future tolerance ms: how far ahead of the clock an event may be
 --   8     a trace, for tests (see base.lua)
 --
--- Field codes are year-stripped (package fieldcodec): a bucket's code is its
--- index within its year, so a code means a different instant in each year.
--- A bucket is live at instant now when it starts after now - window. Buckets
--- up to the tolerance ahead of now (written by a client whose clock is a
--- little ahead) are live too. So the live codes form at most two ranges:
+-- Field codes are year-stripped (package fieldcodec): a bucket's index within
+-- its year. A bucket is live at now when it starts after now - window, or
+-- up to the tolerance ahead (a client clock a little ahead). So the live
+-- codes form at most two ranges:
 --
 --          year before           |        this year          |   next year
 --   ... [plo ...... phi]         | [lo .... c .. hi]         | [0 .. nhi]
@@ -20,11 +19,9 @@
 -- with the year-before range only within a window of January 1st, and the
 -- next-year range only within the tolerance of the next one.
 
--- ws_memo keeps the last header, with the shapes computed for it (see
--- ws_shape), from one call to the next (under Redis Functions a library's
--- upvalues live as long as the library): the calls of one instant share
--- them. Nothing changes a header once made but a client-clock header's
--- server time (srv), which each call that needs it reads (ws_expiry).
+-- ws_memo keeps the last header and its shapes from one call to the next
+-- (Redis Functions): the calls of one instant share them. Only a client-clock
+-- header's server time (srv) is each call's own (ws_expiry).
 local ws_memo = {H = nil, a1 = nil, a2 = nil, a3 = nil, a4 = nil, a5 = nil, a6 = nil, a7 = nil}
 
 -- ws_header reads ARGV's header.

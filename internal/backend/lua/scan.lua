@@ -1,25 +1,14 @@
--- Reading a whole counter. The backends whose buckets expire on their own
--- (field TTL, TairHash) answer every operation this way; the plain hash falls
--- back on it when its running total cannot answer.
+-- Reading a whole counter: every operation of the backends whose buckets
+-- expire on their own, and the plain hash's when its running total cannot.
 
--- ws_scan classifies the fields of a counter: the flat {field, value, ...}
--- reply of ws_read. A field that is neither a bucket code nor one of the
--- backend's reserved fields (WS_RESERVED) means the key is not a counter: it
--- raises WS_E_NOTCOUNTER, before the operation has written anything.
---
--- It returns S:
---   sum, mag      the sum of the live values whose bucket starts after lthr,
---                 and of their magnitudes: sum is exact when mag < 2^53
---   live          how many live buckets there are
---   stale         the fields of buckets that have left the window
--- and with keep, for retry-after and reset-after:
---   starts, raw   every live bucket's start and value (as stored: a string)
---   vals, kmag    their values as doubles, and the sum of their magnitudes
---
--- A code is decimal digits with no leading zero: the check looks at the
--- first byte and the number only, since building a string per field costs
--- more than the rest of the loop. (It lets "1e3" through as 1000: no counter
--- writes that.)
+-- ws_scan classifies the fields of ws_read's flat reply (a field neither a
+-- bucket code nor reserved, WS_RESERVED, raises WS_E_NOTCOUNTER). S: sum and
+-- mag, the sum of the live values that start after lthr and of their
+-- magnitudes (exact when mag < 2^53); live, their number; stale, the fields
+-- that left; with keep, starts, raw, vals and kmag, every live bucket's start,
+-- value as stored and as a double, and their magnitudes' sum.
+-- A code is decimal digits with no leading zero (the check looks at the first
+-- byte and the number only: it lets "1e3" through, which no counter writes).
 local function ws_scan(L, all, lthr, keep)
   local lo, hi, plo, phi, nhi = L.lo, L.hi, L.plo, L.phi, L.nhi
   local cur, prev, nxt, b = L.cur, L.prev, L.nxt, L.b
@@ -90,9 +79,8 @@ local function ws_exactsum(L, all, lthr, delta)
   return ws_num(hi, lo), ws_fits(hi, lo)
 end
 
--- ws_scansum is the sum over the buckets that start after lthr, exactly, and
--- whether it is within int64. (A sum can leave int64 when a bucket of the
--- opposite sign leaves the window; a write may bring it back.)
+-- ws_scansum is the sum of the buckets after lthr, exactly, and whether it is
+-- within int64 (a bucket of the other sign leaving may take it out).
 local function ws_scansum(L, all, S, lthr)
   if S.mag < WS_BIG then return S.sum, true end
   return ws_exactsum(L, all, lthr, nil)

@@ -1,24 +1,12 @@
 -- The counter operations of a backend whose buckets expire on their own
--- (field TTL, TairHash): every operation reads the counter whole (ws_read),
--- and writes with the backend's ws_incr, ws_get and ws_drop. A counter is one
--- key, and a call keeps nothing between operations. The operations, which
--- event.lua runs in stages (open, prepare, commit), are:
---
---   ws_open(L, key, B) -> C          read the counter for a write to bucket B:
---                                    C.sum (as ws_num leaves it), C.fits
---                                    (within int64); writes nothing
---   ws_prepare(L, C, delta, B)       check that adding delta (a decimal
---                                    string) keeps the sum and the bucket
---                                    within int64 (WS_E_OVERFLOW otherwise);
---                                    writes nothing
---   ws_commit(L, key, C, B) -> sum, v  write what ws_prepare checked
---   ws_quiet(L, key, delta, B) -> Q  ws_open and ws_prepare of a write that
---                                    answers no sum: it reads the bucket alone
---                                    (and the counter whole once per bucket, so
---                                    that a hash that is not a counter is
---                                    refused); ws_quietcommit(L, key, Q, B)
---   ws_detail(L, key, C) -> S        the live buckets (ws_scan with keep)
---   ws_sumover(L, key, lb)           the read-only sum over a lookback
+-- (field TTL, TairHash), on a full read of the counter (ws_read) and the
+-- backend's ws_incr, ws_get and ws_drop; a counter is one key. The stages of
+-- event.lua call: ws_open(L, key, B) -> C (C.sum, C.fits: within int64);
+-- ws_prepare(L, C, delta, B), which raises WS_E_OVERFLOW before any write;
+-- ws_commit(L, key, C, B) -> sum, v; ws_quiet and ws_quietcommit, a write
+-- that answers no sum (the bucket read alone, the counter whole once per
+-- bucket, to refuse a hash that is not a counter); ws_detail (the live
+-- buckets); ws_sumover(L, key, lb), the read-only sum over a lookback.
 
 local WS_KPC = 1
 local function ws_ckey(k, j) return KEYS[k + j] end

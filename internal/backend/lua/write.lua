@@ -8,18 +8,14 @@
 --   WS_OP_DADD     shape n member...    AddDistinct: the window's count
 --   WS_OP_GROUP, WS_OP_LINK, WS_OP_CHECK, WS_OP_RESERVE, WS_OP_UNDO, WS_OP_SETTLE
 --                  (see event.lua)
---   WS_OP_PATHS    tag                  the paths traced under tag: path,
---                                       count, ... (backend.Trace), forgotten
---   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback:
---                                       a read, here because PFCOUNT is a
---                                       write command to Redis
+--   WS_OP_PATHS    tag                  the paths traced under tag (tests)
+--   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback
+--                                       (PFCOUNT is a write command)
 --
 -- (a shape is "bucketms:windowms"; a sum is an integer, or an exact decimal
--- string beyond 2^53). The reply is one flat array: for each operation the
--- number of its values, then the values; -1 then an error reply where it
--- failed. (A script's reply pays for every table in it.) One operation
--- failing does not stop the others; the error of a batch of one is the
--- call's.
+-- string beyond 2^53). The reply is one flat array: per operation the number
+-- of its values, then the values; -1 then an error where it failed (a reply
+-- pays for every table in it). The error of a batch of one is the call's.
 
 ws_begin()
 local H = ws_header(ARGV)
@@ -34,14 +30,8 @@ local function ws_one(kind, L, key, delta, limit)
 end
 
 -- The operations of the pipeline: each appends its values to out.
-local function ws_add(G, out)
-  local r = ws_group(G, {})
-  out[#out + 1] = r[4]
-end
-local function ws_addquiet(G, out)
-  ws_group(G, {})
-  out[#out + 1] = 1
-end
+local function ws_add(G, out) out[#out + 1] = ws_group(G, {})[4] end
+local function ws_addquiet(G, out) out[#out + 1] = ws_group(G, {}) and 1 end
 local function ws_allow(G, out)
   local r, n = ws_group(G, {}), #out
   out[n + 1], out[n + 2], out[n + 3], out[n + 4] = r[1] % 2, r[4], r[5], r[6]
