@@ -44,7 +44,6 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -276,7 +275,7 @@ func New(ctx context.Context, client rueidis.Client, fs []Feature, opts ...store
 }
 
 func invalidf(format string, a ...any) error {
-	return hook.NewError("features", "new", "", false, store.ErrInvalid, fmt.Sprintf(format, a...), nil)
+	return &store.Error{Package: "features", Op: "new", Kind: store.ErrInvalid, Detail: fmt.Sprintf(format, a...)}
 }
 
 // callError words a store error in the caller's terms: the event and the
@@ -294,9 +293,9 @@ func callError(e Event, read bool, entity string, err error) error {
 	}
 	var se *store.Error
 	if errors.As(err, &se) {
-		return hook.NewError("features", subject, "", false, se.Kind, se.Detail, err)
+		return &store.Error{Package: "features", Op: subject, Kind: se.Kind, Detail: se.Detail, Err: err}
 	}
-	return hook.NewError("features", subject, "", false, nil, err.Error(), err)
+	return &store.Error{Package: "features", Op: subject, Detail: err.Error(), Err: err}
 }
 
 func check(f Feature) error {

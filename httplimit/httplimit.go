@@ -55,7 +55,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
@@ -251,7 +250,7 @@ type compiled struct {
 func compile(r Rule) compiled {
 	c := compiled{Rule: r, run: r.Limiters, policies: map[string]limit.Policy{}, header: policyField(r.Limiters)}
 	for _, l := range r.Limiters {
-		for _, p := range policiesOf(l) {
+		for _, p := range limit.Policies(l) {
 			c.policies[p.Name] = p
 		}
 	}
@@ -364,19 +363,20 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 	}
 	run := rule.run
 	if in := rule.InFlight; in != nil {
-		// The lease and the limiters in one script call, all or nothing,
-		// when the limiters are sliding windows on the lease's client and
-		// slot; else the lease first, then the limiters.
+		// The lease and the limiter in one script call, all or nothing,
+		// when the one limiter is a sliding window or a Multi of them on
+		// the lease's client (limit.Concurrency.AcquireWith); else the
+		// lease first, then the limiters.
 		var l limit.Lease
 		var ld store.Decision
 		together := false
 		if len(run) == 1 {
-			lv, dv, ok, err := hook.AcquireWith(r.Context(), in, run[0], key, cost)
+			lv, dv, ok, err := in.AcquireWith(r.Context(), key, run[0], cost)
 			if ok {
 				if err != nil {
 					return fail(err)
 				}
-				l, ld, together = lv.(limit.Lease), dv.(store.Decision), true
+				l, ld, together = lv, dv, true
 			}
 		}
 		if !together {
@@ -508,23 +508,17 @@ func seconds(d time.Duration) int64 {
 func policyField(ls []limit.Limiter) string {
 	var parts []string
 	for _, l := range ls {
-		for _, p := range policiesOf(l) {
+		for _, p := range limit.Policies(l) {
 			parts = append(parts, fmt.Sprintf("%s;q=%d;w=%d", p.Name, p.Limit, seconds(p.Window)))
 		}
 	}
 	return strings.Join(parts, ", ")
 }
 
-// policiesOf returns every policy of a limiter that has several (a
-// limit.Multi, or a limit.Degraded of one), or its one.
-func policiesOf(l limit.Limiter) []limit.Policy {
-	return hook.LimitPolicies(l).([]limit.Policy)
-}
-
 // invalidRule is New's error for a rule it refuses: rule is its name (its
 // index when the name is the trouble).
 func invalidRule(rule, detail string) error {
-	return hook.NewError("httplimit", "rule "+rule, "", false, store.ErrInvalid, detail, nil)
+	return &store.Error{Package: "httplimit", Op: "rule " + rule, Kind: store.ErrInvalid, Detail: detail}
 }
 
 func setFields(o *options, h http.Header, p limit.Policy, remaining int64, reset time.Duration) {

@@ -2,12 +2,11 @@ package limit
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
 	"github.com/windowstore/windowstore/internal/backend"
-	"github.com/windowstore/windowstore/internal/hook"
-	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -129,16 +128,19 @@ func (c *Concurrency) Release(ctx context.Context, key, id string) (bool, error)
 	return v.Counted, err
 }
 
-// acquireWith takes a lease of key only if the rate limits of l admit cost,
-// and counts cost in them only if a lease is free: one script call, all or
-// nothing (the batch Op describes). l must be a sliding window, or a Multi
-// of them, on c's client, with its counters of key in the slot of c's;
-// otherwise it answers ok false, having sent nothing. It answers the lease,
-// whose decision is the lease's own (Allowed: one was free) and whose ID is
-// set only when it was taken (both admitted), and l's decision as l.Allow
-// would give it, save that a refusal by the lease makes it refused too, with
-// the retry of the two.
-func (c *Concurrency) acquireWith(ctx context.Context, l Limiter, key string, cost int64) (_ Lease, _ store.Decision, ok bool, _ error) {
+// AcquireWith takes a lease of key only if limiter l admits cost, and counts
+// cost in l only if a lease is free: one decision, all or nothing, in one
+// script call (store.AllowAllWith). l must be a sliding window
+// (NewSlidingWindow), or a Multi of them, whose stores share c's client, so
+// that the call is one (store.OneCall); for another, AcquireWith answers ok
+// false, having sent nothing, and the caller takes the lease and asks l in
+// turn, as httplimit does.
+//
+// It answers the lease, whose decision is the lease's own (Allowed: one was
+// free) and whose ID is set only when it was taken (both admitted), and l's
+// decision as l.Allow would give it, save that a refusal by the lease makes
+// it refused too, with the retry of the two.
+func (c *Concurrency) AcquireWith(ctx context.Context, key string, l Limiter, cost int64) (_ Lease, _ store.Decision, ok bool, _ error) {
 	var m *Multi
 	switch v := l.(type) {
 	case *slidingWindow:
@@ -148,26 +150,14 @@ func (c *Concurrency) acquireWith(ctx context.Context, l Limiter, key string, co
 	default:
 		return Lease{}, store.Decision{}, false, nil
 	}
-	for _, p := range m.parts {
-		if !hook.SameClient(p.st, c.st) {
-			return Lease{}, store.Decision{}, false, nil
-		}
-	}
-	ck, err := hook.RedisKey(c.st, key)
-	if err != nil {
+	op, ps := c.Op(key, ""), m.storePolicies(nil, key)
+	if !store.OneCall(op, ps...) {
 		return Lease{}, store.Decision{}, false, nil
 	}
-	for _, p := range m.parts {
-		pk, err := hook.RedisKey(p.st, key)
-		if err != nil || keyspace.Slot(pk) != keyspace.Slot(ck) {
-			return Lease{}, store.Decision{}, false, nil
-		}
-	}
-	dv, lv, err := hook.AllowAllWith(ctx, cost, m.storePolicies(nil, key), c.Op(key, ""))
+	d, v, err := store.AllowAllWith(ctx, op, cost, ps...)
 	if err != nil {
 		return Lease{}, store.Decision{}, true, err
 	}
-	d, v := dv.(store.Decision), lv.(store.Value)
 	lease := Lease{Decision: store.Decision{Allowed: !v.Refused, Limit: c.max, Sum: v.Sum,
 		Remaining: v.Remaining, RetryAfter: v.RetryAfter, Policy: c.policy.Name}}
 	if v.Counted {
@@ -181,17 +171,15 @@ func (c *Concurrency) acquireWith(ctx context.Context, l Limiter, key string, co
 	return lease, d, true, nil
 }
 
-func init() {
-	hook.AcquireWith = func(ctx context.Context, c, l any, key string, cost int64) (any, any, bool, error) {
-		return c.(*Concurrency).acquireWith(ctx, l.(Limiter), key, cost)
-	}
-}
-
 // one applies a batch of one op and answers its value.
 func (c *Concurrency) one(ctx context.Context, op store.Op) (store.Value, error) {
 	res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{op}})
 	if err != nil {
-		return store.Value{}, hook.FirstError(err)
+		var m *store.ManyError
+		if errors.As(err, &m) && len(m.Errs) == 1 && m.Errs[0] != nil {
+			err = m.Errs[0] // the batch's own error
+		}
+		return store.Value{}, err
 	}
 	return res[0].Values[0], nil
 }

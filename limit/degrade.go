@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/windowstore/windowstore/internal/backend"
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 )
@@ -158,7 +157,7 @@ func Degrade(l Limiter, opts ...Option) (*Degraded, error) {
 	case o.now == nil:
 		return nil, newError(name, store.ErrInvalid, "nil clock")
 	}
-	d := &Degraded{l: l, o: o, policy: l.Policy(), parts: policiesOf(l)}
+	d := &Degraded{l: l, o: o, policy: l.Policy(), parts: Policies(l)}
 	_, d.shadow = l.(shadow)
 	mp := make([]memPolicy, len(d.parts))
 	for i, p := range d.parts {
@@ -168,8 +167,10 @@ func Degrade(l Limiter, opts ...Option) (*Degraded, error) {
 	return d, nil
 }
 
-// policiesOf returns a Multi's policies, or l's one.
-func policiesOf(l Limiter) []Policy {
+// Policies returns every policy of l: a Multi's, in order, or those of the
+// Multi a Degraded wraps; else l's one. A server's RateLimit-Policy header,
+// as httplimit sets it, lists them.
+func Policies(l Limiter) []Policy {
 	if m, ok := l.(interface{ policies() []Policy }); ok {
 		return m.policies()
 	}
@@ -178,10 +179,6 @@ func policiesOf(l Limiter) []Policy {
 
 // policies returns the wrapped limiter's policies: several for a Multi.
 func (d *Degraded) policies() []Policy { return append([]Policy(nil), d.parts...) }
-
-func init() {
-	hook.LimitPolicies = func(l any) any { return policiesOf(l.(Limiter)) }
-}
 
 // Policy returns the wrapped limiter's policy.
 func (d *Degraded) Policy() Policy { return d.policy }
@@ -287,7 +284,7 @@ func (d *Degraded) Health() error {
 	if last != nil {
 		detail += "; the last: " + last.Error()
 	}
-	return hook.NewError("limit", d.policy.Name, "", false, ErrUnavailable, detail, last)
+	return &store.Error{Package: "limit", Op: d.policy.Name, Kind: ErrUnavailable, Detail: detail, Err: last}
 }
 
 // breaker is the circuit breaker's state machine.

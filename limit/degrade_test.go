@@ -227,7 +227,7 @@ func TestDegradeErrors(t *testing.T) {
 	f := &flaky{p: policyOf(10)}
 	f.set(refused)
 	d, _ := Degrade(f, WithFailures(1))
-	if _, err := d.Allow(context.Background(), "", 1); !errors.Is(err, store.ErrInvalid) || err.Error() != `limit: p "": invalid argument: empty key` {
+	if _, err := d.Allow(context.Background(), "", 1); !errors.Is(err, store.ErrInvalid) || err.Error() != `limit: p: invalid argument: empty key` {
 		t.Errorf("empty key: %v", err)
 	}
 	if _, err := d.Allow(context.Background(), "k", -1); !errors.Is(err, store.ErrInvalid) {

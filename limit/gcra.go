@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/internal/limitlua"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -49,7 +50,7 @@ func NewGCRA(client rueidis.Client, name string, rate int64, period time.Duratio
 	g := gcd(pms, rate)
 	p, q := pms/g, rate/g
 	args := []string{strconv.FormatInt(p, 10), strconv.FormatInt(q, 10), strconv.FormatInt(burst, 10)}
-	l, err := newScriptLimiter(client, gcraScript, maxExact,
+	l, err := newScriptLimiter(client, limitlua.GCRA, maxExact,
 		Policy{Name: name, Limit: rate, Window: period, Burst: burst, Algorithm: "gcra"}, burst, args, opts)
 	if err != nil {
 		return nil, err

@@ -59,7 +59,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/store"
 )
@@ -147,12 +146,12 @@ func checkName(name string) error {
 
 // newError is an error of a constructor: it has a policy but no key.
 func newError(policy string, kind error, detail string) error {
-	return hook.NewError("limit", policy, "", false, kind, detail, nil)
+	return &store.Error{Package: "limit", Op: policy, Kind: kind, Detail: detail}
 }
 
 // callError is an error of a call for key.
 func callError(policy, key string, kind error, detail string, cause error) error {
-	return hook.NewError("limit", policy, key, true, kind, detail, cause)
+	return &store.Error{Package: "limit", Op: policy, Key: key, Kind: kind, Detail: detail, Err: cause}
 }
 
 func checkCost(policy, key string, n, max int64) error {

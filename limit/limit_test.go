@@ -12,6 +12,7 @@ import (
 	"github.com/windowstore/windowstore/internal/acldoc"
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/keyspace"
+	"github.com/windowstore/windowstore/internal/limitlua"
 	"github.com/windowstore/windowstore/internal/resptest"
 	"github.com/windowstore/windowstore/store"
 )
@@ -96,18 +97,20 @@ func TestTokens(t *testing.T) {
 		t.Fatal(cmds)
 	}
 	if got := cmds[0][2:7]; !slices.Equal(got, []string{"1", "rl:{%7Bip%7D:1.2.3.4}:perminute", "1700000000123", "60000", "5"}) ||
-		cmds[0][0] != "FCALL" || cmds[0][1] != logScript.Function() || cmds[0][7] != "1" || !strings.HasSuffix(cmds[0][8], ":") {
+		cmds[0][0] != "FCALL" || cmds[0][1] != limitlua.Log.Function() || cmds[0][7] != "1" || !strings.HasSuffix(cmds[0][8], ":") {
 		t.Errorf("log sent %q", cmds[0])
 	}
-	if got := cmds[1][2:8]; !slices.Equal(got, []string{"1", "rl:{u}:perhour", "", "3600000", "100", "3"}) || cmds[1][1] != fixedScript.Function() {
+	if got := cmds[1][2:8]; !slices.Equal(got, []string{"1", "rl:{u}:perhour", "", "3600000", "100", "3"}) || cmds[1][1] != limitlua.Fixed.Function() {
 		t.Errorf("fixed window sent %q", cmds[1])
 	}
 	for _, tc := range []struct {
 		err  error
 		want string
 	}{
-		{func() error { _, err := lg.Allow(ctx, "", 1); return err }(), `limit: perminute "": invalid argument: empty key`},
+		{func() error { _, err := lg.Allow(ctx, "", 1); return err }(), `limit: perminute: invalid argument: empty key`},
 		{func() error { _, err := lg.Allow(ctx, "k", maxLogCost+1); return err }(), `limit: perminute "k": invalid argument: cost 1001 is not within [0, 1000]`},
+		{func() error { _, err := Refund(ctx, lg, "k", 1); return err }(), `limit: perminute: invalid argument: only a GCRA limiter gives back a cost`},
+		{func() error { _, err := Refund(ctx, shadow{lg}, "k", 1); return err }(), `limit: refund: invalid argument: only a GCRA limiter gives back a cost`},
 	} {
 		if !errors.Is(tc.err, store.ErrInvalid) || tc.err.Error() != tc.want {
 			t.Errorf("got %v, want %s", tc.err, tc.want)
@@ -152,17 +155,17 @@ func TestGCRATokens(t *testing.T) {
 		t.Fatal(cmds)
 	}
 	// 1000 ms / 3 = 1000/3; 3,600,000 ms / 100 = 36000/1. No nonce.
-	if got := cmds[0][1:]; !slices.Equal(got, []string{gcraScript.Function(), "1", "g:{%7Bip%7D:1.2.3.4}:persec", "1700000000123", "1000", "3", "10", "4"}) {
+	if got := cmds[0][1:]; !slices.Equal(got, []string{limitlua.GCRA.Function(), "1", "g:{%7Bip%7D:1.2.3.4}:persec", "1700000000123", "1000", "3", "10", "4"}) {
 		t.Errorf("sent %q", cmds[0])
 	}
-	if got := cmds[1][1:]; !slices.Equal(got, []string{gcraScript.Function(), "1", "rl:{u}:perhour", "", "36000", "1", "20", "1"}) {
+	if got := cmds[1][1:]; !slices.Equal(got, []string{limitlua.GCRA.Function(), "1", "rl:{u}:perhour", "", "36000", "1", "20", "1"}) {
 		t.Errorf("sent %q", cmds[1])
 	}
 	for _, tc := range []struct {
 		err  error
 		want string
 	}{
-		{func() error { _, err := l.Allow(ctx, "", 1); return err }(), `limit: persec "": invalid argument: empty key`},
+		{func() error { _, err := l.Allow(ctx, "", 1); return err }(), `limit: persec: invalid argument: empty key`},
 		{func() error { _, err := l.Allow(ctx, "k", -1); return err }(), `limit: persec "k": invalid argument: cost -1 is not within [0, 9007199254740992]`},
 	} {
 		if !errors.Is(tc.err, store.ErrInvalid) || tc.err.Error() != tc.want {
@@ -174,8 +177,8 @@ func TestGCRATokens(t *testing.T) {
 // TestACLRules: the README's rules for each limiter allow
 // every command their scripts call, and nothing they do not.
 func TestACLRules(t *testing.T) {
-	rules := acldoc.Parse(aclRules...)
-	for label, s := range map[string]*backend.Script{"log": logScript, "fixed window": fixedScript, "gcra": gcraScript, "windows": windowsScript} {
+	rules := acldoc.Parse(limitlua.ACL...)
+	for label, s := range map[string]*backend.Script{"log": limitlua.Log, "fixed window": limitlua.Fixed, "gcra": limitlua.GCRA, "windows": limitlua.Windows} {
 		if err := acldoc.Check(rules, label, nil, s); err != nil {
 			t.Error(err)
 		}
@@ -236,7 +239,7 @@ func TestFunctions(t *testing.T) {
 						return tt.fcall
 					}
 				case "FUNCTION":
-					return resptest.Str(logScript.Library().Name())
+					return resptest.Str(limitlua.Log.Library().Name())
 				}
 				return ok
 			})

@@ -3,7 +3,6 @@ package limit
 import (
 	"context"
 	"crypto/rand"
-	"embed"
 	"encoding/base64"
 	"errors"
 	"strconv"
@@ -11,27 +10,10 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
-	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/errmsg"
 	"github.com/windowstore/windowstore/internal/keyspace"
+	"github.com/windowstore/windowstore/internal/limitlua"
 	"github.com/windowstore/windowstore/store"
-)
-
-//go:embed lua/*.lua
-var lua embed.FS
-
-func script(name string) *backend.Script {
-	return backend.NewScript("limit "+name, false, backend.BaseLua, backend.Embedded(lua, "limit", name+".lua"))
-}
-
-var (
-	logScript     = script("log")
-	fixedScript   = script("fixed")
-	gcraScript    = script("gcra")
-	windowsScript = script("windows")
-	// The scripts as one Functions library: a limiter runs FCALL, which
-	// skips the shared definitions EVALSHA runs on every call, and falls
-	// back to EVALSHA where functions are refused (see backend.Runner).
-	_ = backend.NewLibrary("ws_limit", logScript, fixedScript, gcraScript, windowsScript)
 )
 
 // maxLogCost is the largest cost of one Log call: the log adds one member per unit.
@@ -42,7 +24,7 @@ const maxLogCost = 1000
 // limit units in any window-long span of time, exactly; its memory grows with
 // the admitted rate (see the table in docs/ratelimiting.md).
 func NewLog(client rueidis.Client, name string, limit int64, window time.Duration, opts ...Option) (Limiter, error) {
-	l, err := newRedisLimiter(client, logScript, maxLogCost, Policy{Name: name, Limit: limit, Window: window, Algorithm: "log"}, opts)
+	l, err := newRedisLimiter(client, limitlua.Log, maxLogCost, Policy{Name: name, Limit: limit, Window: window, Algorithm: "log"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +37,7 @@ func NewLog(client rueidis.Client, name string, limit int64, window time.Duratio
 // window ends. Up to 2 x limit can pass in a window-long span that straddles an
 // edge; RetryAfter and ResetAfter are the time to the next edge.
 func NewFixedWindow(client rueidis.Client, name string, limit int64, window time.Duration, opts ...Option) (Limiter, error) {
-	l, err := newRedisLimiter(client, fixedScript, maxExact, Policy{Name: name, Limit: limit, Window: window, Algorithm: "fixed-window"}, opts)
+	l, err := newRedisLimiter(client, limitlua.Fixed, maxExact, Policy{Name: name, Limit: limit, Window: window, Algorithm: "fixed-window"}, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +105,7 @@ func (l *redisLimiter) AllowAt(ctx context.Context, t time.Time, key string, n i
 // back by n units, never past a fresh key. It answers the key's state
 // after, as a decision of cost 0 would. Other limiters refuse it.
 func (l *redisLimiter) refund(ctx context.Context, clock backend.Clock, key string, n int64) (store.Decision, error) {
-	if l.script != gcraScript {
+	if l.script != limitlua.GCRA {
 		return store.Decision{}, newError(l.policy.Name, store.ErrInvalid, "only a GCRA limiter gives back a cost")
 	}
 	if err := checkCost(l.policy.Name, key, n, l.max); err != nil {
@@ -163,7 +145,7 @@ func (l *redisLimiter) decision(v []int64) store.Decision {
 		RetryAfter: ms(v[2]),
 		ResetAfter: ms(v[3]),
 	}
-	if l.script != gcraScript {
+	if l.script != limitlua.GCRA {
 		d.Sum = v[1] // the log's live events, the fixed window's count (a GCRA's state is not a sum)
 	}
 	return d
@@ -202,7 +184,7 @@ func scriptError(policy, key string, sc *backend.Script, err error) error {
 	err = sc.AsScriptError(err)
 	var se *backend.ScriptError
 	if errors.As(err, &se) {
-		kind, detail := hook.ClassifyScript(se)
+		kind, detail := errmsg.Classify(se)
 		if detail == "" {
 			detail = se.Error()
 		}
@@ -227,29 +209,26 @@ func nonce() string {
 	return base64.RawURLEncoding.EncodeToString(b[:]) + ":"
 }
 
-// aclRules are the least ACL rules each limiter needs: its keys, the
-// connection's handshake and detection, EVALSHA (FCALL and FUNCTION LOAD
-// come with the store's optional "functions" rule), and the commands its script
-// calls (docs/acl.md documents them; the tests check them both ways).
-var aclRules = []backend.ACLRule{
-	{Label: "log", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +zcount +zremrangebyscore +zadd +zrange +pexpireat"},
-	{Label: "fixed window", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +hmget +hset +hincrby +pexpireat"},
-	{Label: "gcra", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +get +set +del"},
-	{Label: "windows", Rule: "~rl:* -@all +hello +ping +command|info +evalsha +eval +time +hmget +hset +hdel +hgetall +pexpireat +del"},
+// Refund gives back n units of key's cost to l, which NewGCRA made: Envoy's
+// is_negative_hits, or a cost taken back when a later limit of the same
+// request refuses. The key's state moves back by n units, never past that of
+// a fresh key, and Refund answers it as an Allow of cost 0 would. It fails
+// with ErrInvalid for another limiter, or for an n that Allow refuses as a
+// cost (negative, or above the largest cost).
+func Refund(ctx context.Context, l Limiter, key string, n int64) (store.Decision, error) {
+	return RefundAt(ctx, l, time.Time{}, key, n)
 }
 
-func init() {
-	hook.LimitScripts = func() []*backend.Script { return []*backend.Script{logScript, fixedScript, gcraScript, windowsScript} }
-	hook.LimitACL = func() []backend.ACLRule { return aclRules }
-	hook.GCRARefund = func(ctx context.Context, l any, at time.Time, key string, n int64) (any, error) {
-		rl, ok := l.(*redisLimiter)
-		if !ok {
-			return store.Decision{}, newError("refund", store.ErrInvalid, "only a GCRA limiter gives back a cost")
-		}
-		clock := backend.ServerClock
-		if !at.IsZero() {
-			clock = backend.ClientClock(at.UnixMilli())
-		}
-		return rl.refund(ctx, clock, key, n)
+// RefundAt is Refund at time t, as AllowAt is Allow; the zero t is the
+// server's clock.
+func RefundAt(ctx context.Context, l Limiter, t time.Time, key string, n int64) (store.Decision, error) {
+	rl, ok := l.(*redisLimiter)
+	if !ok {
+		return store.Decision{}, newError("refund", store.ErrInvalid, "only a GCRA limiter gives back a cost")
 	}
+	clock := backend.ServerClock
+	if !t.IsZero() {
+		clock = backend.ClientClock(t.UnixMilli())
+	}
+	return rl.refund(ctx, clock, key, n)
 }

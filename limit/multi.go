@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -17,13 +16,16 @@ import (
 //
 // The policies' counters of one key share the key's Redis Cluster slot (each
 // is prefix + "{" + key + "}:" + name + ":" + shape), so Multi works on a
-// cluster. Create one with Combine. A Multi is safe for concurrent use.
+// cluster in one script too. Policies on stores of different clients are
+// decided as store.AllowAll decides across servers: all or nothing still, in
+// more round trips. Create one with Combine. A Multi is safe for concurrent
+// use.
 type Multi struct {
 	parts []*slidingWindow
 }
 
-// Combine returns a Multi of sliding-window limiters (NewSlidingWindow) whose
-// stores share one client. Their names must differ. Other algorithms cannot be
+// Combine returns a Multi of sliding-window limiters (NewSlidingWindow).
+// Their names must differ. Other algorithms cannot be
 // combined atomically: Combine refuses them with store.ErrInvalid.
 func Combine(limiters ...Limiter) (*Multi, error) {
 	if len(limiters) == 0 {
@@ -43,20 +45,10 @@ func Combine(limiters ...Limiter) (*Multi, error) {
 		if names[sw.policy.Name] {
 			return nil, newError(sw.policy.Name, store.ErrInvalid, "two policies of one name")
 		}
-		if !hook.SameClient(sw.st, m.first(sw).st) {
-			return nil, newError(sw.policy.Name, store.ErrInvalid, "the policies' stores use different clients")
-		}
 		names[sw.policy.Name] = true
 		m.parts = append(m.parts, sw)
 	}
 	return m, nil
-}
-
-func (m *Multi) first(sw *slidingWindow) *slidingWindow {
-	if len(m.parts) == 0 {
-		return sw
-	}
-	return m.parts[0]
 }
 
 // policies returns every policy, in order.

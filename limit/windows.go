@@ -11,6 +11,7 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/batch"
 	"github.com/windowstore/windowstore/internal/keyspace"
+	"github.com/windowstore/windowstore/internal/limitlua"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -169,7 +170,7 @@ func NewWindows(client rueidis.Client, name string, rules []Rule, opts ...Option
 	if o.observer != nil {
 		obs = o.observer
 	}
-	w.batch = batch.New(client, backend.NewRunner(client, true), windowsScript, "windows", obs, batch.DefaultOps, batch.DefaultCalls)
+	w.batch = batch.New(client, backend.NewRunner(client, true), limitlua.Windows, "windows", obs, batch.DefaultOps, batch.DefaultCalls)
 	return w, nil
 }
 
@@ -237,7 +238,7 @@ func (w *Windows) run(ctx context.Context, clock backend.Clock, key string, n in
 		err = errors.New("unexpected reply")
 	}
 	if err != nil {
-		return store.Decision{}, scriptError(w.name, key, windowsScript, err)
+		return store.Decision{}, scriptError(w.name, key, limitlua.Windows, err)
 	}
 	return w.decision(v), nil
 }

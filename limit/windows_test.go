@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/limitlua"
 	"github.com/windowstore/windowstore/internal/resptest"
 	"github.com/windowstore/windowstore/store"
 )
@@ -60,7 +61,7 @@ func TestWindowsErrors(t *testing.T) {
 			l, _ := NewWindows(c, "w", windowRules())
 			_, err := l.Allow(context.Background(), "", 1)
 			return err
-		}(), `limit: w "": invalid argument: empty key`},
+		}(), `limit: w: invalid argument: empty key`},
 	} {
 		if !errors.Is(tc.err, store.ErrInvalid) || tc.err.Error() != tc.want {
 			t.Errorf("got %v\nwant %s", tc.err, tc.want)
@@ -86,7 +87,7 @@ func TestWindowsTokens(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmds := rec.Commands()
-	want := []string{"FCALL", windowsScript.Function(), "2", "x:{%7Bu%7D}:login:10s/1s+1h/1m", "x:{%7Bu%7D}:login:10s/1s+1h/1m:2",
+	want := []string{"FCALL", limitlua.Windows.Function(), "2", "x:{%7Bu%7D}:login:10s/1s+1h/1m", "x:{%7Bu%7D}:login:10s/1s+1h/1m:2",
 		"1700000000123", "900000", "2", "1000", "10", "5", "m1", "v1", "60000", "60", "100", "m2", "v2", "2"}
 	if len(cmds) != 1 || !slices.Equal(cmds[0], want) {
 		t.Fatalf("sent %q\nwant %q", cmds, want)

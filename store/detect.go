@@ -22,9 +22,9 @@ var registry = []*backend.Backend{
 	backend.Named(nativehash.Plain),
 }
 
-// backendNames returns every name WithBackend accepts: "auto", then each
+// Backends returns every name WithBackend accepts: "auto", then each backend
 // family and each backend, best first.
-func backendNames() []string {
+func Backends() []string {
 	out := []string{"auto"}
 	for _, b := range registry {
 		if !slices.Contains(out, b.Family) {
@@ -37,10 +37,10 @@ func backendNames() []string {
 	return out
 }
 
-// backendList is backendNames as text: "auto, tairhash, nativehash, ...".
+// backendList is Backends as text: "auto, tairhash, nativehash, ...".
 func backendList() string {
 	var names []string
-	for _, b := range backendNames() {
+	for _, b := range Backends() {
 		names = append(names, string(b))
 	}
 	return strings.Join(names, ", ")

@@ -12,33 +12,33 @@ import (
 var (
 	// ErrInvalid reports bad input from the caller: a window, key, limit, cost
 	// or lookback that the store refuses. Nothing is sent to the server.
-	ErrInvalid = errors.New("store: invalid argument")
+	ErrInvalid = errmsg.ErrInvalid
 	// ErrWrongType reports a key that holds something other than a counter of
 	// the store's backend: another Redis type (WRONGTYPE), or a hash whose
 	// fields are not bucket codes. The key is left untouched.
-	ErrWrongType = errors.New("store: key holds a value that is not a counter")
+	ErrWrongType = errmsg.ErrWrongType
 	// ErrOverflow reports a bucket or a window sum that would leave the int64
 	// range. Nothing is written: a write checks the new sum, exactly, before
 	// it writes. A sum can also leave int64 when a bucket of the opposite sign
 	// leaves the window; reading it then fails with ErrOverflow.
-	ErrOverflow = errors.New("store: counter overflow")
+	ErrOverflow = errmsg.ErrOverflow
 	// ErrUnavailable reports a backend that the server does not offer, asked
 	// for with WithBackend.
-	ErrUnavailable = errors.New("store: backend not available on this server")
+	ErrUnavailable = errmsg.ErrUnavailable
 	// ErrOutOfMemory reports a server at its maxmemory under the noeviction
 	// policy: it refuses writes. Nothing is written.
-	ErrOutOfMemory = errors.New("store: server out of memory (maxmemory)")
+	ErrOutOfMemory = errmsg.ErrOutOfMemory
 	// ErrNoPermission reports an ACL that denies a command or a key the store
 	// needs (see docs/acl.md for each backend's rules). Nothing is written.
-	ErrNoPermission = errors.New("store: the server's ACL denies this")
+	ErrNoPermission = errmsg.ErrNoPermission
 	// ErrClock reports a server clock more than a year away from the client's.
-	ErrClock = errors.New("store: server and client clocks disagree by more than a year")
+	ErrClock = errmsg.ErrClock
 	// ErrTooOld reports an event whose bucket has already left the window:
 	// it cannot count any more. Nothing is written.
-	ErrTooOld = errors.New("store: event older than the window")
+	ErrTooOld = errmsg.ErrTooOld
 	// ErrFuture reports an event further ahead of the clock than the future
 	// tolerance (WithFutureTolerance). Nothing is written.
-	ErrFuture = errors.New("store: event time too far ahead of the clock")
+	ErrFuture = errmsg.ErrFuture
 )
 
 // Error is the one error type of windowstore: the store's, and that of
@@ -61,17 +61,17 @@ type Error struct {
 	Kind   error  // a sentinel (ErrInvalid, ErrOverflow...), or nil
 	Detail string // what went wrong, beyond the kind; may be empty
 	Err    error  // the cause, or nil
-
-	pkg   string // the package that reports it; "" is "store"
-	keyed bool   // the key is shown even when empty
+	// Package is the package that reports it: "limit", "features",
+	// "httplimit"; empty is "store".
+	Package string
 }
 
 func (e *Error) Error() string {
-	pkg := e.pkg
+	pkg := e.Package
 	if pkg == "" {
 		pkg = "store"
 	}
-	return errmsg.Format(pkg, e.Op, e.Key, e.Key != "" || e.keyed, e.Kind, e.Detail)
+	return errmsg.Format(pkg, e.Op, e.Key, e.Key != "", e.Kind, e.Detail)
 }
 
 // Unwrap returns the kind and the cause.
@@ -104,45 +104,6 @@ func fail(op, key string, script *backend.Script, err error) error {
 		}
 		return e
 	}
-	e.Kind, e.Detail = classify(sc)
+	e.Kind, e.Detail = errmsg.Classify(sc)
 	return e
-}
-
-// classify maps a script's error to a sentinel and the detail worth showing.
-//
-//lint:ignore ST1008 the sentinel is a value here, not the function's failure
-func classify(sc *backend.ScriptError) (error, string) {
-	msg, full := sc.Message, sc.Error()
-	switch sc.Code {
-	case backend.CodeNotCounter:
-		return ErrWrongType, msg
-	case "WRONGTYPE":
-		return ErrWrongType, ""
-	case backend.CodeOverflow:
-		return ErrOverflow, msg
-	case backend.CodeClock:
-		return ErrClock, msg
-	case backend.CodeTooOld:
-		return ErrTooOld, msg
-	case backend.CodeFuture:
-		return ErrFuture, msg
-	case "OOM":
-		return ErrOutOfMemory, ""
-	case "NOPERM":
-		return ErrNoPermission, msg
-	}
-	switch msg = full; {
-	case strings.Contains(msg, "would overflow"):
-		return ErrOverflow, "a bucket would leave the int64 range; nothing was written"
-	case strings.Contains(msg, "hash value is not an integer"):
-		return ErrWrongType, "a hash whose values are not all integers"
-	case strings.Contains(msg, "ACL failure"), strings.Contains(msg, "user executing the script can't"),
-		strings.Contains(msg, "No permissions"), strings.Contains(msg, "NOPERM"):
-		return ErrNoPermission, msg
-	case strings.HasPrefix(msg, "OOM"), strings.Contains(msg, "command not allowed when used memory"):
-		return ErrOutOfMemory, ""
-	case strings.HasPrefix(msg, "WRONGTYPE"):
-		return ErrWrongType, ""
-	}
-	return nil, sc.Error()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
@@ -168,21 +169,43 @@ func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (De
 	return d, err
 }
 
-// allowAllWith is allowAll with one more op decided with the policies, all or
-// nothing, and placed first in its slot's batch: a lease's Acquire (package
-// limit's Concurrency with its rate limits, for httplimit's Rule.InFlight).
-// It answers that op's Value beside the Decision, which is the policies'
-// (its Allowed and RetryAfter include the lead op's refusal).
+// AllowAllWith is AllowAll with one more operation decided with the
+// policies, all or nothing: a lease's Acquire (limit.Concurrency.AcquireWith
+// takes a lease only if rate limits admit the request), or a Count that
+// counts only if the policies admit. It answers op's Value beside the
+// Decision, which is the policies' save that op's refusal (an Acquire with
+// no lease free, a Limit full) refuses it too; Policies holds the policies'
+// own decisions only. The op runs in the batch of its slot, first.
+func AllowAllWith(ctx context.Context, op Op, cost int64, policies ...Policy) (_ Decision, _ Value, err error) {
+	ctx, end := observePolicies(ctx, policies)
+	defer func() { end(err) }()
+	return allowAllWith(ctx, "", cost, policies, &op)
+}
+
+// OneCall reports whether AllowAllWith decides op with the policies in one
+// script call for certain: their stores share a client, and their counters
+// one Redis Cluster slot (as one key's, or one Entity's, do). Elsewhere it
+// decides all or nothing too, in more round trips on a cluster or across
+// clients (see ApplyAll).
+func OneCall(op Op, policies ...Policy) bool {
+	at, ok := Policy{Store: op.Store, Key: op.Key}.slot()
+	for _, p := range policies {
+		w, pok := p.slot()
+		ok = ok && pok && w == at
+	}
+	return ok
+}
+
 func allowAllWith(ctx context.Context, id string, cost int64, policies []Policy, lead *Op) (Decision, Value, error) {
 	if len(policies) == 0 {
 		return Decision{}, Value{}, invalid("allow", "", "no policy")
 	}
-	// One batch per slot, in the order of each slot's first op; at[i] is
-	// where policy i's op is.
+	// One batch per client and slot, in the order of each one's first op;
+	// at[i] is where policy i's op is.
 	type place struct{ batch, op int }
 	at := make([]place, len(policies))
 	var batches []Batch
-	slots := map[uint16]int{}
+	slots := map[where]int{}
 	if lead != nil {
 		p := Policy{Store: lead.Store, Key: lead.Key}
 		if slot, ok := p.slot(); ok {
@@ -250,17 +273,23 @@ func allowAllWith(ctx context.Context, id string, cost int64, policies []Policy,
 	return r, lv, nil
 }
 
-// slot is the Redis Cluster slot of the policy's counter; false when it has
-// none (no store, a bad key: the batch's checks report it).
-func (p Policy) slot() (uint16, bool) {
+// where is a batch's place: a client, and a Redis Cluster slot of it.
+type where struct {
+	client rueidis.Client
+	slot   uint16
+}
+
+// slot is where the policy's counter is; false when it has none (no store,
+// a bad key: the batch's checks report it).
+func (p Policy) slot() (where, bool) {
 	if p.Store == nil {
-		return 0, false
+		return where{}, false
 	}
 	rk, err := p.Store.redisKey(p.Key, p.Store.tiers[0].tag)
 	if err != nil {
-		return 0, false
+		return where{}, false
 	}
-	return keyspace.Slot(rk), true
+	return where{p.Store.client, keyspace.Slot(rk)}, true
 }
 
 // bestIndex is the index of the value with the least remaining, the first

@@ -166,22 +166,8 @@ func init() {
 	}
 	hook.Functions = func(st any) bool { return st.(*Store).runner.Functions() }
 	hook.Codec = func(st any) *codec.Codec { return st.(*Store).codec }
-	hook.Backends = backendNames
 	hook.Client = func(st any) any { return st.(*Store).client }
 	hook.WindowTag = func(w any) string { return w.(Window).tag() }
-	hook.NewError = func(pkg, op, key string, keyed bool, kind error, detail string, cause error) error {
-		return &Error{Op: op, Key: key, Kind: kind, Detail: detail, Err: cause, pkg: pkg, keyed: keyed}
-	}
-	hook.FirstError = first
-	hook.ClassifyScript = classify
-	hook.AllowAllWith = func(ctx context.Context, cost int64, policies, lead any) (any, any, error) {
-		ps, op := policies.([]Policy), lead.(Op)
-		ctx, end := observePolicies(ctx, ps) // observed as AllowAll is
-		d, v, err := allowAllWith(ctx, "", cost, ps, &op)
-		end(err)
-		return d, v, err
-	}
-	hook.SameClient = func(a, b any) bool { return a.(*Store).client == b.(*Store).client }
 	hook.UnescapeKey = func(s string) (string, error) {
 		k, err := keyspace.Unescape(s)
 		if err != nil {

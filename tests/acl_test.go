@@ -11,6 +11,7 @@ import (
 	"github.com/windowstore/windowstore/internal/acldoc"
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/limitlua"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/nativehash"
 	"github.com/windowstore/windowstore/store"
@@ -21,7 +22,7 @@ import (
 // ACL rules: the least each backend and limiter needs, as the packages
 // declare them (docs/acl.md documents them; package acldoc's tests check it).
 var aclRules = acldoc.Parse(append(append(append(backend.Named(nativehash.Plain).ACLRules(), backend.Named(nativehash.FieldTTL).ACLRules()...),
-	backend.Named(tairhash.Name).ACLRules()...), hook.LimitACL()...)...)
+	backend.Named(tairhash.Name).ACLRules()...), limitlua.ACL...)...)
 
 func aclRule(label string) string { return acldoc.Rule(aclRules, label) }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/features"
-	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/engine"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
 )
@@ -20,7 +20,7 @@ import (
 type slowUndoKey struct{}
 
 func init() {
-	hook.BeforeUndo = func(ctx context.Context) {
+	engine.BeforeUndo = func(ctx context.Context) {
 		if d, ok := ctx.Value(slowUndoKey{}).(time.Duration); ok {
 			time.Sleep(d)
 		}

@@ -224,4 +224,3 @@ func withZeros(p map[string]int64) map[string]int64 {
 	}
 	return out
 }
-

@@ -15,7 +15,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -340,7 +339,7 @@ func (m *gcraModel) step(now, n int64) (bool, int64, int64, int64) {
 
 // TestGCRAModel drives limit.NewGCRA with random costs, given back too (the
 // negative cost windowstored's all-or-nothing decisions send, through
-// hook.GCRARefund), at client-clock instants, and compares every reply with
+// limit.RefundAt), at client-clock instants, and compares every reply with
 // gcraModel on big integers. The rates put the script's integers near 2^52:
 // the TAT in units of 1/q ms relative to now reaches burst x p, and the
 // bursts are the largest limit.NewGCRA accepts. A key whose state would
@@ -407,9 +406,8 @@ func TestGCRAModel(t *testing.T) {
 					if r.IntN(3) == 0 {
 						k := cost()
 						n = -k
-						v, err := hook.GCRARefund(ctx, l, time.UnixMilli(now), "k", k)
+						d, err = limit.RefundAt(ctx, l, time.UnixMilli(now), "k", k)
 						require.NoError(t, err)
-						d = v.(store.Decision)
 						given++
 					} else {
 						n = cost()

@@ -13,6 +13,7 @@ import (
 	"github.com/windowstore/windowstore/httplimit"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
 )
 
 // combined makes a Multi of per-10s, per-minute and per-hour sliding windows
@@ -115,4 +116,41 @@ func raceAllow(t *testing.T, l limit.Limiter, n int, refused func(d store.Decisi
 	}
 	wg.Wait()
 	return ok.Load()
+}
+
+// TestCombineAcrossServers: a Multi whose policies live on two servers
+// (Redis 7.0 and Redis 8) is still all or nothing: of 40 concurrent callers
+// exactly the tighter limit is admitted, each counted on both servers, and a
+// refusal on one server leaves the other's counter as it was.
+func TestCombineAcrossServers(t *testing.T) {
+	t.Parallel()
+	ctx := ctxT(t)
+	w := store.Window{Length: time.Hour, Bucket: time.Minute}
+	a, err := store.New(ctx, harness.Shared(t, harness.Redis70).Client(t), w, store.WithPrefix(harness.Prefix(t)))
+	require.NoError(t, err)
+	b, err := store.New(ctx, harness.Shared(t, harness.Redis80).Client(t), w, store.WithPrefix(harness.Prefix(t)))
+	require.NoError(t, err)
+	la, err := limit.NewSlidingWindow(a, "a", 7)
+	require.NoError(t, err)
+	lb, err := limit.NewSlidingWindow(b, "b", 30)
+	require.NoError(t, err)
+	m, err := limit.Combine(la, lb)
+	require.NoError(t, err)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			d, err := m.Allow(ctx, "k", 1)
+			if assert.NoError(t, err) && d.Allowed {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 7, admitted.Load(), "the tighter limit, exactly")
+	for _, s := range []*store.Store{a.Sub("a"), b.Sub("b")} {
+		n, err := s.Sum(ctx, "k")
+		require.NoError(t, err)
+		require.EqualValues(t, 7, n, "every admission counted on both servers, no refusal anywhere")
+	}
 }

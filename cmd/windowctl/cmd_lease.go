@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"strconv"
 	"time"
 
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -86,7 +86,11 @@ func (c *cli) lease(ctx context.Context, key string, op store.Op) error {
 	op.Store, op.Key = c.st, key
 	res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{op}})
 	if err != nil {
-		return hook.FirstError(err)
+		var m *store.ManyError
+		if errors.As(err, &m) && len(m.Errs) == 1 && m.Errs[0] != nil {
+			err = m.Errs[0] // the batch's own error
+		}
+		return err
 	}
 	v := res[0].Values[0]
 	ok := v.Counted

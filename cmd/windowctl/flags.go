@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -81,7 +80,7 @@ func (g *globals) check() error {
 	if err := g.storeWindow().Validate(); err != nil {
 		return usagef("%s", err.(*store.Error).Detail)
 	}
-	if !slices.Contains(hook.Backends(), g.backend) {
+	if !slices.Contains(store.Backends(), g.backend) {
 		return usagef("--backend %q: want %s", g.backend, backendNames())
 	}
 	if strings.ContainsAny(g.prefix, "{}") {
@@ -94,7 +93,7 @@ func (g *globals) check() error {
 const defaultPrefix = "ws:"
 
 // backendNames lists the --backend values, from the store's registry.
-func backendNames() string { return strings.Join(hook.Backends(), ", ") }
+func backendNames() string { return strings.Join(store.Backends(), ", ") }
 
 func (g *globals) storeWindow() store.Window { return store.Window{Length: g.window, Bucket: g.bucket} }
 

@@ -14,7 +14,7 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/windowstore/windowstore/httplimit"
-	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -141,7 +141,7 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 		defer cancel()
 		for _, i := range taken {
 			p := parts[i]
-			if _, err := hook.GCRARefund(gctx, rt.gcra[p.rule], time.Time{}, p.key, p.cost); err != nil {
+			if _, err := limit.Refund(gctx, rt.gcra[p.rule], p.key, p.cost); err != nil {
 				s.log.Warn("a GCRA cost could not be given back: it stays counted", "domain", domain, "rule", p.rule.path, "err", err)
 			}
 		}
@@ -162,9 +162,8 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 		if p.refund {
 			// is_negative_hits gives the cost back, whatever the decision,
 			// and answers the state after: one call.
-			var v any
-			if v, err = hook.GCRARefund(ctx, l, time.Time{}, p.key, p.cost); err == nil {
-				d, cost = v.(store.Decision), 0
+			if d, err = limit.Refund(ctx, l, p.key, p.cost); err == nil {
+				cost = 0
 			}
 		} else {
 			d, err = l.Allow(ctx, p.key, cost)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/windowstore/windowstore/internal/acldoc"
 	"github.com/windowstore/windowstore/internal/backend"
-	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/limitlua"
 	_ "github.com/windowstore/windowstore/limit" // declares the limiters' rules
 	"github.com/windowstore/windowstore/nativehash"
 	"github.com/windowstore/windowstore/tairhash"
@@ -50,7 +50,7 @@ func TestDocumented(t *testing.T) {
 	}
 	var declared []backend.ACLRule
 	for _, rs := range [][]backend.ACLRule{backend.Named(nativehash.Plain).ACLRules(), backend.Named(nativehash.FieldTTL).ACLRules(),
-		backend.Named(tairhash.Name).ACLRules(), hook.LimitACL()} {
+		backend.Named(tairhash.Name).ACLRules(), limitlua.ACL} {
 		for _, r := range rs {
 			if !slices.ContainsFunc(declared, func(d backend.ACLRule) bool { return d.Label == r.Label }) {
 				declared = append(declared, r)

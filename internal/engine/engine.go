@@ -28,7 +28,6 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
-	"github.com/windowstore/windowstore/internal/hook"
 )
 
 // Group is one group's script arguments and keys, as event.lua reads them
@@ -169,6 +168,12 @@ func nonce() string {
 	_, _ = rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
+
+// BeforeUndo, a test's hook, is nil in production. When set, it is called
+// before a cluster's (or several clients') refused decision takes its
+// reservations back, with the decision's context: a test that waits there
+// moves the undo past the reservation's bucket.
+var BeforeUndo func(ctx context.Context)
 
 // Run runs the parts of one event. oneCall reports that every part can go
 // in one script call (a server that is not a cluster, one client, one clock:
@@ -348,8 +353,8 @@ func reserve(ctx context.Context, parts []Part) ([]Reply, error) {
 	// of a part that reserved nothing does nothing). A true duplicate's
 	// record is its first call's, settled or another call's: its undo does
 	// nothing.
-	if hook.BeforeUndo != nil {
-		hook.BeforeUndo(ctx)
+	if BeforeUndo != nil {
+		BeforeUndo(ctx)
 	}
 	uerrs := make([]error, len(parts))
 	each(ctx, parts, func(i int) bool { return errs[i] != nil || (out[i].Allowed() && !out[i].Duplicate()) }, backend.OpUndo,

@@ -10,7 +10,7 @@ import (
 
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/codec"
-	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/internal/limitlua"
 	lua "github.com/yuin/gopher-lua"
 )
 
@@ -570,7 +570,7 @@ func TestKeysDeclared(t *testing.T) {
 			t.Fatalf("%s: the batch's second distinct add wrote nothing under its own keys", b.Name)
 		}
 	}
-	for _, sc := range hook.LimitScripts() {
+	for _, sc := range limitlua.Scripts() {
 		f := newFake()
 		if strings.Contains(sc.Name(), "windows") {
 			// Three windows (1 s x 3, 2 s x 3, 10 s x 2) of limits 4, 6

@@ -13,8 +13,7 @@ import (
 
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/codec"
-	"github.com/windowstore/windowstore/internal/hook"
-	_ "github.com/windowstore/windowstore/limit" // sets hook.LimitScripts
+	"github.com/windowstore/windowstore/internal/limitlua"
 	"github.com/windowstore/windowstore/nativehash"
 	"github.com/windowstore/windowstore/tairhash"
 	lua "github.com/yuin/gopher-lua"
@@ -27,7 +26,7 @@ func allScripts() []*backend.Script {
 	for _, b := range backends {
 		out = append(out, b.Write, b.Sum, b.Inspect)
 	}
-	return append(out, hook.LimitScripts()...)
+	return append(out, limitlua.Scripts()...)
 }
 
 // TestCompile: every assembled script is valid Lua.
@@ -299,7 +298,7 @@ func TestLibraries(t *testing.T) {
 	for _, b := range backends {
 		libs = append(libs, library{b.Library, []*backend.Script{b.Write, b.Sum, b.Inspect}})
 	}
-	limits := hook.LimitScripts()
+	limits := limitlua.Scripts()
 	libs = append(libs, library{limits[0].Library(), limits})
 	for _, l := range libs {
 		lib := l.lib

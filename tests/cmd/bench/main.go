@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/internal/hook"
+	"github.com/windowstore/windowstore/store"
 )
 
 func main() {
@@ -95,7 +95,7 @@ func dispatch(args []string, stdout io.Writer) error {
 	if err := cfg.check(*buckets, *ops); err != nil {
 		return err
 	}
-	if !slices.Contains(hook.Backends(), srv.backend) {
+	if !slices.Contains(store.Backends(), srv.backend) {
 		return usagef("--backend %q: want %s", srv.backend, backendNames())
 	}
 	opt, err := srv.clientOption()
@@ -122,7 +122,7 @@ func usage(fs *flag.FlagSet) string {
 }
 
 func backendNames() string {
-	return strings.Join(hook.Backends(), ", ")
+	return strings.Join(store.Backends(), ", ")
 }
 
 // clientOption turns --addr and the --tls-* files into a client option.

@@ -13,8 +13,8 @@
 // to a core the command does not run on (the names of the windows and of
 // base.lua are the repository's):
 //
-//	git show HEAD~1:limit/lua/windows.lua > /tmp/old.lua
-//	taskset -c 0 go run ./tests/cmd/wab --addr 127.0.0.1:6379 --a /tmp/old.lua --b limit/lua/windows.lua
+//	git show HEAD~1:internal/limitlua/lua/windows.lua > /tmp/old.lua
+//	taskset -c 0 go run ./tests/cmd/wab --addr 127.0.0.1:6379 --a /tmp/old.lua --b internal/limitlua/lua/windows.lua
 //
 // Every operation is an admitted cost of 1 (limits of 2^50) on a key drawn
 // at random from --keys, --per operations per script call, from --callers
@@ -44,7 +44,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "server")
 	base := flag.String("base", "internal/backend/lua/base.lua", "base.lua, loaded before each version")
 	fa := flag.String("a", "", "version A of windows.lua (required)")
-	fb := flag.String("b", "limit/lua/windows.lua", "version B of windows.lua")
+	fb := flag.String("b", "internal/limitlua/lua/windows.lua", "version B of windows.lua")
 	nkeys := flag.Int("keys", 2000, "keys per variant")
 	per := flag.Int("per", 8, "operations per script call")
 	callers := flag.Int("callers", 32, "concurrent callers")
