@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test of windowstore: the library's unit tests and the integration
-# suite against real servers (Redis 7.0, Redis 8.0, Valkey 8.1, a Redis
-# Cluster, replicas, TLS, fault injection; TairHash when TAIRHASH_IMAGE or
+# suite against real servers (Redis 7.0, Redis 8.0, Valkey 8.1, Valkey 9.1, a
+# Redis Cluster, replicas, TLS, fault injection; TairHash when TAIRHASH_IMAGE or
 # TAIRHASH_ADDR is set). It needs Go and a Docker engine, nothing else: every
 # server is a container on the host's network (no redis-server, no redis-cli).
 #
@@ -14,12 +14,13 @@
 #                                     and the integration suite only (no vet, no
 #                                     fuzzing, no benchmark check, no compose check)
 #
-# Servers come from REDIS70_IMAGE, REDIS80_IMAGE, VALKEY_IMAGE, TAIRHASH_IMAGE
-# (for example redis:7.0 from a registry); those not given are built here from
-# Debian packages (scripts/images.sh: about two minutes once, then cached),
-# since this project's machines reach no container registry. REDIS70_ADDR,
-# REDIS80_ADDR, VALKEY_ADDR, TAIRHASH_ADDR give the servers all tests share;
-# tests that need a server of their own still start containers.
+# Servers come from REDIS70_IMAGE, REDIS80_IMAGE, VALKEY_IMAGE, VALKEY9_IMAGE,
+# TAIRHASH_IMAGE (for example redis:7.0 from a registry); those not given are
+# built here from Debian packages (scripts/images.sh: a few minutes once, then
+# cached), since this project's machines reach no container registry.
+# REDIS70_ADDR, REDIS80_ADDR, VALKEY_ADDR, VALKEY9_ADDR, TAIRHASH_ADDR give the
+# servers all tests share; tests that need a server of their own still start
+# containers.
 #
 # WINDOWSTORE_REQUIRE (default: every area this script can provide) makes a
 # test that cannot have its area fail instead of skipping; the suite's last
@@ -158,7 +159,7 @@ fi
 
 # Images: the given ones, or local ones built from Debian packages.
 need_build=false
-for v in REDIS70 REDIS80 VALKEY; do
+for v in REDIS70 REDIS80 VALKEY VALKEY9; do
   i="${v}_IMAGE"
   [ -n "${!i:-}" ] || need_build=true
 done
@@ -168,7 +169,7 @@ if $need_build; then
     [ "$(id -u)" -eq 0 ] || die "the server images must be built once, which needs root (debootstrap)" "sudo ./scripts/images.sh"
     if ! command -v debootstrap >/dev/null 2>&1; then
       command -v apt-get >/dev/null 2>&1 ||
-        die "building the server images needs debootstrap, and there is no apt-get to install it" "install debootstrap with your package manager, or set REDIS70_IMAGE, REDIS80_IMAGE and VALKEY_IMAGE"
+        die "building the server images needs debootstrap, and there is no apt-get to install it" "install debootstrap with your package manager, or set REDIS70_IMAGE, REDIS80_IMAGE, VALKEY_IMAGE and VALKEY9_IMAGE"
       say "installing debootstrap (apt-get update && apt-get install debootstrap)"
       export DEBIAN_FRONTEND=noninteractive
       apt-get update -qq
@@ -183,10 +184,10 @@ if $need_build; then
 fi
 
 # Every area this script can provide must run: a missing one fails.
-req=redis70,redis80,valkey,cluster,replication,tls,faults
+req=redis70,redis80,valkey,valkey9,cluster,replication,tls,faults
 if [ -n "${TAIRHASH_IMAGE:-}${TAIRHASH_ADDR:-}" ]; then req=$req,tairhash; fi
 export WINDOWSTORE_REQUIRE="${WINDOWSTORE_REQUIRE:-$req}"
-say "servers: REDIS70_IMAGE=$REDIS70_IMAGE REDIS80_IMAGE=$REDIS80_IMAGE VALKEY_IMAGE=$VALKEY_IMAGE${TAIRHASH_IMAGE:+ TAIRHASH_IMAGE=$TAIRHASH_IMAGE}"
+say "servers: REDIS70_IMAGE=$REDIS70_IMAGE REDIS80_IMAGE=$REDIS80_IMAGE VALKEY_IMAGE=$VALKEY_IMAGE VALKEY9_IMAGE=$VALKEY9_IMAGE${TAIRHASH_IMAGE:+ TAIRHASH_IMAGE=$TAIRHASH_IMAGE}"
 say "required areas (WINDOWSTORE_REQUIRE): $WINDOWSTORE_REQUIRE"
 $quick && say "extra go test arguments ($*): vet, fuzzing, the benchmark check and the compose check are skipped"
 

@@ -153,17 +153,22 @@ func (d *Detection) pick(want string) (*backend.Backend, error) {
 		want = "auto"
 	}
 	known := false
+	var passed []string // the better backends the server lacks, and what for
 	for _, b := range registry {
 		if want != "auto" && want != b.Family && want != b.Name {
 			continue
 		}
 		known = true
 		if !d.has(b) {
+			passed = append(passed, b.Name+" needs "+d.missing(b.Name))
 			continue
 		}
 		why := b.Why
 		if want != "auto" {
 			why = want + " was asked for; " + why
+		}
+		if len(passed) > 0 && !d.blind {
+			why += "; the server lacks the better ones (" + strings.Join(passed, "; ") + ")"
 		}
 		if d.notes != "" {
 			why += " (" + d.notes + ")"

@@ -311,7 +311,9 @@ func TestWindowctlBadInput(t *testing.T) {
 	}
 }
 
-// TestWindowctlDetect: windowctl detect names the right backend on every server.
+// TestWindowctlDetect: windowctl detect names the right backend on every
+// server (field TTL on Redis 8 and Valkey 9, the plain hash on Redis 7.0 and
+// Valkey 8.1), and says why: what the server lacks for the better ones.
 func TestWindowctlDetect(t *testing.T) {
 	t.Parallel()
 	for _, tg := range targets {
@@ -327,6 +329,10 @@ func TestWindowctlDetect(t *testing.T) {
 			require.Equal(t, tg.wantBackend, m["backend"], out)
 			require.Equal(t, tg.wantFieldTTL, m["field_ttl"], out)
 			require.NotEmpty(t, m["reason"])
+			if !tg.wantFieldTTL {
+				// Valkey 8.1, Redis 7.0: why not the field-TTL backend.
+				require.Contains(t, m["reason"], "nativehash-fieldttl needs HPEXPIREAT", out)
+			}
 			if tg.kind == harness.TairHash {
 				require.Contains(t, m["modules"], "tairhash")
 			}

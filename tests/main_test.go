@@ -58,6 +58,7 @@ var targets = []target{
 	{"redis80/auto", harness.Redis80, "auto", "nativehash-fieldttl", true},
 	{"redis80/plain", harness.Redis80, "nativehash-plain", "nativehash-plain", false},
 	{"valkey81/auto", harness.Valkey, "auto", "nativehash-plain", false},
+	{"valkey9/auto", harness.Valkey9, "auto", "nativehash-fieldttl", true},
 	{"tairhash/auto", harness.TairHash, "auto", "tairhash", true},
 }
 

@@ -21,6 +21,7 @@ const (
 	AreaRedis70          = Area(Redis70)
 	AreaRedis80          = Area(Redis80)
 	AreaValkey           = Area(Valkey)
+	AreaValkey9          = Area(Valkey9)
 	AreaTairHash         = Area(TairHash)
 	AreaCluster     Area = "cluster"     // a 3-master, 3-replica Redis Cluster
 	AreaReplication Area = "replication" // a master and its replica
@@ -29,7 +30,7 @@ const (
 )
 
 // Areas lists every area, in the order Report prints them.
-var Areas = []Area{AreaRedis70, AreaRedis80, AreaValkey, AreaTairHash, AreaCluster, AreaReplication, AreaTLS, AreaFaults}
+var Areas = []Area{AreaRedis70, AreaRedis80, AreaValkey, AreaValkey9, AreaTairHash, AreaCluster, AreaReplication, AreaTLS, AreaFaults}
 
 type areaStats struct {
 	ran, failed int

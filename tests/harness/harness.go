@@ -3,15 +3,17 @@
 // Every server the harness starts is a container on the host's network
 // (`--network host`), listening on a free loopback port (`--port N --bind
 // 127.0.0.1`), started with testcontainers-go from the image named by
-// REDIS70_IMAGE, REDIS80_IMAGE, VALKEY_IMAGE or TAIRHASH_IMAGE (defaults: the
-// official redis:7.0, redis:8.0, valkey/valkey:8.1; TairHash has no default).
+// REDIS70_IMAGE, REDIS80_IMAGE, VALKEY_IMAGE, VALKEY9_IMAGE or TAIRHASH_IMAGE
+// (defaults: the official redis:7.0, redis:8.0, valkey/valkey:8.1,
+// valkey/valkey:9.1; TairHash has no default).
 // Nothing else is needed on the machine: no redis-server, no redis-cli, only a
 // Docker engine. With host networking there is no port proxy in the way, a
 // server can be killed (SIGKILL through the Docker API) and started again on
 // the same port, and a cluster's nodes can announce their real addresses.
 //
 // The servers that all tests share can instead be given by address:
-// REDIS70_ADDR, REDIS80_ADDR, VALKEY_ADDR, TAIRHASH_ADDR (host:port).
+// REDIS70_ADDR, REDIS80_ADDR, VALKEY_ADDR, VALKEY9_ADDR, TAIRHASH_ADDR
+// (host:port).
 //
 // No fake server is ever used. A test that cannot get its server is skipped
 // through Skip, with the reason, or fails when WINDOWSTORE_REQUIRE names its
@@ -47,11 +49,12 @@ const (
 	Redis70  Kind = "redis70"  // Redis 7.0: plain hash only
 	Redis80  Kind = "redis80"  // Redis 8.0: hash-field TTL
 	Valkey   Kind = "valkey"   // Valkey 8.1: plain hash only
+	Valkey9  Kind = "valkey9"  // Valkey 9.1: hash-field TTL
 	TairHash Kind = "tairhash" // a server with the TairHash module
 )
 
 // Kinds lists every kind, in the order the conformance suite runs them.
-var Kinds = []Kind{Redis70, Redis80, Valkey, TairHash}
+var Kinds = []Kind{Redis70, Redis80, Valkey, Valkey9, TairHash}
 
 type spec struct {
 	addrEnv, imageEnv, image, server string
@@ -61,6 +64,7 @@ var specs = map[Kind]spec{
 	Redis70:  {"REDIS70_ADDR", "REDIS70_IMAGE", "redis:7.0", "redis-server"},
 	Redis80:  {"REDIS80_ADDR", "REDIS80_IMAGE", "redis:8.0", "redis-server"},
 	Valkey:   {"VALKEY_ADDR", "VALKEY_IMAGE", "valkey/valkey:8.1", "valkey-server"},
+	Valkey9:  {"VALKEY9_ADDR", "VALKEY9_IMAGE", "valkey/valkey:9.1", "valkey-server"},
 	TairHash: {"TAIRHASH_ADDR", "TAIRHASH_IMAGE", "", "redis-server"},
 }
 
