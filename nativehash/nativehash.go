@@ -67,6 +67,18 @@
 // without a record (new) is read whole once (HGETALL) and its record rebuilt.
 // Store.Inspect reports the record as Meta["m"] and Meta["t"]; the plain
 // hash's Lua (lua/plainprims.lua, lua/plain.lua) has the details.
+//
+// # The event pipeline and the one fast path
+//
+// Every write runs the shared event pipeline (internal/backend/lua/event.lua:
+// place, decide, check, then write), on every backend. The plain hash adds
+// one fast path (lua/fast.lua) for the commonest calls: counts, quiet counts
+// and limits, alone or in one group or link, with no event id and no event
+// time; a synced window's record is updated in place, another goes through
+// the pipeline's own primitives. It hands the whole call to the pipeline
+// before it writes anything when the call is not simple (a refusal, a bucket
+// whose value would be 0); tests/fastpath_test.go drives both with the same
+// random operations and compares their answers and every key's DUMP.
 package nativehash
 
 import (

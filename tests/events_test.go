@@ -489,6 +489,12 @@ func TestEventsRejectedWriteNothing(t *testing.T) {
 // before any writes.
 func TestEventsRejectedWriteNothingCluster(t *testing.T) {
 	t.Parallel()
+	eventWalk(t, clusterEventEnv(t, 5), 11, 250)
+}
+
+// clusterEventEnv is eventFeatures with the given limit on a new Redis
+// Cluster, every master's keys snapshotted.
+func clusterEventEnv(t *testing.T, limit int64) eventEnv {
 	cl := harness.NewCluster(t)
 	c := cl.Client(t)
 	var nodes []rueidis.Client
@@ -496,9 +502,9 @@ func TestEventsRejectedWriteNothingCluster(t *testing.T) {
 		nodes = append(nodes, n.Client(t))
 	}
 	prefix := harness.Prefix(t)
-	set, err := features.New(ctxT(t), c, eventFeatures(5), store.WithPrefix(prefix))
+	set, err := features.New(ctxT(t), c, eventFeatures(limit), store.WithPrefix(prefix))
 	require.NoError(t, err)
-	eventWalk(t, eventEnv{set: set, nodes: nodes, client: c, prefix: prefix}, 11, 250)
+	return eventEnv{set: set, nodes: nodes, client: c, prefix: prefix}
 }
 
 // TestEventsConcurrent: 40 callers record events at once, a share of them
@@ -520,16 +526,7 @@ func TestEventsConcurrent(t *testing.T) {
 	}
 	t.Run("cluster", func(t *testing.T) {
 		t.Parallel()
-		cl := harness.NewCluster(t)
-		c := cl.Client(t)
-		var nodes []rueidis.Client
-		for _, n := range cl.Masters(t) {
-			nodes = append(nodes, n.Client(t))
-		}
-		prefix := harness.Prefix(t)
-		set, err := features.New(ctxT(t), c, eventFeatures(25), store.WithPrefix(prefix))
-		require.NoError(t, err)
-		concurrentEvents(t, eventEnv{set: set, nodes: nodes, client: c, prefix: prefix})
+		concurrentEvents(t, clusterEventEnv(t, 25))
 	})
 }
 

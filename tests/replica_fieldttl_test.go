@@ -61,13 +61,7 @@ func replicaExpiredNotDeleted(t *testing.T, kind harness.Kind) {
 
 	keys := []string{"a", "b", "c"}
 	model := map[string][]event{}
-	want := func(at time.Time) []int64 {
-		out := make([]int64, len(keys))
-		for i, k := range keys {
-			out[i] = modelSum(codec, model[k], at, w.Length)
-		}
-		return out
-	}
+	want := func(at time.Time) []int64 { return modelSums(codec, model, keys, at, w.Length) }
 	// write adds to every key at the instant at, through s, and checks the
 	// sums the writes return against the model (when the write finished
 	// within at's bucket).
@@ -197,13 +191,7 @@ func fieldTTLRestart(t *testing.T, kind harness.Kind) {
 	codec := hook.Codec(ps)
 	keys := []string{"a", "b"}
 	model := map[string][]event{}
-	want := func(at time.Time) []int64 {
-		out := make([]int64, len(keys))
-		for i, k := range keys {
-			out[i] = modelSum(codec, model[k], at, w.Length)
-		}
-		return out
-	}
+	want := func(at time.Time) []int64 { return modelSums(codec, model, keys, at, w.Length) }
 	synced := func() {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -297,6 +285,15 @@ func fieldTTLRestart(t *testing.T, kind harness.Kind) {
 		drained = compare("draining")
 	}
 	require.True(t, drained, "the sums never drained to 0")
+}
+
+// modelSums are modelSum of each key's events.
+func modelSums(c *codec.Codec, model map[string][]event, keys []string, at time.Time, length time.Duration) []int64 {
+	out := make([]int64, len(keys))
+	for i, k := range keys {
+		out[i] = modelSum(c, model[k], at, length)
+	}
+	return out
 }
 
 // nextBucket waits for the next bucket to start, and returns an instant 1 ms

@@ -492,3 +492,90 @@ local function ws_undo(G)
   if keep then redis.call('SET', G.idkey, '0,L', 'KEEPTTL') else redis.call('DEL', G.idkey) end
   return 1
 end
+
+-- The Write script's operations (write.lua), defined once with the library:
+-- each appends its values to out.
+local function ws_one(H, kind, L, key, delta, limit)
+  local G, it = ws_newgroup(H), ws_item(kind, L, key, delta)
+  if kind == WS_IT_LIMIT then it.limit, it.cost = limit, ws_tonum(delta) end
+  G.items[1] = it
+  return G
+end
+local function ws_add(G, out) out[#out + 1] = ws_group(G, {})[4] end
+local function ws_addquiet(G, out) out[#out + 1] = ws_group(G, {}) and 1 end
+local function ws_allow(G, out)
+  local r, n = ws_group(G, {}), #out
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = r[1] % 2, r[4], r[5], r[6]
+end
+local function ws_checkonly(G, out)
+  ws_event({G}, false, true)
+  out[#out + 1] = 1
+end
+local function ws_reserve(G, out) ws_event({G}, true, false, out) end
+local function ws_link(Gs, out) ws_event(Gs, false, false, out) end
+local function ws_undo1(G, out) out[#out + 1] = ws_undo(G) end
+local function ws_settle1(G, out) out[#out + 1] = ws_settle(G) end
+local function ws_paths(tag, out)
+  for p, c in pairs(ws_traces[tag] or {}) do out[#out + 1], out[#out + 2] = p, c end
+  ws_traces[tag] = nil
+end
+local function ws_dcount1(K, out, L, from) out[#out + 1] = ws_dcount(L, K, from) end
+
+-- ws_op reads the operation at ARGV[i] and KEYS[k]: where the next one starts,
+-- and the function to run with its arguments.
+local function ws_op(H, i, k)
+  local op = ARGV[i]
+  if op == WS_OP_ADD or op == WS_OP_ADDNOSUM then
+    local G = ws_one(H, op == WS_OP_ADD and WS_IT_COUNT or WS_IT_QUIET, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), ARGV[i + 2])
+    return i + 3, k + WS_KPC, op == WS_OP_ADD and ws_add or ws_addquiet, G
+  elseif op == WS_OP_ALLOW then
+    local G = ws_one(H, WS_IT_LIMIT, ws_shape(H, ARGV[i + 1]), ws_ckey(k, 0), ARGV[i + 3], ws_tonum(ARGV[i + 2]))
+    return i + 4, k + WS_KPC, ws_allow, G
+  elseif op == WS_OP_DADD then
+    local L, m = ws_shape(H, ARGV[i + 1]), tonumber(ARGV[i + 2])
+    local G = ws_one(H, WS_IT_DISTINCT, L, KEYS[k], nil)
+    local nk
+    G.items[1].members, G.items[1].K, nk = ws_args(i + 3, i + 2 + m), ws_dk(L, k)
+    return i + 3 + m, nk, ws_add, G
+  elseif op == WS_OP_GROUP or op == WS_OP_CHECK then
+    local ni, nk, G = ws_parse(H, i + 1, k)
+    G.check = op == WS_OP_CHECK
+    return ni, nk, op == WS_OP_GROUP and ws_group or ws_checkonly, G
+  elseif op == WS_OP_RESERVE or op == WS_OP_UNDO or op == WS_OP_SETTLE then
+    local ni, nk, G = ws_parse(H, i + 2, k)
+    G.nonce = ARGV[i + 1]
+    local fn = ws_reserve
+    if op == WS_OP_UNDO then fn = ws_undo1 elseif op == WS_OP_SETTLE then fn = ws_settle1 end
+    return ni, nk, fn, G
+  elseif op == WS_OP_LINK then
+    local Gs, ni, nk = {}, i + 2, k
+    for j = 1, tonumber(ARGV[i + 1]) do ni, nk, Gs[j] = ws_parse(H, ni, nk) end
+    return ni, nk, ws_link, Gs
+  elseif op == WS_OP_PATHS then
+    return i + 2, k, ws_paths, ARGV[i + 1]
+  elseif op == WS_OP_DCOUNT then
+    local L = ws_shape(H, ARGV[i + 1])
+    local K, nk = ws_dk(L, k)
+    return i + 3, nk, ws_dcount1, K, L, L.now - tonumber(ARGV[i + 2])
+  end
+  ws_err(WS_E_ARGS, 'unknown operation ' .. tostring(op))
+end
+
+-- ws_run runs the operation at ARGV[i] and KEYS[k], appending its values to
+-- out, on the backend's fast path when it takes it
+-- (nativehash/lua/fast.lua), else through the pipeline, then writes what it
+-- left for its end (the plain hash's heads: ws_end). It answers where the
+-- next operation starts.
+local function ws_run(H, i, k, out)
+  if ws_fast ~= nil then
+    local ni, nk = ws_fast(H, i, k, out)
+    if ni ~= nil then
+      ws_end()
+      return ni, nk
+    end
+  end
+  local ni, nk, fn, a, b, c = ws_op(H, i, k)
+  fn(a, out, b, c)
+  ws_end()
+  return ni, nk
+end

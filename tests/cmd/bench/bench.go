@@ -38,6 +38,7 @@ type benchConfig struct {
 	batchOps   int
 	batchCalls int
 	functions  bool
+	general    bool // the event pipeline alone (backend.Trace)
 }
 
 // The operations bench knows, in the order it runs them: the table's.
@@ -116,6 +117,7 @@ func benchFlags(fs *flag.FlagSet) (cfg *benchConfig, buckets, ops *string) {
 	cfg = &benchConfig{keys: 10000, goroutines: 64, duration: 3 * time.Second, runs: 3,
 		batchOps: 64, batchCalls: 4, functions: true} // the store's batching defaults (store.WithBatching)
 	fs.BoolVar(&cfg.functions, "functions", cfg.functions, "run the store's scripts as Redis Functions; false: EVALSHA")
+	fs.BoolVar(&cfg.general, "general", false, "the event pipeline alone, never a backend's fast path (to measure the fast path)")
 	fs.IntVar(&cfg.keys, "keys", cfg.keys, "number of counters, `N` from 100 to 1,000,000")
 	fs.IntVar(&cfg.goroutines, "goroutines", cfg.goroutines, "concurrent callers, `N` from 1 to 4096")
 	fs.DurationVar(&cfg.duration, "duration", cfg.duration, "how long each operation runs, a `DURATION` from 100ms to 10m")
@@ -495,6 +497,9 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	prefix := fmt.Sprintf("bench:%d:", nb)
 	opts := []store.Option{store.WithPrefix(prefix + "ws:"), store.WithBackend(backend),
 		store.WithBatching(cfg.batchOps, cfg.batchCalls), hook.WithFunctions(cfg.functions).(store.Option)}
+	if cfg.general {
+		opts = append(opts, hook.WithTrace("bench", true).(store.Option))
+	}
 	w := store.Window{Length: time.Duration(nb) * time.Second, Bucket: time.Second}
 	// Three policies of nb buckets each: nb s of 1 s, 10 nb s of 10 s, 100 nb s of 100 s.
 	var policies []*store.Store
