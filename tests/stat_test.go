@@ -591,8 +591,14 @@ func TestStatMemory(t *testing.T) {
 			per := float64(total) / float64(keys)
 			t.Logf("%s: %v: %.0f bytes per key of %d buckets", tg.name, st, per, buckets)
 			tol := 0.02
-			if tair {
+			switch {
+			case tair:
 				tol = firstStageTolerance
+			case tg.kind == harness.Valkey9:
+				// Valkey 9 keeps these hashes as hashtables (field TTLs):
+				// MEMORY USAGE moves by 64 B per hash from run to run (a
+				// max of 10 buckets measured 736 B, then 800 B).
+				tol = 0.12
 			}
 			figures.Check(t, fmt.Sprintf("stats/%s/%s/%v", tg.kind, tg.wantBackend, st), figures.Figure{Value: math.Round(per), Unit: "B",
 				How: how, Server: server}, tol)
