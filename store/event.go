@@ -169,10 +169,11 @@ func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (De
 	return d, err
 }
 
-// AllowAllWith is AllowAll with one more operation decided with the
-// policies, all or nothing: a lease's Acquire (limit.Concurrency.AcquireWith
-// takes a lease only if rate limits admit the request), or a Count that
-// counts only if the policies admit. It answers op's Value beside the
+// AllowAllWith is AllowAll with one more operation in the decision: a
+// lease's Acquire (limit.Concurrency.AcquireWith takes a lease only if rate
+// limits admit the request, and counts their cost only if a lease is free),
+// or a Limit of another cost. An op that is not a limit (a Count) writes
+// whatever the decision, as in ApplyAll. It answers op's Value beside the
 // Decision, which is the policies' save that op's refusal (an Acquire with
 // no lease free, a Limit full) refuses it too; Policies holds the policies'
 // own decisions only. The op runs in the batch of its slot, first.
