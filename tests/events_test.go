@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -28,12 +29,17 @@ import (
 // its expiry, before and after.
 
 // snapshot is every key matching a prefix on the nodes, as DUMP and
-// PEXPIRETIME read it.
-type snapshot map[string]string
+// PEXPIRETIME read it, and, for a hash with field TTLs, its fields with
+// their expiries (HPEXPIRETIME), so that a field that expired on its own
+// between two snapshots is told from a write.
+type snapshot struct {
+	keys   map[string]string            // DUMP "|" PEXPIRETIME
+	fields map[string]map[string]string // field -> value "|" expiry ms (-1: none)
+}
 
 func takeSnapshot(t *testing.T, ctx context.Context, nodes []rueidis.Client, prefix string) snapshot {
 	t.Helper()
-	out := snapshot{}
+	out := snapshot{keys: map[string]string{}, fields: map[string]map[string]string{}}
 	for _, c := range nodes {
 		var keys []string
 		for cursor := uint64(0); ; {
@@ -44,46 +50,79 @@ func takeSnapshot(t *testing.T, ctx context.Context, nodes []rueidis.Client, pre
 				break
 			}
 		}
-		cmds := make(rueidis.Commands, 0, 2*len(keys))
+		cmds := make(rueidis.Commands, 0, 4*len(keys))
 		for _, k := range keys {
-			cmds = append(cmds, c.B().Dump().Key(k).Build(), c.B().Arbitrary("PEXPIRETIME").Keys(k).Build())
+			cmds = append(cmds, c.B().Dump().Key(k).Build(), c.B().Arbitrary("PEXPIRETIME").Keys(k).Build(),
+				c.B().Type().Key(k).Build(), c.B().Hgetall().Key(k).Build())
 		}
-		for i, r := range c.DoMulti(ctx, cmds...) {
-			k := keys[i/2]
-			if i%2 == 0 {
-				d, err := r.ToString()
-				if rueidis.IsRedisNil(err) {
-					continue // expired between SCAN and DUMP
-				}
-				require.NoError(t, err, "DUMP %s", k)
-				out[k] = d
-			} else if _, ok := out[k]; ok {
-				e, err := r.AsInt64()
-				require.NoError(t, err, "PEXPIRETIME %s", k)
-				out[k] += "|" + strconv.FormatInt(e, 10)
+		res := c.DoMulti(ctx, cmds...)
+		for i, k := range keys {
+			d, err := res[4*i].ToString()
+			if rueidis.IsRedisNil(err) {
+				continue // expired between SCAN and DUMP
 			}
+			require.NoError(t, err, "DUMP %s", k)
+			e, err := res[4*i+1].AsInt64()
+			require.NoError(t, err, "PEXPIRETIME %s", k)
+			out.keys[k] = d + "|" + strconv.FormatInt(e, 10)
+			if typ, _ := res[4*i+2].ToString(); typ != "hash" {
+				continue
+			}
+			all, err := res[4*i+3].AsStrMap()
+			if err != nil || len(all) == 0 {
+				continue
+			}
+			names := slices.Sorted(maps.Keys(all))
+			ttls, err := c.Do(ctx, c.B().Arbitrary("HPEXPIRETIME").Keys(k).Args(append([]string{"FIELDS", strconv.Itoa(len(names))}, names...)...).Build()).AsIntSlice()
+			if err != nil {
+				continue // no field TTLs on this server (or not a hash any more)
+			}
+			fs := map[string]string{}
+			for j, f := range names {
+				if j < len(ttls) {
+					fs[f] = all[f] + "|" + strconv.FormatInt(ttls[j], 10)
+				}
+			}
+			out.fields[k] = fs
 		}
 	}
 	return out
 }
 
-// requireSame fails when two snapshots differ, naming the keys.
+// requireSame fails when two snapshots differ, naming the keys. A key that
+// expired meanwhile, or a hash that lost only fields whose TTL had passed,
+// did not change.
 func requireSame(t *testing.T, before, after snapshot, format string, args ...any) {
 	t.Helper()
 	var diff []string
 	now := time.Now().UnixMilli()
-	for k, v := range before {
-		if w, ok := after[k]; !ok {
+	expired := func(k string) bool { // the change is only fields that expired
+		fs, ok := before.fields[k]
+		if !ok {
+			return false
+		}
+		left := map[string]string{}
+		for f, v := range fs {
+			if at, _ := strconv.ParseInt(v[strings.LastIndex(v, "|")+1:], 10, 64); at < 0 || at > now {
+				left[f] = v
+			}
+		}
+		return len(left) < len(fs) && maps.Equal(left, after.fields[k])
+	}
+	for k, v := range before.keys {
+		if w, ok := after.keys[k]; !ok {
 			if at, _ := strconv.ParseInt(v[strings.LastIndex(v, "|")+1:], 10, 64); at > 0 && at <= now {
 				continue // expired meanwhile (a cluster's reservation id: 10 s)
 			}
-			diff = append(diff, k+" (gone)")
-		} else if w != v {
+			if !expired(k) {
+				diff = append(diff, k+" (gone)")
+			}
+		} else if w != v && !expired(k) {
 			diff = append(diff, k+" (changed)")
 		}
 	}
-	for k := range after {
-		if _, ok := before[k]; !ok {
+	for k := range after.keys {
+		if _, ok := before.keys[k]; !ok {
 			diff = append(diff, k+" (new)")
 		}
 	}
@@ -346,7 +385,7 @@ func (env eventEnv) breakEntity(t *testing.T, ctx context.Context, entity string
 	_, err := env.set.Record(ctx, features.Event{Entities: map[string]string{strings.Split(entity, ":")[0]: strings.Split(entity, ":")[1]}, Amount: 1})
 	require.NoError(t, err)
 	var victim string
-	for k := range takeSnapshot(t, ctx, env.nodes, env.prefix+"{"+entity+"}:") {
+	for k := range takeSnapshot(t, ctx, env.nodes, env.prefix+"{"+entity+"}:").keys {
 		if strings.Contains(k, "_logins:") && (victim == "" || strings.HasSuffix(k, ":h")) {
 			victim = k
 		}
