@@ -90,28 +90,38 @@ func takeSnapshot(t *testing.T, ctx context.Context, nodes []rueidis.Client, pre
 }
 
 // requireSame fails when two snapshots differ, naming the keys. A key that
-// expired meanwhile, or a hash that lost only fields whose TTL had passed,
-// did not change.
+// expired meanwhile did not change, nor did a hash whose only change is
+// fields that expired on their own: its key expiry is the same, and its
+// fields live now (a TTL not passed yet, or none) are the same before and
+// after. A field whose HPEXPIRETIME answered -2 was gone when it was asked
+// (it expired between HGETALL and HPEXPIRETIME).
 func requireSame(t *testing.T, before, after snapshot, format string, args ...any) {
 	t.Helper()
 	var diff []string
 	now := time.Now().UnixMilli()
-	expired := func(k string) bool { // the change is only fields that expired
-		fs, ok := before.fields[k]
-		if !ok {
-			return false
-		}
-		left := map[string]string{}
+	suffix := func(v string) int64 {
+		at, _ := strconv.ParseInt(v[strings.LastIndex(v, "|")+1:], 10, 64)
+		return at
+	}
+	live := func(fs map[string]string) map[string]string {
+		out := map[string]string{}
 		for f, v := range fs {
-			if at, _ := strconv.ParseInt(v[strings.LastIndex(v, "|")+1:], 10, 64); at < 0 || at > now {
-				left[f] = v
+			if at := suffix(v); at == -1 || at > now {
+				out[f] = v
 			}
 		}
-		return len(left) < len(fs) && maps.Equal(left, after.fields[k])
+		return out
+	}
+	expired := func(k string) bool { // the change is only fields that expired
+		fs, ok := before.fields[k]
+		if !ok || (after.keys[k] != "" && suffix(after.keys[k]) != suffix(before.keys[k])) {
+			return false
+		}
+		return maps.Equal(live(fs), live(after.fields[k]))
 	}
 	for k, v := range before.keys {
 		if w, ok := after.keys[k]; !ok {
-			if at, _ := strconv.ParseInt(v[strings.LastIndex(v, "|")+1:], 10, 64); at > 0 && at <= now {
+			if at := suffix(v); at > 0 && at <= now {
 				continue // expired meanwhile (a cluster's reservation id: 10 s)
 			}
 			if !expired(k) {
