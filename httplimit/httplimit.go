@@ -48,6 +48,7 @@ package httplimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -95,7 +96,11 @@ type Rule struct {
 	// FailOpen admits requests when a limiter fails (the server is down, a
 	// timeout). The default, fail closed, answers 503 Service Unavailable.
 	// Either way the error goes to the WithOnError hook. A degraded limiter
-	// (limit.Degrade) fails only for errors it does not stand in for.
+	// (limit.Degrade) fails only for errors it does not stand in for. Input
+	// a limiter refuses (store.ErrInvalid: a key over 1,024 bytes, a cost
+	// out of its range) is not a failure: it is answered 400 whatever
+	// FailOpen says, so that no request passes a fail-open limit by making
+	// its limiter fail.
 	FailOpen bool
 	// Shadow makes the rule watch without enforcing: its limiters decide and
 	// count as usual (a refused request is counted by none, and the
@@ -167,7 +172,10 @@ const (
 	LocalShed  Outcome = "local_shed"  // 429 from the local tier, no server call
 	FailedOpen Outcome = "failed_open" // a limiter failed; admitted
 	FailedShut Outcome = "failed_closed"
-	BadKey     Outcome = "bad_request" // 400: the key function refused the request
+	// BadKey: 400 (or 431), the request's key or cost refused: by the key
+	// function, for a key over 1,024 bytes, for a negative cost, or by a
+	// limiter (store.ErrInvalid). Never admitted by FailOpen.
+	BadKey Outcome = "bad_request"
 	// ShadowRefused: admitted, but a shadow rule or a shadow limiter
 	// (limit.Shadow) would have refused it.
 	ShadowRefused Outcome = "shadow_refused"
@@ -268,6 +276,28 @@ func compile(r Rule) compiled {
 	return c
 }
 
+// request is a request's key ("Name:" + Key(r)) and cost, or the error that
+// answers it 400 (or 431: see Header): a key the store cannot name (over
+// keyspace.MaxKeyLen bytes), or a negative cost.
+func (c *compiled) request(r *http.Request) (string, int64, error) {
+	key, err := c.Key(r)
+	if err != nil {
+		return "", 0, err
+	}
+	key = c.Name + ":" + key
+	if len(key) > keyspace.MaxKeyLen {
+		return "", 0, BadRequest(fmt.Sprintf("the rate-limit key is %d bytes, more than %d", len(key), keyspace.MaxKeyLen))
+	}
+	cost := int64(1)
+	if c.Cost != nil {
+		cost = c.Cost(r)
+	}
+	if cost < 0 {
+		return "", 0, BadRequest(fmt.Sprintf("the request's cost %d is negative", cost))
+	}
+	return key, cost, nil
+}
+
 // policy is the policy a decision names (a Multi's deciding one).
 func (c *compiled) policy(l limit.Limiter, d store.Decision) limit.Policy {
 	if p, ok := c.policies[d.Policy]; ok {
@@ -290,6 +320,14 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 		if o.onError != nil {
 			o.onError(r, rule.Name, err)
 		}
+		// A key or cost the limiter refuses is the client's input, not a
+		// failure: 400, whatever FailOpen says, so that no input can pass
+		// a fail-open limit by making its limiter fail.
+		if errors.Is(err, store.ErrInvalid) {
+			observe(BadKey)
+			http.Error(w, "bad request: "+invalidReason(err), http.StatusBadRequest)
+			return false
+		}
 		if rule.FailOpen {
 			observe(FailedOpen)
 			return true
@@ -298,19 +336,14 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		return false
 	}
-	key, err := rule.Key(r)
+	key, cost, err := rule.request(r)
 	if err != nil {
 		if o.onError != nil {
 			o.onError(r, rule.Name, err)
 		}
 		observe(BadKey)
-		http.Error(w, "bad request: "+reasonOf(err), http.StatusBadRequest)
+		http.Error(w, "bad request: "+reasonOf(err), statusOf(err))
 		return false
-	}
-	key = rule.Name + ":" + key
-	cost := int64(1)
-	if rule.Cost != nil {
-		cost = rule.Cost(r)
 	}
 	h := w.Header()
 	h.Set("RateLimit-Policy", rule.header)
@@ -447,18 +480,13 @@ func watch(o *options, rule *compiled, r *http.Request) {
 			o.metrics.Observe(rule.Name, out, time.Since(start))
 		}
 	}
-	key, err := rule.Key(r)
+	key, cost, err := rule.request(r)
 	if err != nil {
 		if o.onError != nil {
 			o.onError(r, rule.Name, err)
 		}
 		observe(BadKey)
 		return
-	}
-	key = rule.Name + ":" + key
-	cost := int64(1)
-	if rule.Cost != nil {
-		cost = rule.Cost(r)
 	}
 	out, degraded := Allowed, false
 	for _, l := range rule.run {
@@ -467,7 +495,11 @@ func watch(o *options, rule *compiled, r *http.Request) {
 			if o.onError != nil {
 				o.onError(r, rule.Name, err)
 			}
-			observe(FailedOpen)
+			if errors.Is(err, store.ErrInvalid) {
+				observe(BadKey)
+			} else {
+				observe(FailedOpen)
+			}
 			return
 		}
 		degraded = degraded || d.Degraded
@@ -513,6 +545,16 @@ func policyField(ls []limit.Limiter) string {
 		}
 	}
 	return strings.Join(parts, ", ")
+}
+
+// invalidReason is what the client may see of a limiter's store.ErrInvalid:
+// its detail (a key's or a cost's bound), never the key itself.
+func invalidReason(err error) string {
+	var se *store.Error
+	if errors.As(err, &se) && se.Detail != "" {
+		return "the rate limiter refuses the request: " + se.Detail
+	}
+	return "the rate limiter refuses the request's key or cost"
 }
 
 // invalidRule is New's error for a rule it refuses: rule is its name (its

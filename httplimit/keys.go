@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/windowstore/windowstore/internal/keyspace"
 )
 
 // A KeyFunc names the counter a request is charged to, such as the client's
@@ -25,9 +27,14 @@ var ErrNoKey = errors.New("httplimit: no key in the request")
 // BadRequest returns an error for a KeyFunc to refuse a request with: the
 // middleware answers 400 Bad Request, with "bad request: " + reason as the
 // body. Keep the reason short and free of secrets: the client sees it.
-func BadRequest(reason string) error { return &keyError{reason} }
+func BadRequest(reason string) error { return &keyError{reason: reason} }
 
-type keyError struct{ reason string }
+// keyError is a request refused for its key: status 0 answers 400, else
+// status.
+type keyError struct {
+	reason string
+	status int
+}
 
 func (e *keyError) Error() string { return "httplimit: no key in the request: " + e.reason }
 func (e *keyError) Unwrap() error { return ErrNoKey }
@@ -39,6 +46,16 @@ func reasonOf(err error) string {
 		return ke.reason
 	}
 	return "no key in the request"
+}
+
+// statusOf is the status that answers a key error: 400, or the key error's
+// own (431 for a header too long to be a key).
+func statusOf(err error) int {
+	var ke *keyError
+	if errors.As(err, &ke) && ke.status != 0 {
+		return ke.status
+	}
+	return http.StatusBadRequest
 }
 
 // ClientIP keys requests by the client's IP address. The peer address
@@ -93,12 +110,18 @@ func ClientIP(trusted ...netip.Prefix) KeyFunc {
 }
 
 // Header keys requests by a header's value, such as an API key. A request
-// without the header has no key (ErrNoKey).
+// without the header has no key (ErrNoKey); one whose value is too long to
+// name a counter (keyspace.MaxKeyLen, 1,024 bytes, with the rule's name) is
+// answered 431 Request Header Fields Too Large.
 func Header(name string) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		v := r.Header.Get(name)
 		if v == "" {
 			return "", BadRequest("no " + name + " header")
+		}
+		if len(v) > keyspace.MaxKeyLen-len("h:") {
+			return "", &keyError{reason: fmt.Sprintf("the %s header is %d bytes, more than a key can be", name, len(v)),
+				status: http.StatusRequestHeaderFieldsTooLarge}
 		}
 		return "h:" + v, nil
 	}

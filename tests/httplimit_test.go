@@ -424,3 +424,83 @@ func TestHTTPInFlightOneCall(t *testing.T) {
 	require.EqualValues(t, 2, n)
 	require.Equal(t, "0", srv.Cmd(t, "ZCARD", "ws:{api:h:race}:inflight:lease"), "every lease released")
 }
+
+// TestMiddlewareBadInputNeverFailsOpen: input the limiters refuse (a key too
+// long to name a counter, a cost out of the limiter's range) is the client's
+// fault: 431 for a header too long to be a key, else 400, on a fail-open rule
+// too, and on the server nothing is written. A shadow rule records it as
+// BadKey, never as a failure.
+func TestMiddlewareBadInputNeverFailsOpen(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis80)
+	c := srv.Client(t)
+	ctx := ctxT(t)
+	prefix := harness.Prefix(t)
+	s, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix(prefix))
+	require.NoError(t, err)
+	perMin, err := limit.NewSlidingWindow(s, "permin", 3)
+	require.NoError(t, err)
+	logged, err := limit.NewLog(c, "log", 3, time.Minute, limit.WithPrefix(prefix))
+	require.NoError(t, err)
+	long := strings.Repeat("k", 2000)
+	cost := func(r *http.Request) int64 { n, _ := strconv.ParseInt(r.Header.Get("X-Cost"), 10, 64); return n }
+	rec := &countingRecorder{}
+	var hooked atomic.Int64
+	for _, tc := range []struct {
+		name string
+		rule httplimit.Rule
+		hdr  map[string]string
+		code int
+		body string
+	}{
+		{"header too long", httplimit.Rule{Key: httplimit.Header("X-Key"), Limiters: []limit.Limiter{perMin}},
+			map[string]string{"X-Key": long}, http.StatusRequestHeaderFieldsTooLarge, "X-Key header is 2000 bytes"},
+		{"key too long with the rule's name", httplimit.Rule{Key: httplimit.Header("X-Key"), Limiters: []limit.Limiter{perMin}},
+			map[string]string{"X-Key": long[:1021]}, http.StatusBadRequest, "more than 1024"},
+		{"a key function's long key", httplimit.Rule{Key: func(*http.Request) (string, error) { return long, nil }, Limiters: []limit.Limiter{perMin}},
+			nil, http.StatusBadRequest, "more than 1024"},
+		{"negative cost", httplimit.Rule{Key: httplimit.Header("X-Key"), Limiters: []limit.Limiter{perMin}, Cost: cost},
+			map[string]string{"X-Key": "u", "X-Cost": "-1"}, http.StatusBadRequest, "cost -1 is negative"},
+		{"a cost the limiter refuses", httplimit.Rule{Key: httplimit.Header("X-Key"), Limiters: []limit.Limiter{logged}, Cost: cost},
+			map[string]string{"X-Key": "u", "X-Cost": "5000"}, http.StatusBadRequest, "cost 5000 is not within [0, 1000]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rule := tc.rule
+			rule.Name, rule.FailOpen = "r", true
+			mw, err := httplimit.New([]httplimit.Rule{rule}, httplimit.WithRecorder(rec),
+				httplimit.WithOnError(func(*http.Request, string, error) { hooked.Add(1) }))
+			require.NoError(t, err)
+			ts := httptest.NewServer(mw(okHandler()))
+			defer ts.Close()
+			for range 5 { // a limit of 3: five would pass a fail-open limit
+				req, err := http.NewRequest("GET", ts.URL, nil)
+				require.NoError(t, err)
+				for k, v := range tc.hdr {
+					req.Header.Set(k, v)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				require.Equal(t, tc.code, resp.StatusCode, "%s", b)
+				require.Contains(t, string(b), tc.body)
+			}
+		})
+	}
+	require.Empty(t, scanKeys(t, c, prefix), "a refused input wrote nothing")
+	require.Equal(t, 25, rec.count(httplimit.BadKey))
+	require.Zero(t, rec.count(httplimit.FailedOpen))
+	require.EqualValues(t, 25, hooked.Load(), "the hook sees every bad input")
+
+	// A shadow rule: recorded as BadKey, and the request goes on.
+	shadowRec := &countingRecorder{}
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Key: httplimit.Header("X-Key"), Limiters: []limit.Limiter{logged}, Cost: cost, Shadow: true}},
+		httplimit.WithRecorder(shadowRec))
+	require.NoError(t, err)
+	ts := httptest.NewServer(mw(okHandler()))
+	defer ts.Close()
+	require.Equal(t, http.StatusOK, get(t, ts.URL, map[string]string{"X-Key": "u", "X-Cost": "5000"}).StatusCode)
+	require.Equal(t, 1, shadowRec.count(httplimit.BadKey))
+	require.Zero(t, shadowRec.count(httplimit.FailedOpen))
+	require.Empty(t, scanKeys(t, c, prefix))
+}
