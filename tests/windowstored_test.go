@@ -21,6 +21,7 @@ import (
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/tests/harness"
 	"google.golang.org/grpc"
@@ -39,6 +40,7 @@ type wsd struct {
 	logs       *syncBuffer
 	exited     chan struct{}
 	exit       int
+	prefix     string // the keys' prefix: prefix+"rl:" and prefix+"fx:"
 }
 
 type syncBuffer struct {
@@ -88,6 +90,7 @@ func startWSDEnv(t *testing.T, env []string, addr, config string, args ...string
 	for attempt := 1; ; attempt++ {
 		d, busy := tryStartWSD(t, env, addr, file, attempt == 5, args...)
 		if !busy {
+			d.prefix = p
 			return d
 		}
 		t.Logf("windowstored: a port was taken before it could bind it; starting again on new ports (attempt %d)", attempt)
@@ -579,20 +582,49 @@ func TestWindowstoredFeatures(t *testing.T) {
 	late := time.Now().Add(-30 * time.Minute).UTC().Format(time.RFC3339)
 	_, m = d.post(t, "/v1/features/login/record", `{"time":"`+late+`","entities":{"user":"7"}}`)
 	require.Equal(t, []any{0.0, 1.0}, feature(m, "logins")["values"])
-	// Bad requests.
+	// Bad requests: a 400 in the API's words, and nothing written.
+	c := srv.Client(t)
+	fx := d.prefix + "fx:"
+	before := takeSnapshot(t, ctxT(t), []rueidis.Client{c}, fx)
+	require.NotEmpty(t, before.keys, "the feature set's keys under %s", fx)
 	for body, want := range map[string]string{
-		`{"entities":{"user":"1"},"amount":1.5}`:                   "amount 1.5",
-		`{"entities":{"user":"1"},"amount":"9223372036854775808"}`: "amount",
-		`{"entities":{}}`:                              "no entities",
-		`{"entities":{"user":"1"},"bogus":1}`:          "unknown field",
-		`{"entities":{"user":"1"},"time":"yesterday"}`: "RFC 3339",
-		`{"entities":{"user":"1"}} {}`:                 "more than one value",
-		`not json`:                                     "bad JSON",
+		`{"entities":{"user":"1"},"amount":1.5}`:                   "amount 1.5: want an integer",
+		`{"entities":{"user":"1"},"amount":"9223372036854775808"}`: "amount \"9223372036854775808\": want an integer from -9223372036854775808",
+		`{"entities":{"user":"1"},"amount":"12abc"}`:               "amount \"12abc\": want an integer",
+		`{"entities":{"user":"1"},"amount":null}`:                  "amount is null: leave the field out",
+		`{"entities":{"user":"1"},"amount":true}`:                  "amount true: want an integer",
+		`{"id":"","entities":{"user":"1"}}`:                        "id is empty: leave the field out",
+		`{"id":null,"entities":{"user":"1"}}`:                      "id is null",
+		`{"id":7,"entities":{"user":"1"}}`:                         "id is 7: want a string",
+		`{"entities":{"user":""}}`:                                 `entity "user" is empty`,
+		`{"entities":{"user":null}}`:                               `entity "user" is null`,
+		`{"entities":{"user":42}}`:                                 `entity "user" is 42: want a string`,
+		`{"entities":{"colour":"red"}}`:                            "none of the entities is one of feature_set login's: card, ip, user",
+		`{"entities":{}}`:                                          "entities is empty",
+		`{"entities":null}`:                                        "no entities",
+		`{"entities":["user"]}`:                                    "entities is [\"user\"]: want an object",
+		`{}`:                                                       "no entities",
+		`{"entities":{"user":"1"},"bogus":1}`:                      `unknown field "bogus": an event has id, time, entities and amount`,
+		`{"entities":{"user":"1"},"time":"yesterday"}`:             "RFC 3339",
+		`{"entities":{"user":"1"},"time":null}`:                    "time is null",
+		`{"entities":{"user":"1"}} {}`:                             "more than one JSON value",
+		`not json`:                                                 "the body is not JSON",
+		`[1]`:                                                      "the body must be a JSON object",
+		``:                                                         "empty body",
 	} {
 		code, m := d.post(t, "/v1/features/login/record", body)
 		require.Equal(t, 400, code, body)
 		require.Contains(t, m["error"], want, body)
+		require.NotContains(t, m["error"], "json:", "%s: Go's words leak", body)
 	}
+	// An amount that would take the card's sum out of int64: 422, a retry
+	// fails the same way.
+	for range 2 {
+		code, m := d.post(t, "/v1/features/login/record", `{"entities":{"card":"c1"},"amount":9223372036854775807}`)
+		require.Equal(t, http.StatusUnprocessableEntity, code, m)
+		require.Contains(t, m["error"], "overflow", m)
+	}
+	requireSame(t, before, takeSnapshot(t, ctxT(t), []rueidis.Client{c}, fx), "a refused event wrote")
 	code, m = d.post(t, "/v1/features/nope/record", `{"entities":{"user":"1"}}`)
 	require.Equal(t, 404, code)
 	require.Contains(t, m["error"], `unknown feature_set "nope"`)
@@ -749,4 +781,50 @@ func TestWindowstoredCluster(t *testing.T) {
 	for _, ip := range ips {
 		require.Equal(t, uint32(1), d.ask(t, "shop", 0, ip).Statuses[0].LimitRemaining)
 	}
+}
+
+// TestWindowstoredTimeout: --timeout bounds every call end to end, against a
+// frozen server (SIGSTOP: its connections stay open and nothing answers): the
+// rate-limit call answers UNAVAILABLE, /json and the feature API 503, each
+// within the timeout and a margin for a loaded machine, where the
+// connection's own failure detection alone takes longer. Thawed, the server
+// answers again.
+func TestWindowstoredTimeout(t *testing.T) {
+	t.Parallel()
+	harness.Use(t, harness.AreaFaults)
+	srv := harness.Fresh(t, harness.Redis80)
+	const timeout = 2 * time.Second
+	d := startWSD(t, srv.URL(), wsdConfig+"---\n"+wsdFeatures, "--timeout", timeout.String())
+	require.Equal(t, ok, d.ask(t, "shop", 1, desc("user=u1")).OverallCode)
+	srv.Freeze(t)
+	within := func(what string, call func()) {
+		start := time.Now()
+		call()
+		took := time.Since(start)
+		t.Logf("%s answered after %v", what, took)
+		require.Less(t, took, timeout+3*time.Second, "%s waited for the frozen server", what)
+	}
+	// Several calls in a row: the first breaks the connection, and later
+	// ones wait for a new one, which a frozen server never finishes.
+	for range 2 {
+		within("ShouldRateLimit", func() {
+			_, err := d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("user=u1")}})
+			require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+		})
+	}
+	within("the feature API", func() {
+		code, m := d.post(t, "/v1/features/login/record", `{"entities":{"user":"42"}}`)
+		require.Equal(t, http.StatusServiceUnavailable, code, m)
+	})
+	within("/json", func() {
+		resp, err := http.Post("http://"+d.http+"/json", "application/json", strings.NewReader(`{"domain":"shop","descriptors":[{"entries":[{"key":"user","value":"u1"}]}]}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	})
+	srv.Thaw(t)
+	require.Eventually(t, func() bool {
+		resp, err := d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("user=u2")}})
+		return err == nil && resp.OverallCode == ok
+	}, time.Minute, 200*time.Millisecond, "windowstored answers again once the server is thawed")
 }

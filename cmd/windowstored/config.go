@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +59,7 @@ type yamlDescriptor struct {
 }
 
 type yamlRateLimit struct {
+	line            int    // of the mapping in its file, for errors
 	RequestsPerUnit *int64 `yaml:"requests_per_unit"`
 	Unit            string `yaml:"unit"`
 	Unlimited       bool   `yaml:"unlimited"`
@@ -71,6 +74,7 @@ type yamlRateLimit struct {
 }
 
 type yamlFeature struct {
+	line        int      // of the mapping in its file, for errors
 	Name        string   `yaml:"name"`
 	Entity      string   `yaml:"entity"`
 	Kind        string   `yaml:"kind"`
@@ -79,6 +83,67 @@ type yamlFeature struct {
 	Limits      []int64  `yaml:"limits"`
 	SpendAmount bool     `yaml:"spend_amount"`
 }
+
+// UnmarshalYAML decodes a rate_limit and keeps its line.
+func (y *yamlRateLimit) UnmarshalYAML(n *yaml.Node) error {
+	type plain yamlRateLimit
+	if err := strictDecode(n, (*plain)(y), "RateLimit"); err != nil {
+		return err
+	}
+	y.line = n.Line
+	return nil
+}
+
+// UnmarshalYAML decodes a feature and keeps its line.
+func (y *yamlFeature) UnmarshalYAML(n *yaml.Node) error {
+	type plain yamlFeature
+	if err := strictDecode(n, (*plain)(y), "Feature"); err != nil {
+		return err
+	}
+	y.line = n.Line
+	return nil
+}
+
+// strictDecode decodes mapping n into the struct v points to, refusing keys
+// v has no field for, as the file's decoder does (Node.Decode alone would
+// ignore them); part names v's type in the error (see yamlReason).
+func strictDecode(n *yaml.Node, v any, part string) error {
+	if n.Kind == yaml.MappingNode {
+		t := reflect.TypeOf(v).Elem()
+		known := map[string]bool{}
+		for i := range t.NumField() {
+			if tag, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); tag != "" && tag != "-" {
+				known[tag] = true
+			}
+		}
+		for i := 0; i < len(n.Content); i += 2 {
+			if k := n.Content[i]; !known[k.Value] {
+				return fmt.Errorf("line %d: field %s not found in %s", k.Line, k.Value, part)
+			}
+		}
+	}
+	return n.Decode(v)
+}
+
+// yamlReason is a YAML decoding error in the file's words: the Go types of
+// the decoder named as the configuration's parts.
+func yamlReason(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msg = strings.ReplaceAll(strings.TrimPrefix(msg, "unmarshal errors:\n  "), "\n  ", "; ")
+	for typ, part := range map[string]string{
+		"type main.yamlDoc":        "a document (domain, descriptors, feature_set, features, windowstored)",
+		"type main.yamlDescriptor": "a descriptor (key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, metadata)",
+		"type main.yamlSettings":   "windowstored settings (shadow_mode, on_error, response_headers, prefix, feature_prefix)",
+		"RateLimit":                "a rate_limit (requests_per_unit, unit, unlimited, name, replaces, algorithm, bucket, burst)",
+		"Feature":                  "a feature (name, entity, kind, windows, of, limits, spend_amount)",
+	} {
+		msg = strings.ReplaceAll(msg, " not found in "+typ, " is not a field of "+part)
+	}
+	return msg
+}
+
+// lineOf is where, a file's name, at a line of it.
+func lineOf(file string, line int) string { return file + ":" + strconv.Itoa(line) }
 
 type yamlSettings struct {
 	ShadowMode      bool   `yaml:"shadow_mode"`
@@ -248,6 +313,9 @@ func parseConfig(path string, files []configFile, digest string) (*config, error
 			var d yamlDoc
 			err := dec.Decode(&d)
 			if errors.Is(err, io.EOF) {
+				if n == 1 { // as envoyproxy/ratelimit, which refuses such a file
+					return nil, badf(f, "the file holds no YAML document (only comments or nothing): remove it, or give it a domain, a feature_set or windowstored settings")
+				}
 				break
 			}
 			where := f
@@ -255,7 +323,7 @@ func parseConfig(path string, files []configFile, digest string) (*config, error
 				where = fmt.Sprintf("%s (document %d)", f, n)
 			}
 			if err != nil {
-				return nil, badf(where, "%v", strings.TrimPrefix(err.Error(), "yaml: "))
+				return nil, badf(where, "%v", yamlReason(err))
 			}
 			kinds := 0
 			for _, set := range []bool{d.Domain != "" || len(d.Descriptors) > 0, d.FeatureSet != "" || len(d.Features) > 0, d.Settings != nil} {
@@ -277,11 +345,11 @@ func parseConfig(path string, files []configFile, digest string) (*config, error
 					return nil, err
 				}
 			case d.FeatureSet != "" || len(d.Features) > 0:
-				if err := c.loadSet(where, d); err != nil {
+				if err := c.loadSet(f, where, d); err != nil {
 					return nil, err
 				}
 			default:
-				if err := c.loadDomain(where, d); err != nil {
+				if err := c.loadDomain(f, where, d); err != nil {
 					return nil, err
 				}
 			}
@@ -319,7 +387,7 @@ func (s *settings) load(where string, y *yamlSettings) error {
 	return nil
 }
 
-func (c *config) loadDomain(where string, d yamlDoc) error {
+func (c *config) loadDomain(file, where string, d yamlDoc) error {
 	if d.Domain == "" {
 		return badf(where, "a domain's descriptors need a domain name")
 	}
@@ -327,15 +395,16 @@ func (c *config) loadDomain(where string, d yamlDoc) error {
 		return badf(where, "domain %q is configured twice", d.Domain)
 	}
 	root := &node{children: map[string]*node{}}
-	if err := root.load(where, d.Domain, d.Descriptors); err != nil {
+	if err := root.load(file, where, d.Domain, d.Descriptors); err != nil {
 		return err
 	}
 	c.domains[d.Domain] = root
 	return nil
 }
 
-// load adds descriptors below n; path is n's place, "domain.key_value".
-func (n *node) load(where, path string, ds []yamlDescriptor) error {
+// load adds descriptors below n, of a document of file; path is n's place,
+// "domain.key_value".
+func (n *node) load(file, where, path string, ds []yamlDescriptor) error {
 	for _, d := range ds {
 		if d.Key == "" {
 			return badf(where, "%s: a descriptor has an empty key", path)
@@ -356,13 +425,13 @@ func (n *node) load(where, path string, ds []yamlDescriptor) error {
 		}
 		c := &node{children: map[string]*node{}}
 		if d.RateLimit != nil {
-			r, err := loadRule(where, p, d.RateLimit, d.ShadowMode)
+			r, err := loadRule(lineOf(file, d.RateLimit.line), p, d.RateLimit, d.ShadowMode)
 			if err != nil {
 				return err
 			}
 			c.rule = r
 		}
-		if err := c.load(where, p, d.Descriptors); err != nil {
+		if err := c.load(file, where, p, d.Descriptors); err != nil {
 			return err
 		}
 		n.children[name] = c
@@ -451,7 +520,7 @@ var featureKinds = map[string]features.Kind{
 	"recent": features.Recent,
 }
 
-func (c *config) loadSet(where string, d yamlDoc) error {
+func (c *config) loadSet(file, where string, d yamlDoc) error {
 	if d.FeatureSet == "" {
 		return badf(where, "features need a feature_set name")
 	}
@@ -466,6 +535,7 @@ func (c *config) loadSet(where string, d yamlDoc) error {
 	}
 	var fs []features.Feature
 	for i, y := range d.Features {
+		where := lineOf(file, y.line)
 		at := fmt.Sprintf("feature_set %s, feature %d (%s)", d.FeatureSet, i+1, y.Name)
 		k, ok := featureKinds[y.Kind]
 		if !ok {
@@ -479,13 +549,49 @@ func (c *config) loadSet(where string, d yamlDoc) error {
 			if !ok || err1 != nil || err2 != nil {
 				return badf(where, "%s: window %q: want LENGTH/BUCKET, such as 1h/1m", at, w)
 			}
-			f.Windows = append(f.Windows, store.Window{Length: length, Bucket: bucket})
+			win := store.Window{Length: length, Bucket: bucket}
+			if err := win.Validate(); err != nil {
+				return badf(where, "%s: window %q: %s", at, w, strings.TrimPrefix(err.Error(), "store: invalid argument: "))
+			}
+			f.Windows = append(f.Windows, win)
+		}
+		// The library takes a negative limit for "none for this window"; a
+		// file says "no limit" by leaving the window out, so that a typo
+		// cannot switch a limit off.
+		switch {
+		case k != features.Limit && len(y.Limits) > 0:
+			return badf(where, "%s: limits are for kind limit", at)
+		case k != features.Limit && y.SpendAmount:
+			return badf(where, "%s: spend_amount is for kind limit", at)
+		case k == features.Limit && len(y.Limits) != len(y.Windows):
+			return badf(where, "%s: %d limits for %d windows: want one limit per window", at, len(y.Limits), len(y.Windows))
+		}
+		for j, lim := range y.Limits {
+			if lim < 1 {
+				return badf(where, "%s: limit %d (of window %s) is %d: a limit is at least 1; a window without a limit is one the feature leaves out",
+					at, j+1, y.Windows[j], lim)
+			}
 		}
 		fs = append(fs, f)
 	}
 	c.sets[d.FeatureSet] = fs
 	c.setNames = append(c.setNames, d.FeatureSet)
 	return nil
+}
+
+// entities are the entities of feature set name's features (Entity and
+// Of), sorted.
+func (c *config) entities(name string) []string {
+	var out []string
+	for _, f := range c.sets[name] {
+		for _, e := range []string{f.Entity, f.Of} {
+			if e != "" && !slices.Contains(out, e) {
+				out = append(out, e)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // eachRule calls fn with every rule of the domains.

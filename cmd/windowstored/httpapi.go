@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,13 +50,109 @@ func (s *server) health(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "OK\n")
 }
 
-// eventJSON is a feature API request: the event to record, or (read) only
-// its entities.
+// eventJSON is a feature API request as sent: each field raw, so that an
+// absent field, a null and a value of the wrong type are told apart
+// (parseEvent).
 type eventJSON struct {
-	ID       string            `json:"id"`
-	Time     string            `json:"time"` // RFC 3339; empty: now
-	Entities map[string]string `json:"entities"`
-	Amount   json.Number       `json:"amount"` // an integer, exact up to ±2^63; a string is taken too
+	ID       json.RawMessage `json:"id"`
+	Time     json.RawMessage `json:"time"` // RFC 3339; absent: now
+	Entities json.RawMessage `json:"entities"`
+	Amount   json.RawMessage `json:"amount"` // an integer, exact over int64: a JSON number or a string
+}
+
+// apiEvent is a feature API request, checked.
+type apiEvent struct {
+	features.Event
+	hasID, hasTime, hasAmount bool
+}
+
+// parseEvent decodes and checks a feature API body: an error is the 400
+// answer's message, in the terms of the API.
+func parseEvent(body io.Reader) (apiEvent, error) {
+	var raw eventJSON
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.Is(err, io.EOF):
+			return apiEvent{}, errors.New("empty body: want a JSON object such as {\"entities\": {\"user\": \"42\"}}")
+		case errors.As(err, &se):
+			return apiEvent{}, fmt.Errorf("the body is not JSON: %v (at byte %d)", se, se.Offset)
+		case errors.As(err, &te):
+			return apiEvent{}, errors.New("the body must be a JSON object such as {\"entities\": {\"user\": \"42\"}}")
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return apiEvent{}, fmt.Errorf("unknown field %s: an event has id, time, entities and amount", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		}
+		return apiEvent{}, fmt.Errorf("the body is not JSON: %v", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if dec.More() {
+		return apiEvent{}, errors.New("the body holds more than one JSON value")
+	}
+	var e apiEvent
+	isNull := func(m json.RawMessage) bool { return string(bytes.TrimSpace(m)) == "null" }
+	str := func(field string, m json.RawMessage) (string, error) {
+		var v string
+		if isNull(m) {
+			return "", fmt.Errorf("%s is null: leave the field out instead", field)
+		}
+		if err := json.Unmarshal(m, &v); err != nil {
+			return "", fmt.Errorf("%s is %s: want a string", field, m)
+		}
+		if v == "" {
+			return "", fmt.Errorf("%s is empty: leave the field out instead", field)
+		}
+		return v, nil
+	}
+	var err error
+	if e.hasID = raw.ID != nil; e.hasID {
+		if e.ID, err = str("id", raw.ID); err != nil {
+			return apiEvent{}, err
+		}
+	}
+	if e.hasTime = raw.Time != nil; e.hasTime {
+		t, err := str("time", raw.Time)
+		if err != nil {
+			return apiEvent{}, err
+		}
+		if e.Time, err = time.Parse(time.RFC3339Nano, t); err != nil {
+			return apiEvent{}, fmt.Errorf("time %q: want RFC 3339, such as 2026-11-25T10:00:00Z", t)
+		}
+	}
+	if e.hasAmount = raw.Amount != nil; e.hasAmount {
+		a := strings.TrimSpace(string(raw.Amount))
+		if isNull(raw.Amount) {
+			return apiEvent{}, errors.New("amount is null: leave the field out for an amount of 0")
+		}
+		if strings.HasPrefix(a, `"`) {
+			if err := json.Unmarshal(raw.Amount, &a); err != nil {
+				return apiEvent{}, fmt.Errorf("amount %s: want an integer", raw.Amount)
+			}
+		}
+		if e.Amount, err = strconv.ParseInt(a, 10, 64); err != nil {
+			return apiEvent{}, fmt.Errorf("amount %s: want an integer from -9223372036854775808 to 9223372036854775807", raw.Amount)
+		}
+	}
+	if raw.Entities == nil || isNull(raw.Entities) {
+		return apiEvent{}, errors.New("no entities: want {\"entities\": {\"user\": \"42\"}}")
+	}
+	var ents map[string]json.RawMessage
+	if err := json.Unmarshal(raw.Entities, &ents); err != nil {
+		return apiEvent{}, fmt.Errorf("entities is %s: want an object such as {\"user\": \"42\"}", raw.Entities)
+	}
+	if len(ents) == 0 {
+		return apiEvent{}, errors.New("entities is empty: want at least one, such as {\"user\": \"42\"}")
+	}
+	e.Entities = make(map[string]string, len(ents))
+	for name, m := range ents {
+		v, err := str(fmt.Sprintf("entity %q", name), m)
+		if err != nil {
+			return apiEvent{}, err
+		}
+		e.Entities[name] = v
+	}
+	return e, nil
 }
 
 // resultJSON is a feature API answer.
@@ -119,50 +217,37 @@ func (s *server) featureCall(write bool) http.HandlerFunc {
 			jsonError(w, http.StatusNotFound, fmt.Sprintf("unknown feature_set %q", name))
 			return
 		}
-		var e eventJSON
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
-		dec.DisallowUnknownFields()
-		dec.UseNumber()
-		if err := dec.Decode(&e); err != nil {
-			jsonError(w, http.StatusBadRequest, "bad JSON body: "+err.Error())
+		e, err := parseEvent(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			jsonError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		if dec.More() {
-			jsonError(w, http.StatusBadRequest, "bad JSON body: more than one value")
+		if known := s.rt.Load().cfg.entities(name); !slices.ContainsFunc(slices.Collect(maps.Keys(e.Entities)), func(n string) bool { return slices.Contains(known, n) }) {
+			jsonError(w, http.StatusBadRequest, fmt.Sprintf("none of the entities is one of feature_set %s's: %s", name, strings.Join(known, ", ")))
 			return
 		}
-		if len(e.Entities) == 0 {
-			jsonError(w, http.StatusBadRequest, "no entities: want {\"entities\": {\"user\": \"42\"}}")
-			return
-		}
+		ctx, cancel := s.bounded(r.Context())
+		defer cancel()
 		var res features.Result
-		var err error
 		if write {
-			ev := features.Event{ID: e.ID, Entities: e.Entities}
-			if e.Time != "" {
-				if ev.Time, err = time.Parse(time.RFC3339Nano, e.Time); err != nil {
-					jsonError(w, http.StatusBadRequest, fmt.Sprintf("time %q: want RFC 3339, such as 2026-11-25T10:00:00Z", e.Time))
-					return
-				}
-			}
-			if e.Amount != "" {
-				if ev.Amount, err = strconv.ParseInt(string(e.Amount), 10, 64); err != nil {
-					jsonError(w, http.StatusBadRequest, fmt.Sprintf("amount %s: want an integer from -2^63 to 2^63-1", e.Amount))
-					return
-				}
-			}
-			res, err = set.Record(r.Context(), ev)
+			res, err = set.Record(ctx, e.Event)
 		} else {
-			if e.ID != "" || e.Time != "" || e.Amount != "" {
+			if e.hasID || e.hasTime || e.hasAmount {
 				jsonError(w, http.StatusBadRequest, "read takes entities only: id, time and amount are for record")
 				return
 			}
-			res, err = set.Read(r.Context(), e.Entities)
+			res, err = set.Read(ctx, e.Entities)
 		}
 		if err != nil {
+			// The event's fault is a 4xx, and a retry of it fails the same
+			// way: 400 for a bad value or time, 422 for an amount that
+			// would take a sum out of int64. The server's is a 503.
 			code := http.StatusServiceUnavailable
-			if errors.Is(err, store.ErrInvalid) || errors.Is(err, store.ErrTooOld) || errors.Is(err, store.ErrFuture) {
+			switch {
+			case errors.Is(err, store.ErrInvalid), errors.Is(err, store.ErrTooOld), errors.Is(err, store.ErrFuture):
 				code = http.StatusBadRequest
+			case errors.Is(err, store.ErrOverflow):
+				code = http.StatusUnprocessableEntity
 			}
 			if code == http.StatusServiceUnavailable {
 				s.log.Warn("feature call failed", "feature_set", name, "err", err)

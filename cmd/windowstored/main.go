@@ -68,7 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "where the HTTP API, /healthcheck and /metrics listen (`HOST:PORT`; empty: not at all)")
 	fs.DurationVar(&f.watch, "watch", time.Second, "how often the configuration's files are checked for a change, put in force when two checks in a row read it (0: only on SIGHUP)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for the calls in flight")
-	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "the server's write timeout: a connection that takes longer is broken")
+	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long a rate-limit or feature call may take, end to end (then UNAVAILABLE or 503), and the server connection's write timeout")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
 	if err := fs.Parse(args); err != nil {
@@ -147,7 +147,7 @@ func run(args []string, stderr io.Writer) int {
 	if len(tel.what) > 0 {
 		log.Info("opentelemetry: exporting over OTLP/gRPC", "signals", tel.what)
 	}
-	s := &server{client: client, log: log, rec: rec, obs: tel.obs, stores: map[string]*store.Store{}}
+	s := &server{client: client, log: log, rec: rec, obs: tel.obs, stores: map[string]*store.Store{}, timeout: f.timeout}
 	if tel.rec != nil {
 		s.rec = recorders{rec, tel.rec}
 	}

@@ -52,6 +52,8 @@ type limited struct {
 // one store.ApplyAll call, one round trip per node.
 func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	start := time.Now()
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	rt := s.rt.Load()
 	domain := req.GetDomain()
 	outcome := httplimit.Allowed
@@ -321,11 +323,11 @@ func (s *server) failed(domain string, outcome *httplimit.Outcome, err error) (*
 		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT}, nil
 	}
 	*outcome = httplimit.FailedShut
+	// A deadline passed is --timeout's (the caller's own has already ended
+	// the call for it): the server did not answer in time, UNAVAILABLE.
 	code := codes.Unavailable
 	if errors.Is(err, context.Canceled) {
 		code = codes.Canceled
-	} else if errors.Is(err, context.DeadlineExceeded) {
-		code = codes.DeadlineExceeded
 	}
 	return nil, status.Error(code, "windowstored: "+strings.TrimPrefix(err.Error(), "windowstored: "))
 }

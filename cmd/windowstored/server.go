@@ -24,6 +24,10 @@ type server struct {
 	rec    httplimit.Recorder
 	obs    store.Observer // OpenTelemetry's, or nil
 	rt     atomic.Pointer[runtime]
+	// timeout bounds every rate-limit and feature call end to end
+	// (--timeout), a frozen server's too: past it the call answers
+	// UNAVAILABLE or 503. 0: no bound but the caller's.
+	timeout time.Duration
 
 	mu     sync.Mutex // guards stores
 	stores map[string]*store.Store
@@ -36,6 +40,14 @@ type runtime struct {
 	cfg  *config
 	sets map[string]*features.Set
 	gcra map[*rule]limit.Limiter // the GCRA rules' limiters
+}
+
+// bounded is ctx bounded by the server's timeout.
+func (s *server) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.timeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
 }
 
 // storeKey names a store by its prefix and window.

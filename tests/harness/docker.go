@@ -284,6 +284,16 @@ func (c *ctrRef) kill() error {
 	}
 }
 
+// signal sends sig (such as SIGSTOP or SIGCONT) to the server, through the
+// Docker API.
+func (c *ctrRef) signal(sig string) error {
+	d, _ := docker()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := d.ContainerKill(ctx, c.id, client.ContainerKillOptions{Signal: sig})
+	return err
+}
+
 // start starts a stopped container again (same command, same port) and waits
 // until the server is ready.
 func (c *ctrRef) start() error {

@@ -265,6 +265,28 @@ func (s *Server) Kill(t testing.TB) {
 	s.mu.Unlock()
 }
 
+// Freeze stops the server's process (SIGSTOP) until Thaw: its connections
+// stay open and nothing answers, as a server stuck in a long pause. The
+// test's cleanup thaws it.
+func (s *Server) Freeze(t testing.TB) {
+	t.Helper()
+	if s.ctr == nil {
+		t.Fatalf("Freeze needs a server started by the harness, not %s", s.How)
+	}
+	if err := s.ctr.signal("SIGSTOP"); err != nil {
+		t.Fatalf("freeze %s: %v", s.Addr, err)
+	}
+	t.Cleanup(func() { _ = s.ctr.signal("SIGCONT") })
+}
+
+// Thaw lets a frozen server's process go on (SIGCONT).
+func (s *Server) Thaw(t testing.TB) {
+	t.Helper()
+	if err := s.ctr.signal("SIGCONT"); err != nil {
+		t.Fatalf("thaw %s: %v", s.Addr, err)
+	}
+}
+
 // Start starts a killed server again, on the same port, and waits until it
 // accepts connections.
 func (s *Server) Start(t testing.TB) {
