@@ -285,6 +285,23 @@ func TestWindowstoredRLS(t *testing.T) {
 		require.Equal(t, over, d.ask(t, "shop", 0, desc("ip=10.0.0.1")).OverallCode)
 	})
 
+	t.Run("repeated descriptors", func(t *testing.T) {
+		// As envoyproxy/ratelimit: a descriptor repeated in a request counts
+		// as often as it appears, each status at its running total. The IP
+		// allows 5: 4 and 4 do not fit, and (all or nothing) count nothing:
+		// the first still has 5 left.
+		r := d.ask(t, "shop", 4, desc("ip=r1"), desc("ip=r1"))
+		require.Equal(t, over, r.OverallCode)
+		require.Equal(t, []rlspb.RateLimitResponse_Code{ok, over}, []rlspb.RateLimitResponse_Code{r.Statuses[0].Code, r.Statuses[1].Code})
+		require.Equal(t, []uint32{5, 0}, []uint32{r.Statuses[0].LimitRemaining, r.Statuses[1].LimitRemaining})
+		require.Equal(t, uint32(1), d.ask(t, "shop", 4, desc("ip=r1")).Statuses[0].LimitRemaining, "the refused request counted nothing")
+		// 2 and 2 fit: both count.
+		r = d.ask(t, "shop", 2, desc("ip=r2"), desc("user=r2"), desc("ip=r2"))
+		require.Equal(t, ok, r.OverallCode)
+		require.Equal(t, []uint32{3, 1, 1}, []uint32{r.Statuses[0].LimitRemaining, r.Statuses[1].LimitRemaining, r.Statuses[2].LimitRemaining})
+		require.Equal(t, uint32(0), d.ask(t, "shop", 1, desc("ip=r2")).Statuses[0].LimitRemaining, "the repeat counted twice")
+	})
+
 	t.Run("hits_addend", func(t *testing.T) {
 		r := d.ask(t, "shop", 2, desc("user=h1"))
 		require.Equal(t, ok, r.OverallCode)

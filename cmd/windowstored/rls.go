@@ -44,6 +44,10 @@ type limited struct {
 	// refund is a descriptor with is_negative_hits: its cost is taken off
 	// the counter, whatever the decision.
 	refund bool
+	// cum is, for a window limit, the cost of this descriptor and of the
+	// same limit's and key's descriptors before it in the request: a
+	// repeated descriptor counts as often as it appears, in one op.
+	cum int64
 }
 
 // decide answers one request: every descriptor's limit decides, all or
@@ -183,17 +187,44 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 		}
 	}
 	var batches []store.Batch
+	// A descriptor repeated (the same limit and counter) counts as many
+	// times as it appears, as envoyproxy/ratelimit counts it: one op of the
+	// costs' total, each descriptor's status at its own running total.
+	type counter struct {
+		r   *rule
+		key string
+	}
+	first := map[counter]int{} // the batch of a counter's first descriptor
 	for i := range parts {
 		p := &parts[i]
 		if p.rule == nil || p.rule.gcra {
 			continue
+		}
+		if !p.refund {
+			if b, ok := first[counter{p.rule, p.key}]; ok {
+				p.batch = b
+				op := &batches[b].Ops[0]
+				p.cum = parts[i].cost + op.Delta
+				if refused {
+					p.cum = 0
+				}
+				if p.cum > maxCost {
+					outcome = httplimit.BadKey
+					giveBack()
+					return nil, status.Errorf(codes.InvalidArgument, "windowstored: descriptor %d: the costs of its repeats add up to more than 2^53", i)
+				}
+				op.Delta = p.cum
+				continue
+			}
+			first[counter{p.rule, p.key}] = len(batches)
+			p.cum = p.cost
 		}
 		op := store.Op{Store: p.st, Key: p.key, Kind: store.Limit, Delta: p.cost, Limit: p.rule.limit}
 		switch {
 		case p.refund:
 			op = store.Op{Store: p.st, Key: p.key, Kind: store.Count, Delta: -p.cost}
 		case refused:
-			op.Delta = 0 // a GCRA limit refused: only ask
+			op.Delta, p.cum = 0, 0 // a GCRA limit refused: only ask
 		case p.rule.shadow || rt.cfg.settings.shadow:
 			// A limit that never refuses: it counts when the request is
 			// admitted, and its status says whether it would have refused.
@@ -244,28 +275,46 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 				remaining = min(remaining+p.cost, p.rule.burst) // given back
 			}
 			if over {
-				remaining, reset = 0, d.RetryAfter
-				if shadow || reset < 0 {
+				remaining = 0
+				if !shadow && d.RetryAfter >= 0 {
+					reset = d.RetryAfter
+				} else if reset <= 0 {
 					reset = p.rule.window.Length
 				}
 			}
 		} else {
 			v := res[p.batch].Values[0]
-			over = v.Refused
-			if shadow && !p.refund {
-				// The sum as an enforced limit would have seen it, with this
-				// request's cost: a shadow limit would refuse when it passes.
-				sum := v.Sum
-				if !v.Counted {
-					sum += p.cost
+			// seen is the sum this descriptor's decision is about: before
+			// the request, plus its own cost and those of its repeats
+			// before it (one op of their total). left is what the limit
+			// has counted after it: seen when counted (a running total, as
+			// envoyproxy/ratelimit's), else the sum before the request.
+			seen, left := v.Sum, v.Sum
+			if !p.refund {
+				if v.Counted {
+					seen -= batches[p.batch].Ops[0].Delta
 				}
-				over = sum > limit
+				seen += p.cum
+				if v.Counted {
+					left = seen
+				}
 			}
-			remaining = min(max(limit-v.Sum, 0), limit)
+			over = v.Refused && seen > limit
+			if shadow && !p.refund {
+				// A shadow limit would refuse when its sum passes the limit.
+				over = seen > limit
+			}
+			remaining = min(max(limit-left, 0), limit)
 			reset = v.ResetAfter
 			if over {
-				remaining, reset = 0, v.RetryAfter
-				if shadow || reset < 0 {
+				remaining = 0
+				// A refusal that waiting settles: when the cost fits. A
+				// shadow limit's, or a cost that never fits: as envoyproxy/
+				// ratelimit, when what is counted now has left the window
+				// (for a fixed window, the window's end).
+				if !shadow && v.RetryAfter >= 0 {
+					reset = v.RetryAfter
+				} else if reset <= 0 {
 					reset = p.rule.window.Length
 				}
 			}
