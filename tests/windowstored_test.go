@@ -2,6 +2,8 @@ package tests
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 	"github.com/windowstore/windowstore/tests/harness"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -82,13 +85,20 @@ func startWSD(t *testing.T, addr, config string, args ...string) *wsd {
 // five times).
 func startWSDEnv(t *testing.T, env []string, addr, config string, args ...string) *wsd {
 	t.Helper()
+	return startWSDTLS(t, env, nil, addr, config, args...)
+}
+
+// startWSDTLS is startWSDEnv for listeners that serve TLS (args give
+// --listen-cert...): the health check and the gRPC client use clientTLS.
+func startWSDTLS(t *testing.T, env []string, clientTLS *tls.Config, addr, config string, args ...string) *wsd {
+	t.Helper()
 	dir := t.TempDir()
 	p := harness.Prefix(t)
 	file := filepath.Join(dir, "config.yaml")
 	config = fmt.Sprintf("windowstored:\n  prefix: %q\n  feature_prefix: %q\n---\n", p+"rl:", p+"fx:") + config
 	require.NoError(t, os.WriteFile(file, []byte(config), 0o644))
 	for attempt := 1; ; attempt++ {
-		d, busy := tryStartWSD(t, env, addr, file, attempt == 5, args...)
+		d, busy := tryStartWSD(t, env, clientTLS, addr, file, attempt == 5, args...)
 		if !busy {
 			d.prefix = p
 			return d
@@ -100,7 +110,7 @@ func startWSDEnv(t *testing.T, env []string, addr, config string, args ...string
 // tryStartWSD is one start of startWSDEnv, with the configuration in file;
 // busy reports a start that failed on a port taken in between (unless last:
 // then the test fails).
-func tryStartWSD(t *testing.T, env []string, addr, file string, last bool, args ...string) (_ *wsd, busy bool) {
+func tryStartWSD(t *testing.T, env []string, clientTLS *tls.Config, addr, file string, last bool, args ...string) (_ *wsd, busy bool) {
 	t.Helper()
 	d := &wsd{config: file, grpc: localPort(t), http: localPort(t), logs: &syncBuffer{}, exited: make(chan struct{})}
 	d.cmd = exec.Command(harness.Binary(t, "./cmd/windowstored"), append([]string{"--addr", addr, "--config", file,
@@ -129,6 +139,11 @@ func tryStartWSD(t *testing.T, env []string, addr, file string, last bool, args 
 	// The health check has a timeout of its own: a port taken by another
 	// process may accept the connection and never answer.
 	health := &http.Client{Timeout: 2 * time.Second}
+	scheme, creds := "http", insecure.NewCredentials()
+	if clientTLS != nil {
+		health.Transport = &http.Transport{TLSClientConfig: clientTLS}
+		scheme, creds = "https", credentials.NewTLS(clientTLS)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
@@ -139,7 +154,7 @@ func tryStartWSD(t *testing.T, env []string, addr, file string, last bool, args 
 			t.Fatalf("windowstored exited with %d:\n%s", d.exit, d.logs.String())
 		default:
 		}
-		if resp, err := health.Get("http://" + d.http + "/healthcheck"); err == nil {
+		if resp, err := health.Get(scheme + "://" + d.http + "/healthcheck"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				break
@@ -148,7 +163,7 @@ func tryStartWSD(t *testing.T, env []string, addr, file string, last bool, args 
 		require.True(t, time.Now().Before(deadline), "windowstored did not answer its health check:\n%s", d.logs.String())
 		time.Sleep(100 * time.Millisecond)
 	}
-	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(creds))
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	d.rls = rlspb.NewRateLimitServiceClient(conn)
@@ -844,4 +859,77 @@ func TestWindowstoredTimeout(t *testing.T) {
 		resp, err := d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("user=u2")}})
 		return err == nil && resp.OverallCode == ok
 	}, time.Minute, 200*time.Millisecond, "windowstored answers again once the server is thawed")
+}
+
+// TestWindowstoredListenTLS: with --listen-cert, --listen-key and
+// --listen-client-ca both listeners serve mTLS: a client with a certificate
+// of the CA is served, one without is refused at the handshake; with
+// --api-token-file the HTTP API's calls need the bearer token (401 without,
+// and nothing written), while /healthcheck and /metrics stay open.
+func TestWindowstoredListenTLS(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis80)
+	dir := t.TempDir()
+	certs(t, dir)
+	token := "s3cret-token-of-the-risk-engine"
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "token"), []byte(token+"\n"), 0o600))
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	require.NoError(t, err)
+	require.True(t, pool.AppendCertsFromPEM(ca))
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, "client.crt"), filepath.Join(dir, "client.key"))
+	require.NoError(t, err)
+	good := &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	d := startWSDTLS(t, nil, good, srv.URL(), wsdConfig+"---\n"+wsdFeatures,
+		"--listen-cert", filepath.Join(dir, "server.crt"), "--listen-key", filepath.Join(dir, "server.key"),
+		"--listen-client-ca", filepath.Join(dir, "ca.crt"), "--api-token-file", filepath.Join(dir, "token"))
+
+	// gRPC over mTLS.
+	require.Equal(t, ok, d.ask(t, "shop", 1, desc("user=tls1")).OverallCode)
+	noCert, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})))
+	require.NoError(t, err)
+	defer noCert.Close()
+	_, err = rlspb.NewRateLimitServiceClient(noCert).ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("user=tls1")}})
+	require.Equal(t, codes.Unavailable, status.Code(err), "a client without a certificate: %v", err)
+	plain, err := grpc.NewClient(d.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer plain.Close()
+	_, err = rlspb.NewRateLimitServiceClient(plain).ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("user=tls1")}})
+	require.Error(t, err, "a plaintext client")
+
+	// HTTP over mTLS, with the token.
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: good}, Timeout: 10 * time.Second}
+	call := func(path, auth, body string) (int, string) {
+		req, err := http.NewRequest("POST", "https://"+d.http+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	fx := d.prefix + "fx:"
+	before := takeSnapshot(t, ctxT(t), []rueidis.Client{srv.Client(t)}, fx)
+	for _, auth := range []string{"", "Bearer wrong", "Bearer " + token + "x", token, "Basic " + token} {
+		code, body := call("/v1/features/login/record", auth, `{"entities":{"user":"tls"}}`)
+		require.Equal(t, http.StatusUnauthorized, code, "%q: %s", auth, body)
+		require.Contains(t, body, "a bearer token is required")
+		code, _ = call("/json", auth, `{"domain":"shop","descriptors":[{"entries":[{"key":"user","value":"tls2"}]}]}`)
+		require.Equal(t, http.StatusUnauthorized, code, "/json %q", auth)
+	}
+	requireSame(t, before, takeSnapshot(t, ctxT(t), []rueidis.Client{srv.Client(t)}, fx), "a refused call wrote")
+	code, body := call("/v1/features/login/record", "Bearer "+token, `{"entities":{"user":"tls"}}`)
+	require.Equal(t, http.StatusOK, code, body)
+	for _, path := range []string{"/healthcheck", "/metrics"} {
+		resp, err := c.Get("https://" + d.http + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+	bare := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}, Timeout: 10 * time.Second}
+	_, err = bare.Get("https://" + d.http + "/healthcheck")
+	require.Error(t, err, "an HTTPS client without a certificate")
 }

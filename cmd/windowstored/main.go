@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -47,6 +46,7 @@ func main() {
 type flags struct {
 	addr, config, grpcAddr, httpAddr string
 	tls                              redisaddr.TLSFiles
+	listen                           listenFlags
 	watch, shutdown, timeout         time.Duration
 	logLevel, logFormat              string
 }
@@ -63,6 +63,10 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.tls.CA, "tls-ca", "", "PEM `FILE` of the CA that signed the server's certificate (rediss:// only)")
 	fs.StringVar(&f.tls.Cert, "tls-cert", "", "PEM client certificate `FILE`, with --tls-key (rediss:// only)")
 	fs.StringVar(&f.tls.Key, "tls-key", "", "PEM client key `FILE`, with --tls-cert (rediss:// only)")
+	fs.StringVar(&f.listen.cert, "listen-cert", "", "PEM certificate `FILE` of the gRPC and HTTP listeners, with --listen-key: they serve TLS")
+	fs.StringVar(&f.listen.key, "listen-key", "", "PEM key `FILE` of --listen-cert")
+	fs.StringVar(&f.listen.clientCA, "listen-client-ca", "", "PEM `FILE` of the CAs whose client certificates the listeners require (mTLS)")
+	fs.StringVar(&f.listen.tokenFile, "api-token-file", "", "a `FILE` holding a bearer token the HTTP API's calls must send\n(Authorization: Bearer TOKEN); /healthcheck and /metrics stay open")
 	fs.StringVar(&f.config, "config", "", "the configuration `PATH`: a YAML file, or a directory of them (required)")
 	fs.StringVar(&f.grpcAddr, "grpc", "127.0.0.1:8081", "where the gRPC rate-limit service listens (`HOST:PORT`; empty: not at all)")
 	fs.StringVar(&f.httpAddr, "http", "127.0.0.1:8080", "where the HTTP API, /healthcheck and /metrics listen (`HOST:PORT`; empty: not at all)")
@@ -124,6 +128,16 @@ func run(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "windowstored: --addr", err)
 		return 2
 	}
+	lisTLS, err := f.listen.tlsConfig()
+	if err != nil {
+		fmt.Fprintln(stderr, "windowstored:", err)
+		return 2
+	}
+	token, err := f.listen.token()
+	if err != nil {
+		fmt.Fprintln(stderr, "windowstored:", err)
+		return 2
+	}
 	opt.ConnWriteTimeout = f.timeout
 	client, err := redisaddr.Connect(opt, f.addr)
 	if err != nil {
@@ -164,7 +178,7 @@ func run(args []string, stderr io.Writer) int {
 	var hs *http.Server
 	var healthSrv *health.Server
 	if f.grpcAddr != "" {
-		lis, err := net.Listen("tcp", f.grpcAddr)
+		lis, err := listen(f.grpcAddr, lisTLS)
 		if err != nil {
 			log.Error("cannot start", "grpc", f.grpcAddr, "err", err)
 			return 1
@@ -173,17 +187,17 @@ func run(args []string, stderr io.Writer) int {
 		rlspb.RegisterRateLimitServiceServer(gs, rls{s: s})
 		healthSrv = health.NewServer()
 		healthpb.RegisterHealthServer(gs, healthSrv)
-		log.Info("serving gRPC", "addr", lis.Addr().String())
+		log.Info("serving gRPC", "addr", lis.Addr().String(), "tls", lisTLS != nil, "mtls", f.listen.clientCA != "")
 		go func() { errc <- gs.Serve(lis) }()
 	}
 	if f.httpAddr != "" {
-		lis, err := net.Listen("tcp", f.httpAddr)
+		lis, err := listen(f.httpAddr, lisTLS)
 		if err != nil {
 			log.Error("cannot start", "http", f.httpAddr, "err", err)
 			return 1
 		}
-		hs = &http.Server{Handler: s.routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{})), ReadHeaderTimeout: 10 * time.Second}
-		log.Info("serving HTTP", "addr", lis.Addr().String())
+		hs = &http.Server{Handler: requireToken(token, s.routes(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))), ReadHeaderTimeout: 10 * time.Second}
+		log.Info("serving HTTP", "addr", lis.Addr().String(), "tls", lisTLS != nil, "mtls", f.listen.clientCA != "", "token", token != "")
 		go func() { errc <- hs.Serve(lis) }()
 	}
 
