@@ -395,6 +395,10 @@ func TestWindowstoredRLS(t *testing.T) {
 			{&rlspb.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("user=1")}}, codes.NotFound, `unknown domain "nope"`},
 			{&rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{{}}}, codes.InvalidArgument, "descriptor 0 has no entries"},
 			{&rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("=1")}}, codes.InvalidArgument, "empty key"},
+			// A value too long for a counter key is the client's fault, never
+			// a failure that on_error could admit.
+			{&rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("user=" + strings.Repeat("v", 2000))}},
+				codes.InvalidArgument, "descriptor 0: its domain and entries make a counter key of 2010 bytes, more than 1024"},
 		} {
 			_, err := d.rls.ShouldRateLimit(ctxT(t), c.req)
 			require.Equal(t, c.code, status.Code(err), "%v", err)

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 )
 
 // FuzzParseEvent: no feature API body makes the parser panic, and a body it
@@ -67,6 +69,44 @@ func FuzzParseConfig(f *testing.F) {
 					}
 				}
 			}
+		}
+	})
+}
+
+// FuzzRLSMapping: no descriptor's entries make the mapping panic: the match
+// against a domain's tree, and the counter key, which names each entry list
+// once (a key of other entries is another key).
+func FuzzRLSMapping(f *testing.F) {
+	c, err := parseConfig("c.yaml", []configFile{{name: "c.yaml", data: []byte(
+		"domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n" +
+			"  - key: api\n    value: v1*\n    descriptors:\n      - key: method\n        rate_limit: {unit: second, requests_per_unit: 2}\n" +
+			"  - key: path\n    value: /free\n    rate_limit: {unlimited: true}\n")}}, "digest")
+	if err != nil {
+		f.Fatal(err)
+	}
+	root := c.domains["d"]
+	f.Add("user", "42", "", "", "api", "v1x")
+	f.Add("api", "v1", "method", "GET", "", "")
+	f.Add("a|b", "c=d", "\\", "|", "user", "=")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		entries := func(kv ...string) []*ratelimitpb.RateLimitDescriptor_Entry {
+			var out []*ratelimitpb.RateLimitDescriptor_Entry
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] != "" {
+					out = append(out, &ratelimitpb.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+				}
+			}
+			return out
+		}
+		a, b := entries(k1, v1, k2, v2), entries(k1, v1, k3, v3)
+		root.match(a)
+		root.match(b)
+		same := len(a) == len(b)
+		for i := 0; same && i < len(a); i++ {
+			same = a[i].Key == b[i].Key && a[i].Value == b[i].Value
+		}
+		if ka, kb := counterKey("d", a), counterKey("d", b); (ka == kb) != same {
+			t.Fatalf("entries %v and %v: keys %q and %q", a, b, ka, kb)
 		}
 	})
 }

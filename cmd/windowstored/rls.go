@@ -14,6 +14,7 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"google.golang.org/grpc/codes"
@@ -129,7 +130,13 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 				return s.failed(domain, &outcome, err)
 			}
 		}
-		parts[i] = limited{rule: r, st: st, key: counterKey(domain, d.GetEntries()), cost: cost, batch: -1, refund: d.GetIsNegativeHits()}
+		key := counterKey(domain, d.GetEntries())
+		if len(key) > keyspace.MaxKeyLen {
+			// The client's input, never a server failure that on_error
+			// could turn into an admission.
+			return bad(codes.InvalidArgument, "descriptor %d: its domain and entries make a counter key of %d bytes, more than %d", i, len(key), keyspace.MaxKeyLen)
+		}
+		parts[i] = limited{rule: r, st: st, key: key, cost: cost, batch: -1, refund: d.GetIsNegativeHits()}
 	}
 	for i := range parts {
 		if p := &parts[i]; p.rule != nil && p.rule.name != "" && replacing[p.rule.name] {
@@ -362,6 +369,11 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 // OK, or OVER_LIMIT.
 func (s *server) failed(domain string, outcome *httplimit.Outcome, err error) (*rlspb.RateLimitResponse, error) {
 	rt := s.rt.Load()
+	if errors.Is(err, store.ErrInvalid) {
+		// Input the store refuses is the client's: never on_error's.
+		*outcome = httplimit.BadKey
+		return nil, status.Error(codes.InvalidArgument, "windowstored: "+strings.TrimPrefix(err.Error(), "windowstored: "))
+	}
 	s.log.Warn("decision failed", "domain", domain, "on_error", rt.cfg.settings.onError, "err", err)
 	switch rt.cfg.settings.onError {
 	case "allow":
