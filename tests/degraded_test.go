@@ -33,7 +33,7 @@ func (c *counted) Allow(ctx context.Context, key string, n int64) (store.Decisio
 }
 
 type degradedCall struct {
-	at                time.Time
+	start, at         time.Time // the call's span: its decision is within it
 	allowed, degraded bool
 	err               error
 }
@@ -79,8 +79,9 @@ func TestDegradedServerDown(t *testing.T) {
 	call := func() degradedCall {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
+		start := time.Now()
 		dec, err := d.Allow(ctx, "k", 1)
-		return degradedCall{at: time.Now(), allowed: dec.Allowed, degraded: dec.Degraded, err: err}
+		return degradedCall{start: start, at: time.Now(), allowed: dec.Allowed, degraded: dec.Degraded, err: err}
 	}
 
 	// Healthy: the server decides.
@@ -114,7 +115,7 @@ func TestDegradedServerDown(t *testing.T) {
 	// By now the calls that went out before the breaker opened (connection
 	// refused comes at once) are back: from here on only probes reach the
 	// server.
-	serverBefore, probesBefore := inner.calls.Load(), probes.Load()
+	serverBefore, probesBefore, measured := inner.calls.Load(), probes.Load(), time.Now()
 	st := d.State()
 	require.NotEqual(t, "closed", st)
 	require.ErrorIs(t, d.Health(), limit.ErrUnavailable)
@@ -127,37 +128,41 @@ func TestDegradedServerDown(t *testing.T) {
 	}
 	require.True(t, notClosed, "the gauge does not say half-open or open (the breaker was %s)", st)
 	time.Sleep(2500 * time.Millisecond)
-	serverDuring, probesDuring := inner.calls.Load()-serverBefore, probes.Load()-probesBefore
+	serverDuring, probesDuring, span := inner.calls.Load()-serverBefore, probes.Load()-probesBefore, time.Since(measured)
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("server down: %d calls; %d reached the server in all, %d in the last 2.5 s, with %d probes; health: %v",
 		len(calls), inner.calls.Load()-5, serverDuring, probesDuring, d.Health())
 	require.Greater(t, len(calls), 1000)
-	var admitted []time.Time
+	var admitted []degradedCall
 	for _, r := range calls {
 		require.NoError(t, r.err, "a call while the server was down")
 		require.True(t, r.degraded, "a decision of the server while it was down")
 		if r.allowed {
-			admitted = append(admitted, r.at)
+			admitted = append(admitted, r)
 		}
 	}
-	// At most the share in any window (100 ms less for the time between a
-	// decision and its record), and the window slides: more than one share in all.
-	for i := range admitted {
+	// At most the share in any window (100 ms less for the local log's
+	// granularity), and the window slides: more than one share in all. A
+	// decision is somewhere in its call's span, so a call counts in
+	// another's window only when its whole span surely is (after the
+	// other's end, and ending less than the window after its start): a
+	// loaded machine's long spans make the check weaker, never wrong.
+	for i, x := range admitted {
 		n := 0
-		for _, a := range admitted {
-			if !a.Before(admitted[i]) && a.Sub(admitted[i]) < window-100*time.Millisecond {
+		for j, a := range admitted {
+			if j == i || !a.start.Before(x.at) && a.at.Sub(x.start) < window-100*time.Millisecond {
 				n++
 			}
 		}
-		require.LessOrEqual(t, n, share, "admitted in the %v from %v", window, admitted[i])
+		require.LessOrEqual(t, n, share, "admitted in the %v from %v", window, x.start)
 	}
 	require.Greater(t, len(admitted), share)
 	require.LessOrEqual(t, len(admitted), 2*share)
 	// One probe per cool-down, and nothing else, reached the dead server.
 	require.LessOrEqual(t, serverDuring, probesDuring+1)
 	require.GreaterOrEqual(t, probesDuring, int64(3))
-	require.LessOrEqual(t, probesDuring, int64(2500*time.Millisecond/cooldown)+1)
+	require.LessOrEqual(t, probesDuring, int64(span/cooldown)+1, "probes in %v", span)
 
 	// Back: the first call to reach the server is a probe, which closes the
 	// breaker; every call after it goes to the server.
