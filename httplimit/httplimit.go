@@ -11,7 +11,8 @@
 //	http.ListenAndServe(":8080", mw(mux))
 //
 // For each request the first rule whose Match accepts it applies (a nil Match
-// accepts all). When a rule's limiters are all sliding windows on one client
+// accepts all). A rule limits one key of the request, or several (Rule.Also:
+// per IP and per user), decided all or nothing in one call. When a rule's limiters are all sliding windows on one client
 // (limit.NewSlidingWindow), they are asked together, atomically, in one round
 // trip (limit.Combine): a request refused by one is counted by none. Other
 // limiters are asked in order, and a request admitted by earlier ones and
@@ -75,6 +76,15 @@ type Rule struct {
 	// Limiters are the limits that apply together, such as per second and
 	// per hour. Each is asked with the key "Name:" + Key(r).
 	Limiters []limit.Limiter
+	// Also are more keys of the request that the rule limits in the same
+	// decision: per IP by the rule's Key and per user by a Part's, say. The
+	// rule's Limiters and every Part's are decided all or nothing, in one
+	// call (limit.AllowKeys): a request that one key's limit refuses counts
+	// in no other key's. Every limiter must then be a sliding window
+	// (limit.NewSlidingWindow, or limit.Combine of them), every policy name
+	// distinct; such a rule takes no InFlight, is not a shadow rule, and
+	// its RateLimit field lists every policy.
+	Also []Part
 	// InFlight, when set, caps how many requests of a key are served at once
 	// (limit.NewConcurrency): a lease of the key "Name:" + Key(r) is taken
 	// with the Limiters' decision, and released when the handler returns
@@ -113,6 +123,18 @@ type Rule struct {
 	// still applies. A shadow rule placed before it sees the requests it
 	// sees; one placed after it, the requests it admits.
 	Shadow bool
+}
+
+// Part is one more key of a Rule (Rule.Also), with limits of its own.
+type Part struct {
+	// Name names the part's counters, "Name:" + Key(r), as a Rule's name
+	// names its own; a Structured Fields token.
+	Name string
+	// Key names the part's counter of a request; an error answers 400, as
+	// the Rule's Key.
+	Key KeyFunc
+	// Limiters are the part's limits: sliding windows.
+	Limiters []limit.Limiter
 }
 
 // An Option tunes the middleware.
@@ -216,6 +238,9 @@ func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) 
 				return nil, invalidRule(r.Name, "nil limiter")
 			}
 		}
+		if err := checkAlso(r); err != nil {
+			return nil, err
+		}
 	}
 	rs := make([]compiled, len(rules))
 	for i, r := range rules {
@@ -245,6 +270,56 @@ func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) 
 	}, nil
 }
 
+// checkAlso checks a rule with Also: parts with a name, a key and limiters,
+// every limiter a sliding window, every policy name once.
+func checkAlso(r Rule) error {
+	if len(r.Also) == 0 {
+		return nil
+	}
+	switch {
+	case r.InFlight != nil:
+		return invalidRule(r.Name, "a rule with Also takes no InFlight limit")
+	case r.Shadow:
+		return invalidRule(r.Name, "a shadow rule takes no Also")
+	case len(r.Limiters) == 0:
+		return invalidRule(r.Name, "a rule with Also needs Limiters of its own key")
+	}
+	names := map[string]bool{r.Name: true}
+	policies := map[string]bool{}
+	all := append([]limit.Limiter(nil), r.Limiters...)
+	for _, p := range r.Also {
+		switch {
+		case !keyspace.Token(p.Name):
+			return invalidRule(r.Name, fmt.Sprintf("part name %q is not a token (%s)", p.Name, keyspace.TokenForm))
+		case names[p.Name]:
+			return invalidRule(r.Name, fmt.Sprintf("part name %q is the rule's or another part's", p.Name))
+		case p.Key == nil:
+			return invalidRule(r.Name, fmt.Sprintf("part %s: no key function", p.Name))
+		case len(p.Limiters) == 0:
+			return invalidRule(r.Name, fmt.Sprintf("part %s: no limiter", p.Name))
+		}
+		names[p.Name] = true
+		all = append(all, p.Limiters...)
+	}
+	for _, l := range all {
+		if l == nil {
+			return invalidRule(r.Name, "nil limiter")
+		}
+		if _, multi := l.(*limit.Multi); !multi {
+			if _, err := limit.Combine(l); err != nil {
+				return invalidRule(r.Name, fmt.Sprintf("policy %s: a rule with Also decides all or nothing, so its limiters are sliding windows (limit.NewSlidingWindow, limit.Combine)", l.Policy().Name))
+			}
+		}
+		for _, p := range limit.Policies(l) {
+			if policies[p.Name] {
+				return invalidRule(r.Name, fmt.Sprintf("policy name %q twice: the RateLimit fields name each policy once", p.Name))
+			}
+			policies[p.Name] = true
+		}
+	}
+	return nil
+}
+
 // compiled is a rule ready to serve: its limiters combined into one atomic
 // Multi where they can be (sliding windows on one client), and its policies
 // by name.
@@ -256,8 +331,12 @@ type compiled struct {
 }
 
 func compile(r Rule) compiled {
-	c := compiled{Rule: r, run: r.Limiters, policies: map[string]limit.Policy{}, header: policyField(r.Limiters)}
-	for _, l := range r.Limiters {
+	all := append([]limit.Limiter(nil), r.Limiters...)
+	for _, p := range r.Also {
+		all = append(all, p.Limiters...)
+	}
+	c := compiled{Rule: r, run: r.Limiters, policies: map[string]limit.Policy{}, header: policyField(all)}
+	for _, l := range all {
 		for _, p := range limit.Policies(l) {
 			c.policies[p.Name] = p
 		}
@@ -280,13 +359,9 @@ func compile(r Rule) compiled {
 // answers it 400 (or 431: see Header): a key the store cannot name (over
 // keyspace.MaxKeyLen bytes), or a negative cost.
 func (c *compiled) request(r *http.Request) (string, int64, error) {
-	key, err := c.Key(r)
+	key, err := named(c.Name, c.Key, r)
 	if err != nil {
 		return "", 0, err
-	}
-	key = c.Name + ":" + key
-	if len(key) > keyspace.MaxKeyLen {
-		return "", 0, BadRequest(fmt.Sprintf("the rate-limit key is %d bytes, more than %d", len(key), keyspace.MaxKeyLen))
 	}
 	cost := int64(1)
 	if c.Cost != nil {
@@ -296,6 +371,20 @@ func (c *compiled) request(r *http.Request) (string, int64, error) {
 		return "", 0, BadRequest(fmt.Sprintf("the request's cost %d is negative", cost))
 	}
 	return key, cost, nil
+}
+
+// named is the key of a rule's or part's name and key function for r, or
+// the error that answers r 400 (or 431).
+func named(name string, fn KeyFunc, r *http.Request) (string, error) {
+	key, err := fn(r)
+	if err != nil {
+		return "", err
+	}
+	key = name + ":" + key
+	if len(key) > keyspace.MaxKeyLen {
+		return "", BadRequest(fmt.Sprintf("the rate-limit key is %d bytes, more than %d", len(key), keyspace.MaxKeyLen))
+	}
+	return key, nil
 }
 
 // policy is the policy a decision names (a Multi's deciding one).
@@ -347,6 +436,9 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 	}
 	h := w.Header()
 	h.Set("RateLimit-Policy", rule.header)
+	if len(rule.Also) > 0 {
+		return serveKeys(o, rule, w, r, key, cost, observe, fail)
+	}
 
 	if o.local != nil {
 		if name, until, ok := o.local.refused(key, cost, o.now()); ok {
@@ -467,6 +559,80 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 	default:
 		observe(Allowed)
 	}
+	return true
+}
+
+// serveKeys applies a rule with Also: every key's limits in one decision,
+// all or nothing (limit.AllowKeys). The local tier remembers a refusal under
+// the refusing policy's key, and refuses a request any of whose keys it
+// remembers.
+func serveKeys(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, key string, cost int64,
+	observe func(Outcome), fail func(error) bool) bool {
+	h := w.Header()
+	ks := make([]limit.Keyed, 0, len(rule.Limiters)+len(rule.Also))
+	keyOf := map[string]string{} // policy name -> its key in this request
+	add := func(key string, ls []limit.Limiter) {
+		for _, l := range ls {
+			ks = append(ks, limit.Keyed{Limiter: l, Key: key})
+			for _, p := range limit.Policies(l) {
+				keyOf[p.Name] = key
+			}
+		}
+	}
+	add(key, rule.Limiters)
+	keys := []string{key}
+	for _, p := range rule.Also {
+		k, err := named(p.Name, p.Key, r)
+		if err != nil {
+			if o.onError != nil {
+				o.onError(r, rule.Name, err)
+			}
+			observe(BadKey)
+			http.Error(w, "bad request: "+reasonOf(err), statusOf(err))
+			return false
+		}
+		add(k, p.Limiters)
+		keys = append(keys, k)
+	}
+	if o.local != nil {
+		for _, k := range keys {
+			if name, until, ok := o.local.refused(k, cost, o.now()); ok {
+				retry := until.Sub(o.now())
+				setFields(o, h, rule.policies[name], 0, retry)
+				refuse(w, retry)
+				observe(LocalShed)
+				return false
+			}
+		}
+	}
+	d, err := limit.AllowKeys(r.Context(), cost, ks...)
+	if err != nil {
+		return fail(err)
+	}
+	// RateLimit lists every policy: the draft allows one item per policy.
+	items := make([]string, len(d.Policies))
+	for i, pd := range d.Policies {
+		remaining, t := pd.Remaining, pd.ResetAfter
+		if !pd.Allowed {
+			remaining, t = 0, pd.RetryAfter
+		}
+		items[i] = fmt.Sprintf("%s;r=%d;t=%d", pd.Policy, remaining, seconds(t))
+	}
+	p := rule.policies[d.Policy]
+	if !d.Allowed {
+		if o.local != nil && d.RetryAfter > 0 {
+			now := o.now()
+			o.local.remember(keyOf[d.Policy], d.Policy, cost, now, now.Add(d.RetryAfter))
+		}
+		setFields(o, h, p, 0, d.RetryAfter)
+		h.Set("RateLimit", strings.Join(items, ", "))
+		refuse(w, d.RetryAfter)
+		observe(Refused)
+		return false
+	}
+	setFields(o, h, p, d.Remaining, d.ResetAfter)
+	h.Set("RateLimit", strings.Join(items, ", "))
+	observe(Allowed)
 	return true
 }
 

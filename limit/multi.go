@@ -109,19 +109,78 @@ func (m *Multi) storePolicies(at *time.Time, key string) []store.Policy {
 // named labels a decision of store.AllowAll over storePolicies with the
 // parts' policy names.
 func (m *Multi) named(d store.Decision) store.Decision {
+	names := make([]string, len(m.parts))
+	for i, p := range m.parts {
+		names[i] = p.policy.Name
+	}
+	return relabel(d, names)
+}
+
+// relabel names a decision of store.AllowAll, and each of its Policies, by
+// the limiters' policy names (names[i] for policy i): the store names the
+// deciding policy by its counter (the key and each limiter's own Sub name).
+func relabel(d store.Decision, names []string) store.Decision {
 	if len(d.Policies) == 0 { // one policy
-		d.Policy = m.parts[0].policy.Name
+		d.Policy = names[0]
 		d.Policies = []store.Decision{d}
 		return d
 	}
-	// The store names the deciding policy by its counter (the key and each
-	// limiter's own Sub name); the limiters name them by policy.
 	decides := d.Policy
 	for i := range d.Policies {
 		if d.Policies[i].Policy == decides {
-			d.Policy = m.parts[i].policy.Name
+			d.Policy = names[i]
 		}
-		d.Policies[i].Policy = m.parts[i].policy.Name
+		d.Policies[i].Policy = names[i]
 	}
 	return d
+}
+
+// Keyed is a limiter asked for one key, in AllowKeys.
+type Keyed struct {
+	// Limiter is a sliding window (NewSlidingWindow) or a Multi of them
+	// (Combine).
+	Limiter Limiter
+	// Key is the key the Limiter counts the cost for.
+	Key string
+}
+
+// AllowKeys admits n units of cost under every limiter for its own key, or
+// under none: per IP and per user, say, decided all or nothing, so that a
+// request one key's limit refuses counts in no other key's. It is
+// store.AllowAll over every policy: one script call on a server that is not
+// a cluster; on a cluster, one per slot, the admitted taken back when another
+// slot refuses. The Decision is the deciding policy's, named by its
+// limiter's policy name, and Policies lists every policy's own, in order
+// (a Multi's policies in its order). It fails with store.ErrInvalid for a
+// limiter that is neither a sliding window nor a Multi, or for no Keyed.
+func AllowKeys(ctx context.Context, n int64, ks ...Keyed) (store.Decision, error) {
+	if len(ks) == 0 {
+		return store.Decision{}, newError("allowkeys", store.ErrInvalid, "no limiter")
+	}
+	var ps []store.Policy
+	var names []string
+	for _, k := range ks {
+		var parts []*slidingWindow
+		switch v := k.Limiter.(type) {
+		case *slidingWindow:
+			parts = []*slidingWindow{v}
+		case *Multi:
+			parts = v.parts
+		default:
+			name := "?"
+			if k.Limiter != nil {
+				name = k.Limiter.Policy().Name
+			}
+			return store.Decision{}, newError(name, store.ErrInvalid, "only sliding-window limiters decide across keys atomically")
+		}
+		for _, p := range parts {
+			ps = append(ps, store.Policy{Store: p.st, Key: k.Key, Limit: p.policy.Limit})
+			names = append(names, p.policy.Name)
+		}
+	}
+	d, err := store.AllowAll(ctx, n, ps...)
+	if err != nil {
+		return store.Decision{}, err
+	}
+	return relabel(d, names), nil
 }

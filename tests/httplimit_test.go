@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -503,4 +504,99 @@ func TestMiddlewareBadInputNeverFailsOpen(t *testing.T) {
 	require.Equal(t, 1, shadowRec.count(httplimit.BadKey))
 	require.Zero(t, shadowRec.count(httplimit.FailedOpen))
 	require.Empty(t, scanKeys(t, c, prefix))
+}
+
+// TestMiddlewareKeysAllOrNothing: a rule with Also limits several keys of a
+// request (per IP and per user) in one decision, in one script call: a
+// request the user's limit refuses counts nothing on the IP, so another
+// user of the IP keeps its budget; of 40 concurrent users of one IP exactly
+// the IP's limit is admitted, and only they count on their users. The
+// RateLimit field lists every policy.
+func TestMiddlewareKeysAllOrNothing(t *testing.T) {
+	t.Parallel()
+	srv := harness.Fresh(t, harness.Redis80)
+	ctx := ctxT(t)
+	c := srv.Client(t)
+	s, err := store.New(ctx, c, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(0, 0))
+	require.NoError(t, err)
+	perIP, err := limit.NewSlidingWindow(s, "perip", 5)
+	require.NoError(t, err)
+	perUser, err := limit.NewSlidingWindow(s, "peruser", 3)
+	require.NoError(t, err)
+	rule := httplimit.Rule{Name: "ip", Key: httplimit.Header("X-IP"), Limiters: []limit.Limiter{perIP},
+		Also: []httplimit.Part{{Name: "user", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{perUser}}}}
+	rec := &countingRecorder{}
+	mw, err := httplimit.New([]httplimit.Rule{rule}, httplimit.WithRecorder(rec))
+	require.NoError(t, err)
+	ts := httptest.NewServer(mw(okHandler()))
+	defer ts.Close()
+	req := func(ip, user string) *http.Response {
+		return get(t, ts.URL, map[string]string{"X-IP": ip, "X-User": user})
+	}
+	sum := func(sub, key string) int64 {
+		n, err := s.Sub(sub).Sum(ctx, key)
+		require.NoError(t, err)
+		return n
+	}
+
+	// A first request loads the store's library.
+	require.Equal(t, http.StatusOK, req("warm", "warm").StatusCode)
+	// User a: 3 admitted, the 4th refused by the user's limit.
+	before := scriptCalls(t, srv)
+	for i := range 3 {
+		r := req("i1", "a")
+		require.Equal(t, http.StatusOK, r.StatusCode, i)
+		require.Equal(t, "perip;q=5;w=60, peruser;q=3;w=60", r.Header.Get("RateLimit-Policy"))
+		require.Equal(t, fmt.Sprintf("perip;r=%d;t=60, peruser;r=%d;t=60", 4-i, 2-i), r.Header.Get("RateLimit"))
+	}
+	r := req("i1", "a")
+	require.Equal(t, http.StatusTooManyRequests, r.StatusCode)
+	require.Regexp(t, `^perip;r=2;t=\d+, peruser;r=0;t=\d+$`, r.Header.Get("RateLimit"))
+	require.EqualValues(t, 4, scriptCalls(t, srv)-before, "one script call per request")
+	require.EqualValues(t, 3, sum("perip", "ip:h:i1"), "the refused request counted nothing on the IP")
+	// User b of the same IP has the IP's 2 left.
+	require.Equal(t, http.StatusOK, req("i1", "b").StatusCode)
+	require.Equal(t, http.StatusOK, req("i1", "b").StatusCode)
+	r = req("i1", "b")
+	require.Equal(t, http.StatusTooManyRequests, r.StatusCode, "the IP's 5 are used")
+	require.Regexp(t, `^perip;r=0;t=\d+, peruser;r=1;t=\d+$`, r.Header.Get("RateLimit"))
+	require.EqualValues(t, 2, sum("peruser", "user:h:b"), "refused by the IP: nothing counted on the user")
+
+	// 40 users of one IP at once: exactly 5 admitted.
+	const callers = 40
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			if req("i2", "u"+strconv.Itoa(i)).StatusCode == http.StatusOK {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, 5, admitted.Load())
+	require.EqualValues(t, 5, sum("perip", "ip:h:i2"))
+	var users int64
+	for i := range callers {
+		users += sum("peruser", "user:h:u"+strconv.Itoa(i))
+	}
+	require.EqualValues(t, 5, users, "only the admitted counted on their users")
+
+	// Refused rules.
+	logged, err := limit.NewLog(c, "log", 3, time.Minute)
+	require.NoError(t, err)
+	for _, bad := range []httplimit.Rule{
+		{Name: "r", Key: httplimit.Header("X-IP"), Limiters: []limit.Limiter{perIP}, Also: []httplimit.Part{{Name: "u", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{logged}}}},
+		{Name: "r", Key: httplimit.Header("X-IP"), Limiters: []limit.Limiter{perIP}, Also: []httplimit.Part{{Name: "u", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{perIP}}}},
+		{Name: "r", Key: httplimit.Header("X-IP"), Limiters: []limit.Limiter{perIP}, Also: []httplimit.Part{{Name: "r", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{perUser}}}},
+		{Name: "r", Key: httplimit.Header("X-IP"), Limiters: []limit.Limiter{perIP}, Also: []httplimit.Part{{Name: "u", Limiters: []limit.Limiter{perUser}}}},
+		{Name: "r", Key: httplimit.Header("X-IP"), Limiters: []limit.Limiter{perIP}, Shadow: true, Also: []httplimit.Part{{Name: "u", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{perUser}}}},
+	} {
+		_, err := httplimit.New([]httplimit.Rule{bad})
+		require.ErrorIs(t, err, store.ErrInvalid, "%+v", bad)
+	}
+	// A part's key that cannot be named: 400, nothing counted.
+	r = get(t, ts.URL, map[string]string{"X-IP": "i3"})
+	require.Equal(t, http.StatusBadRequest, r.StatusCode)
+	require.Zero(t, sum("perip", "ip:h:i3"))
 }
