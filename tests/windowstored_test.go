@@ -2,9 +2,9 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
