@@ -425,8 +425,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		return false
 	}
-	key, cost, err := rule.request(r)
-	if err != nil {
+	bad := func(err error) bool { // a key or cost of the request refused: 400 or 431
 		if o.onError != nil {
 			o.onError(r, rule.Name, err)
 		}
@@ -434,10 +433,14 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 		http.Error(w, "bad request: "+reasonOf(err), statusOf(err))
 		return false
 	}
+	key, cost, err := rule.request(r)
+	if err != nil {
+		return bad(err)
+	}
 	h := w.Header()
 	h.Set("RateLimit-Policy", rule.header)
 	if len(rule.Also) > 0 {
-		return serveKeys(o, rule, w, r, key, cost, observe, fail)
+		return serveKeys(o, rule, w, r, key, cost, observe, fail, bad)
 	}
 
 	if o.local != nil {
@@ -567,7 +570,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 // the refusing policy's key, and refuses a request any of whose keys it
 // remembers.
 func serveKeys(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, key string, cost int64,
-	observe func(Outcome), fail func(error) bool) bool {
+	observe func(Outcome), fail, bad func(error) bool) bool {
 	h := w.Header()
 	ks := make([]limit.Keyed, 0, len(rule.Limiters)+len(rule.Also))
 	keyOf := map[string]string{} // policy name -> its key in this request
@@ -584,12 +587,7 @@ func serveKeys(o *options, rule *compiled, w http.ResponseWriter, r *http.Reques
 	for _, p := range rule.Also {
 		k, err := named(p.Name, p.Key, r)
 		if err != nil {
-			if o.onError != nil {
-				o.onError(r, rule.Name, err)
-			}
-			observe(BadKey)
-			http.Error(w, "bad request: "+reasonOf(err), statusOf(err))
-			return false
+			return bad(err)
 		}
 		add(k, p.Limiters)
 		keys = append(keys, k)
