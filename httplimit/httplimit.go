@@ -12,12 +12,13 @@
 //
 // For each request the first rule whose Match accepts it applies (a nil Match
 // accepts all). A rule limits one key of the request, or several (Rule.Also:
-// per IP and per user), decided all or nothing in one call. When a rule's limiters are all sliding windows on one client
-// (limit.NewSlidingWindow), they are asked together, atomically, in one round
-// trip (limit.Combine): a request refused by one is counted by none. Other
-// limiters are asked in order, and a request admitted by earlier ones and
-// refused by a later one has been counted by the earlier ones: order them
-// from the one most likely to refuse. A refusal answers 429 Too Many Requests
+// per IP and per user), decided all or nothing in one call. When a rule's
+// limiters are all sliding windows on one client (limit.NewSlidingWindow),
+// they are asked together, atomically, in one round trip (limit.Combine): a
+// request refused by one is counted by none. Other limiters are asked in
+// order, and a request admitted by earlier ones and refused by a later one
+// has been counted by the earlier ones: order them from the one most likely
+// to refuse. A refusal answers 429 Too Many Requests
 // with Retry-After. Every limited response carries the IETF
 // RateLimit-Policy and RateLimit header fields
 // (draft-ietf-httpapi-ratelimit-headers):

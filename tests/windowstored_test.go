@@ -673,6 +673,9 @@ func TestWindowstoredFeatures(t *testing.T) {
 		require.Contains(t, m["error"], want, body)
 		require.NotContains(t, m["error"], "json:", "%s: Go's words leak", body)
 	}
+	code, m = d.post(t, "/v1/features/login/record", `{"entities":{"user":"`+strings.Repeat("u", 2<<20)+`"}}`)
+	require.Equal(t, http.StatusRequestEntityTooLarge, code, m)
+	require.Contains(t, m["error"], "the body is larger than 1048576 bytes")
 	// An amount that would take the card's sum out of int64: 422, a retry
 	// fails the same way.
 	for range 2 {

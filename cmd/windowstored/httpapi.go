@@ -73,6 +73,10 @@ func parseEvent(body io.Reader) (apiEvent, error) {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
+		var big *http.MaxBytesError
+		if errors.As(err, &big) {
+			return apiEvent{}, fmt.Errorf("the body is larger than %d bytes: %w", big.Limit, err)
+		}
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
 		switch {
@@ -219,7 +223,11 @@ func (s *server) featureCall(write bool) http.HandlerFunc {
 		}
 		e, err := parseEvent(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
-			jsonError(w, http.StatusBadRequest, err.Error())
+			code := http.StatusBadRequest
+			if big := (*http.MaxBytesError)(nil); errors.As(err, &big) {
+				code = http.StatusRequestEntityTooLarge
+			}
+			jsonError(w, code, err.Error())
 			return
 		}
 		if known := s.rt.Load().cfg.entities(name); !slices.ContainsFunc(slices.Collect(maps.Keys(e.Entities)), func(n string) bool { return slices.Contains(known, n) }) {
