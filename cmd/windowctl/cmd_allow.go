@@ -150,9 +150,6 @@ func (f *limitsFlag) Set(s string) error {
 	v, err := strconv.ParseInt(n, 10, 64)
 	if err != nil || v < 0 {
 		f.err = fmt.Errorf("%s: N must be an integer >= 0", name)
-		if !f.keyed {
-			f.err = errors.New("--limit N is required, with N >= 0")
-		}
 		f.l = append(f.l, limitFlag{key: key, text: s})
 		return nil
 	}
