@@ -30,23 +30,12 @@
 //
 // A code is written as its decimal digits, with no sign and no leading zero
 // (Encode). Redis stores a small hash (listpack) field that is a decimal
-// integer as an integer, which made it the most compact encoding measured. The
-// figures were measured once, when the encoding was chosen: MEMORY USAGE
-// (SAMPLES 0) on Redis 7.0.15 of one hash of 60 fields with values 1..60, for
-// codes near 4,852,800 (6 s buckets in late November) and near 8,000 (1 h
-// buckets in late November):
-//
-//	encoding                    codes ~4.85M    codes ~8,000
-//	decimal digits ("4852800")  496 B (8.3/f)   432 B (7.2/f)
-//	base-62 ("kmKe")            560 B           496 B
-//	4 raw big-endian bytes      560 B           560 B
-//	8 raw big-endian bytes      816 B           816 B
-//
-// (An empty hash with one field costs 64 B; the rest is about 7 to 8 bytes a
-// bucket.) Decimal also costs the scripts nothing: it is what Lua's tostring
-// writes, and it reads plainly in redis-cli. What a counter written by the
-// store costs on each backend, measured by the integration tests on every
-// run, is in the memory table of docs/backends.md.
+// integer as an integer, so decimal digits are the most compact of the
+// encodings compared (docs/backends.md, "Field encoding"), and they cost the
+// scripts nothing: it is what Lua's tostring writes, and it reads plainly in
+// redis-cli. What a counter written by the store costs on each backend,
+// measured by the integration tests on every run, is in the memory table of
+// docs/backends.md.
 //
 // The zero value of [Codec] is not usable; create one with [New]. A Codec is
 // immutable and safe for concurrent use.

@@ -80,9 +80,8 @@ type Rule struct {
 // Most callers need NewWindows and Allow. Combine decides sliding windows
 // whose counters are a store's, for counters that are also read as sums, and
 // store.AllowAll policies across keys; for several windows of one key,
-// Windows costs the server less than they do: three windows 1.2x to 1.6x one
-// Store.Allow, and 0.7x to 0.9x an AllowAll of three stores on that key
-// (docs/benchmarks.md).
+// Windows costs the server less than they do (docs/benchmarks.md, rows
+// windows3 and allow3).
 //
 // The zero value is not usable; create one with NewWindows. A Windows is
 // safe for concurrent use.

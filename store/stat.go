@@ -194,7 +194,7 @@ func (s *Store) statView(name string) *Store {
 // It takes the Store's Window (tiers and Over views do not apply to
 // statistics). Its errors are those of Record: ErrInvalid, ErrTooOld,
 // ErrFuture, ErrOverflow (an Avg whose window sum would leave int64),
-// ErrNotCounter (the key holds something else).
+// ErrWrongType (the key holds something else).
 func (s *Store) Observe(ctx context.Context, o Observation) (_ StatValue, err error) {
 	ctx, end := s.start(ctx, "observe")
 	defer func() { end(err) }()

@@ -1,8 +1,9 @@
 // Package store keeps sliding-window counters in a Redis-compatible server and
 // answers "how much in the last W?" for any key, in one round trip.
 //
-// A counter is one key: a hash whose fields are bucket codes (see package
-// fieldcodec) and whose values are the amounts counted in each bucket. The
+// A counter is a hash whose fields are bucket codes (see package fieldcodec)
+// and whose values are the amounts counted in each bucket (the plain-hash
+// backend adds a small head key beside it, ":h": docs/backends.md). The
 // window sum is the sum of the live buckets:
 //
 //	key "ws:{user42}:10m/1m"         Window{Length: 10 * time.Minute, Bucket: time.Minute}
