@@ -41,7 +41,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "the server")
-	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), allow3x (the bench's: AllowAll of the 1 s store on three keys, linked), refuse3x (allow3x refused by its third key's limit of 0), sum, distinct (AddDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
+	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), allow3x (the bench's: AllowAll of the 1 s store on three keys, linked), refuse3x (allow3x refused by its third key's limit of 0), sum, summany (SumMany of all --keys keys), distinct (AddDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
 	n := flag.Int("n", 6000, "operations measured")
 	keys := flag.Int("keys", 100, "keys")
 	conc := flag.Int("conc", 32, "callers")
@@ -100,6 +100,17 @@ func main() {
 			}
 		case "sum":
 			_, err = st[0].Sum(ctx, k)
+		case "summany": // a SumMany of every key, from this one on; the warm-up adds
+			if i < *keys {
+				_, err = st[0].Add(ctx, k, 1)
+				break
+			}
+			n, _ := strconv.Atoi(k)
+			ks := make([]string, *keys)
+			for j := range ks {
+				ks[j] = strconv.Itoa((n + j) % *keys)
+			}
+			_, err = st[0].SumMany(ctx, ks)
 		case "distinct":
 			_, err = st[0].AddDistinct(ctx, k, strconv.Itoa(i*7919%1000))
 		case "naive":
