@@ -154,3 +154,59 @@ func TestCombineAcrossServers(t *testing.T) {
 		require.EqualValues(t, 7, n, "every admission counted on both servers, no refusal anywhere")
 	}
 }
+
+// TestAllowKeys: limit.AllowKeys decides limiters of several keys all or
+// nothing on every backend: a Multi on one key and a sliding window on
+// another; a refusal by either counts on neither, and the decision names
+// the refusing policy; of 40 concurrent callers exactly the tighter limit is
+// admitted. Other limiters, or none, are ErrInvalid.
+func TestAllowKeys(t *testing.T) {
+	t.Parallel()
+	forEach(t, func(t *testing.T, tg target) {
+		ctx := ctxT(t)
+		prefix := harness.Prefix(t)
+		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix(prefix))
+		sHour, _ := newStore(t, tg, store.Window{Length: time.Hour, Bucket: time.Minute}, store.WithPrefix(prefix))
+		perMin, err := limit.NewSlidingWindow(s, "permin", 100)
+		require.NoError(t, err)
+		perHour, err := limit.NewSlidingWindow(sHour, "perhour", 1000)
+		require.NoError(t, err)
+		user, err := limit.Combine(perMin, perHour)
+		require.NoError(t, err)
+		ip, err := limit.NewSlidingWindow(s, "perip", 7)
+		require.NoError(t, err)
+		sum := func(st *store.Store, sub, key string) int64 {
+			n, err := st.Sub(sub).Sum(ctx, key)
+			require.NoError(t, err)
+			return n
+		}
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 40 {
+			wg.Go(func() {
+				d, err := limit.AllowKeys(ctx, 1, limit.Keyed{Limiter: user, Key: "u"}, limit.Keyed{Limiter: ip, Key: "i"})
+				if !assert.NoError(t, err) {
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				} else {
+					assert.Equal(t, "perip", d.Policy)
+				}
+				assert.Equal(t, []string{"permin", "perhour", "perip"}, []string{d.Policies[0].Policy, d.Policies[1].Policy, d.Policies[2].Policy})
+			})
+		}
+		wg.Wait()
+		require.EqualValues(t, 7, admitted.Load())
+		require.EqualValues(t, 7, sum(s, "permin", "u"), "the refused counted nothing on the user")
+		require.EqualValues(t, 7, sum(sHour, "perhour", "u"))
+		require.EqualValues(t, 7, sum(s, "perip", "i"))
+
+		logged, err := limit.NewLog(srv.Client(t), "log", 3, time.Minute)
+		require.NoError(t, err)
+		_, err = limit.AllowKeys(ctx, 1, limit.Keyed{Limiter: logged, Key: "u"})
+		require.ErrorIs(t, err, store.ErrInvalid)
+		_, err = limit.AllowKeys(ctx, 1)
+		require.ErrorIs(t, err, store.ErrInvalid)
+	})
+}
