@@ -455,7 +455,7 @@ func loadRule(where, path string, y *yamlRateLimit, shadow bool) (*rule, error) 
 	}
 	if y.Unlimited {
 		if y.Unit != "" || y.RequestsPerUnit != nil || y.Algorithm != "" || y.Bucket != "" || y.Burst != nil {
-			return nil, badf(where, "%s: an unlimited rate_limit has no unit, requests_per_unit, algorithm, bucket or burst", path)
+			return nil, badf(where, "%s: an unlimited rate_limit has no unit, requests_per_unit, algorithm, bucket or burst: unlimited: true says there is no limit, so a limit beside it is a contradiction; keep one or the other", path)
 		}
 		return r, nil
 	}
@@ -464,7 +464,7 @@ func loadRule(where, path string, y *yamlRateLimit, shadow bool) (*rule, error) 
 		return nil, badf(where, "%s: unit %q: want second, minute, hour, day, week, month or year", path, y.Unit)
 	}
 	if y.RequestsPerUnit == nil {
-		return nil, badf(where, "%s: rate_limit has no requests_per_unit", path)
+		return nil, badf(where, "%s: rate_limit has no requests_per_unit: say the limit (requests_per_unit: 0 refuses every request), or unlimited: true for none; a missing number is never taken as a limit", path)
 	}
 	if rpu := *y.RequestsPerUnit; rpu < 0 || rpu > 1<<32-1 {
 		return nil, badf(where, "%s: requests_per_unit %d: want 0 to 4294967295", path, rpu)
