@@ -961,6 +961,82 @@ func TestWindowstoredListenTLS(t *testing.T) {
 	require.Error(t, err, "an HTTPS client without a certificate")
 }
 
+// TestWindowstoredTimeoutSlowServer: --timeout bounds a request of several
+// round trips, each within the connection's own timeout: through a proxy
+// that delays every reply by 1.2 s, a request with a GCRA limit (one call)
+// and a window limit (another) takes 2.4 s, so with --timeout 2s it answers
+// UNAVAILABLE, at the bound, where a single round trip's timeout alone
+// would let it answer OK.
+func TestWindowstoredTimeoutSlowServer(t *testing.T) {
+	t.Parallel()
+	harness.Use(t, harness.AreaFaults)
+	srv := harness.Shared(t, harness.Redis80)
+	var delay atomic.Int64
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			r, err := net.Dial("tcp", srv.Addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(r, c); r.Close() }()
+			go func() { // replies, each delivered delay after it arrived, in order
+				type chunk struct {
+					at time.Time
+					b  []byte
+				}
+				q := make(chan chunk, 1024)
+				go func() {
+					for ch := range q {
+						time.Sleep(time.Until(ch.at))
+						if _, err := c.Write(ch.b); err != nil {
+							break
+						}
+					}
+					c.Close()
+				}()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := r.Read(buf)
+					if n > 0 {
+						q <- chunk{time.Now().Add(time.Duration(delay.Load())), append([]byte(nil), buf[:n]...)}
+					}
+					if err != nil {
+						close(q)
+						return
+					}
+				}
+			}()
+		}
+	}()
+	d := startWSD(t, "redis://"+lis.Addr().String(), wsdConfig, "--timeout", "2s")
+	require.Equal(t, ok, d.ask(t, "shop", 1, desc("gburst=w"), desc("user=w")).OverallCode)
+	delay.Store(int64(1200 * time.Millisecond))
+	start := time.Now()
+	_, err = d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop",
+		Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("gburst=s"), desc("user=s")}})
+	took := time.Since(start)
+	t.Logf("two round trips of 1.2 s each answered after %v: %v", took, err)
+	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	require.Less(t, took, 3500*time.Millisecond, "the answer waited past --timeout (for the give-back?)")
+	// The GCRA's reserved cost is given back after the answer: its burst of
+	// 10 is whole again.
+	delay.Store(0)
+	require.Eventually(t, func() bool {
+		dd := desc("gburst=s")
+		dd.HitsAddend = wrapperspb.UInt64(0)
+		r, err := d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{dd}})
+		return err == nil && r.Statuses[0].LimitRemaining == 10
+	}, 20*time.Second, 100*time.Millisecond, "the timed-out request's GCRA cost was never given back")
+}
+
 // requireBetween fails unless lo <= got <= hi: bounds a test reads from the
 // clock around its calls, so that a slow machine widens them.
 func requireBetween(t *testing.T, got, lo, hi time.Duration, what string) {

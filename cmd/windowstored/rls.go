@@ -182,7 +182,7 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 			d, err = l.Allow(ctx, p.key, cost)
 		}
 		if err != nil {
-			giveBack()
+			go giveBack()
 			return s.failed(domain, &outcome, err)
 		}
 		gcra[i] = d
@@ -244,7 +244,9 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 	if len(batches) > 0 {
 		var err error
 		if res, err = store.ApplyAll(ctx, batches...); err != nil {
-			giveBack()
+			// The answer does not wait for the give-back: a call past its
+			// --timeout answers now, and its reservations go back after.
+			go giveBack()
 			return s.failed(domain, &outcome, err)
 		}
 		refused = refused || slices.ContainsFunc(res, func(r store.BatchResult) bool { return !r.Allowed })
