@@ -444,14 +444,8 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 		return serveKeys(o, rule, w, r, key, cost, observe, fail, bad)
 	}
 
-	if o.local != nil {
-		if name, until, ok := o.local.refused(key, cost, o.now()); ok {
-			retry := until.Sub(o.now())
-			setFields(o, h, rule.policies[name], 0, retry)
-			refuse(w, retry)
-			observe(LocalShed)
-			return false
-		}
+	if shed(o, rule, w, cost, observe, key) {
+		return false
 	}
 
 	var best store.Decision
@@ -566,6 +560,24 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 	return true
 }
 
+// shed answers 429 from the local tier, without a server call, a request one
+// of whose keys it remembers refused for its cost: true when it did.
+func shed(o *options, rule *compiled, w http.ResponseWriter, cost int64, observe func(Outcome), keys ...string) bool {
+	if o.local == nil {
+		return false
+	}
+	for _, k := range keys {
+		if name, until, ok := o.local.refused(k, cost, o.now()); ok {
+			retry := until.Sub(o.now())
+			setFields(o, w.Header(), rule.policies[name], 0, retry)
+			refuse(w, retry)
+			observe(LocalShed)
+			return true
+		}
+	}
+	return false
+}
+
 // serveKeys applies a rule with Also: every key's limits in one decision,
 // all or nothing (limit.AllowKeys). The local tier remembers a refusal under
 // the refusing policy's key, and refuses a request any of whose keys it
@@ -593,16 +605,8 @@ func serveKeys(o *options, rule *compiled, w http.ResponseWriter, r *http.Reques
 		add(k, p.Limiters)
 		keys = append(keys, k)
 	}
-	if o.local != nil {
-		for _, k := range keys {
-			if name, until, ok := o.local.refused(k, cost, o.now()); ok {
-				retry := until.Sub(o.now())
-				setFields(o, h, rule.policies[name], 0, retry)
-				refuse(w, retry)
-				observe(LocalShed)
-				return false
-			}
-		}
+	if shed(o, rule, w, cost, observe, keys...) {
+		return false
 	}
 	d, err := limit.AllowKeys(r.Context(), cost, ks...)
 	if err != nil {

@@ -582,6 +582,27 @@ func TestMiddlewareKeysAllOrNothing(t *testing.T) {
 	}
 	require.EqualValues(t, 5, users, "only the admitted counted on their users")
 
+	// With a local tier, a refusal is remembered under the refusing
+	// policy's key: the user's, so the same user from another IP is shed
+	// without a server call, and another user of that IP is not.
+	tier := httplimit.NewLocalTier(0)
+	mwl, err := httplimit.New([]httplimit.Rule{rule}, httplimit.WithLocalTier(tier), httplimit.WithRecorder(rec))
+	require.NoError(t, err)
+	tsl := httptest.NewServer(mwl(okHandler()))
+	defer tsl.Close()
+	reql := func(ip, user string) int {
+		return get(t, tsl.URL, map[string]string{"X-IP": ip, "X-User": user}).StatusCode
+	}
+	for range 3 {
+		require.Equal(t, http.StatusOK, reql("i4", "c"))
+	}
+	require.Equal(t, http.StatusTooManyRequests, reql("i4", "c"), "refused by the user's limit")
+	calls := scriptCalls(t, srv)
+	require.Equal(t, http.StatusTooManyRequests, reql("i5", "c"), "the same user from another IP: shed")
+	require.EqualValues(t, calls, scriptCalls(t, srv), "shed without a server call")
+	require.Equal(t, 1, rec.count(httplimit.LocalShed))
+	require.Equal(t, http.StatusOK, reql("i4", "d"), "another user of the IP: asked, and admitted")
+
 	// Refused rules.
 	logged, err := limit.NewLog(c, "log", 3, time.Minute)
 	require.NoError(t, err)
