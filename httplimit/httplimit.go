@@ -18,17 +18,18 @@
 // request refused by one is counted by none. Other limiters are asked in
 // order, and a request admitted by earlier ones and refused by a later one
 // has been counted by the earlier ones: order them from the one most likely
-// to refuse. A refusal answers 429 Too Many Requests
-// with Retry-After. Every limited response carries the IETF
-// RateLimit-Policy and RateLimit header fields
-// (draft-ietf-httpapi-ratelimit-headers):
+// to refuse. A refusal answers 429 Too Many Requests with Retry-After. Every
+// limited response carries the IETF RateLimit-Policy and RateLimit header
+// fields (draft-ietf-httpapi-ratelimit-headers):
 //
 //	RateLimit-Policy: persec;q=10;w=1, perhour;q=1000;w=3600
-//	RateLimit: persec;r=3;t=1
+//	RateLimit: persec;r=3;t=1, perhour;r=870;t=2400
 //
-// where RateLimit names the policy with the least remaining (on a refusal, the
-// one that refused, with t equal to Retry-After), and optionally the legacy
-// X-RateLimit-Limit, -Remaining and -Reset fields.
+// where RateLimit lists every policy that was asked, with what it has left and
+// when that resets (a policy that refused: r=0 and t its retry, which
+// Retry-After says too), and optionally the legacy X-RateLimit-Limit,
+// -Remaining and -Reset fields, of the policy with the least remaining (on a
+// refusal, the one that refused).
 //
 // A shadow rule (Rule.Shadow) or a shadow limiter (limit.Shadow) decides and
 // counts as usual but never refuses: its would-be refusals go to the
@@ -83,8 +84,7 @@ type Rule struct {
 	// call (limit.AllowKeys): a request that one key's limit refuses counts
 	// in no other key's. Every limiter must then be a sliding window
 	// (limit.NewSlidingWindow, or limit.Combine of them), every policy name
-	// distinct; such a rule takes no InFlight, is not a shadow rule, and
-	// its RateLimit field lists every policy.
+	// distinct; such a rule takes no InFlight and is not a shadow rule.
 	Also []Part
 	// InFlight, when set, caps how many requests of a key are served at once
 	// (limit.NewConcurrency): a lease of the key "Name:" + Key(r) is taken
@@ -453,6 +453,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 	chosen, shadowed, degraded := false, false, false
 	// decide takes limiter l's decision d: false when it refuses the request
 	// (answered here).
+	var items []string // the RateLimit field: every enforced policy asked
 	decide := func(l limit.Limiter, d store.Decision) bool {
 		p := rule.policy(l, d)
 		degraded = degraded || d.Degraded
@@ -463,6 +464,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 			}
 			return true
 		}
+		items = append(items, policyItems(d, l.Policy().Name)...)
 		if !d.Allowed {
 			// A degraded refusal was made in process: the local tier would
 			// save no server call, and the server, once back, may admit sooner.
@@ -471,6 +473,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 				o.local.remember(key, p.Name, cost, now, now.Add(d.RetryAfter))
 			}
 			setFields(o, h, p, 0, d.RetryAfter)
+			h.Set("RateLimit", strings.Join(items, ", "))
 			refuse(w, d.RetryAfter)
 			if d.Degraded {
 				observe(DegradedRefused)
@@ -530,6 +533,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 			}
 		}
 		best, bestPolicy, chosen = l.Decision, p, true
+		items = append(items, policyItems(l.Decision, p.Name)...)
 		if together {
 			if !decide(run[0], ld) {
 				return false
@@ -548,6 +552,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 	}
 	if chosen {
 		setFields(o, h, bestPolicy, best.Remaining, best.ResetAfter)
+		h.Set("RateLimit", strings.Join(items, ", "))
 	}
 	switch {
 	case degraded:
@@ -576,6 +581,27 @@ func shed(o *options, rule *compiled, w http.ResponseWriter, cost int64, observe
 		}
 	}
 	return false
+}
+
+// policyItems are the RateLimit field's items of decision d, one per policy
+// (a Multi's every one, else d's own, named name): its remaining and reset,
+// or 0 and its retry for a policy that refuses. The draft lets the field
+// list every policy.
+func policyItems(d store.Decision, name string) []string {
+	ds := d.Policies
+	if len(ds) == 0 {
+		d.Policy = name
+		ds = []store.Decision{d}
+	}
+	out := make([]string, len(ds))
+	for i, pd := range ds {
+		remaining, t := pd.Remaining, pd.ResetAfter
+		if !pd.Allowed {
+			remaining, t = 0, pd.RetryAfter
+		}
+		out[i] = fmt.Sprintf("%s;r=%d;t=%d", pd.Policy, remaining, seconds(t))
+	}
+	return out
 }
 
 // serveKeys applies a rule with Also: every key's limits in one decision,
@@ -612,15 +638,7 @@ func serveKeys(o *options, rule *compiled, w http.ResponseWriter, r *http.Reques
 	if err != nil {
 		return fail(err)
 	}
-	// RateLimit lists every policy: the draft allows one item per policy.
-	items := make([]string, len(d.Policies))
-	for i, pd := range d.Policies {
-		remaining, t := pd.Remaining, pd.ResetAfter
-		if !pd.Allowed {
-			remaining, t = 0, pd.RetryAfter
-		}
-		items[i] = fmt.Sprintf("%s;r=%d;t=%d", pd.Policy, remaining, seconds(t))
-	}
+	items := policyItems(d, d.Policy)
 	p := rule.policies[d.Policy]
 	if !d.Allowed {
 		if o.local != nil && d.RetryAfter > 0 {
