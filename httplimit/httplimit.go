@@ -329,6 +329,9 @@ type compiled struct {
 	run      []limit.Limiter
 	policies map[string]limit.Policy
 	header   string
+	// partOf is, for a rule with Also, the key each policy counts on: 0 for
+	// the rule's Key, j for Also[j-1].
+	partOf map[string]int
 }
 
 func compile(r Rule) compiled {
@@ -336,10 +339,17 @@ func compile(r Rule) compiled {
 	for _, p := range r.Also {
 		all = append(all, p.Limiters...)
 	}
-	c := compiled{Rule: r, run: r.Limiters, policies: map[string]limit.Policy{}, header: policyField(all)}
+	c := compiled{Rule: r, run: r.Limiters, policies: map[string]limit.Policy{}, header: policyField(all), partOf: map[string]int{}}
 	for _, l := range all {
 		for _, p := range limit.Policies(l) {
 			c.policies[p.Name] = p
+		}
+	}
+	for j, pt := range r.Also {
+		for _, l := range pt.Limiters {
+			for _, p := range limit.Policies(l) {
+				c.partOf[p.Name] = j + 1
+			}
 		}
 	}
 	if r.InFlight != nil {
@@ -612,13 +622,9 @@ func serveKeys(o *options, rule *compiled, w http.ResponseWriter, r *http.Reques
 	observe func(Outcome), fail, bad func(error) bool) bool {
 	h := w.Header()
 	ks := make([]limit.Keyed, 0, len(rule.Limiters)+len(rule.Also))
-	keyOf := map[string]string{} // policy name -> its key in this request
 	add := func(key string, ls []limit.Limiter) {
 		for _, l := range ls {
 			ks = append(ks, limit.Keyed{Limiter: l, Key: key})
-			for _, p := range limit.Policies(l) {
-				keyOf[p.Name] = key
-			}
 		}
 	}
 	add(key, rule.Limiters)
@@ -643,7 +649,7 @@ func serveKeys(o *options, rule *compiled, w http.ResponseWriter, r *http.Reques
 	if !d.Allowed {
 		if o.local != nil && d.RetryAfter > 0 {
 			now := o.now()
-			o.local.remember(keyOf[d.Policy], d.Policy, cost, now, now.Add(d.RetryAfter))
+			o.local.remember(keys[rule.partOf[d.Policy]], d.Policy, cost, now, now.Add(d.RetryAfter))
 		}
 		setFields(o, h, p, 0, d.RetryAfter)
 		h.Set("RateLimit", strings.Join(items, ", "))

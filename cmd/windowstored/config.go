@@ -169,8 +169,11 @@ type config struct {
 	settings settings
 	domains  map[string]*node
 	sets     map[string][]features.Feature
-	setNames []string // in file order
-	digest   string   // what was read, to notice a change
+	// setEntities are each set's entities (its features' Entity and Of),
+	// sorted: an event must name one of them.
+	setEntities map[string][]string
+	setNames    []string // in file order
+	digest      string   // what was read, to notice a change
 }
 
 // node is a level of a domain's descriptor tree: its children by "key" or
@@ -303,7 +306,8 @@ func loadConfig(path string) (*config, error) {
 // parseConfig parses the files of the configuration at path, read as digest
 // (readConfig).
 func parseConfig(path string, files []configFile, digest string) (*config, error) {
-	c := &config{settings: defaultSettings, domains: map[string]*node{}, sets: map[string][]features.Feature{}, digest: digest}
+	c := &config{settings: defaultSettings, domains: map[string]*node{}, sets: map[string][]features.Feature{},
+		setEntities: map[string][]string{}, digest: digest}
 	seenSettings := ""
 	for _, file := range files {
 		f := file.name
@@ -576,22 +580,17 @@ func (c *config) loadSet(file, where string, d yamlDoc) error {
 	}
 	c.sets[d.FeatureSet] = fs
 	c.setNames = append(c.setNames, d.FeatureSet)
-	return nil
-}
-
-// entities are the entities of feature set name's features (Entity and
-// Of), sorted.
-func (c *config) entities(name string) []string {
-	var out []string
-	for _, f := range c.sets[name] {
+	var ents []string // the set's entities (Entity and Of), sorted
+	for _, f := range fs {
 		for _, e := range []string{f.Entity, f.Of} {
-			if e != "" && !slices.Contains(out, e) {
-				out = append(out, e)
+			if e != "" && !slices.Contains(ents, e) {
+				ents = append(ents, e)
 			}
 		}
 	}
-	slices.Sort(out)
-	return out
+	slices.Sort(ents)
+	c.setEntities[d.FeatureSet] = ents
+	return nil
 }
 
 // eachRule calls fn with every rule of the domains.

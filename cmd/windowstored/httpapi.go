@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -58,6 +57,16 @@ type eventJSON struct {
 	Time     json.RawMessage `json:"time"` // RFC 3339; absent: now
 	Entities json.RawMessage `json:"entities"`
 	Amount   json.RawMessage `json:"amount"` // an integer, exact over int64: a JSON number or a string
+}
+
+// anyKnown reports whether one of the event's entities is among known.
+func anyKnown(ents map[string]string, known []string) bool {
+	for n := range ents {
+		if slices.Contains(known, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // apiEvent is a feature API request, checked.
@@ -230,7 +239,7 @@ func (s *server) featureCall(write bool) http.HandlerFunc {
 			jsonError(w, code, err.Error())
 			return
 		}
-		if known := s.rt.Load().cfg.entities(name); !slices.ContainsFunc(slices.Collect(maps.Keys(e.Entities)), func(n string) bool { return slices.Contains(known, n) }) {
+		if known := s.rt.Load().cfg.setEntities[name]; !anyKnown(e.Entities, known) {
 			jsonError(w, http.StatusBadRequest, fmt.Sprintf("none of the entities is one of feature_set %s's: %s", name, strings.Join(known, ", ")))
 			return
 		}

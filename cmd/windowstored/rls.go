@@ -197,21 +197,26 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 	// A descriptor repeated (the same limit and counter) counts as many
 	// times as it appears, as envoyproxy/ratelimit counts it: one op of the
 	// costs' total, each descriptor's status at its own running total.
-	type counter struct {
-		r   *rule
-		key string
+	// firstOf is the batch of the first descriptor before i of p's limit
+	// and counter (requests have few descriptors: a scan).
+	firstOf := func(i int, p *limited) (int, bool) {
+		for j := range i {
+			if q := &parts[j]; q.rule == p.rule && q.key == p.key && !q.refund && q.batch >= 0 {
+				return q.batch, true
+			}
+		}
+		return 0, false
 	}
-	first := map[counter]int{} // the batch of a counter's first descriptor
 	for i := range parts {
 		p := &parts[i]
 		if p.rule == nil || p.rule.gcra {
 			continue
 		}
 		if !p.refund {
-			if b, ok := first[counter{p.rule, p.key}]; ok {
+			if b, ok := firstOf(i, p); ok {
 				p.batch = b
 				op := &batches[b].Ops[0]
-				p.cum = parts[i].cost + op.Delta
+				p.cum = p.cost + op.Delta
 				if refused {
 					p.cum = 0
 				}
@@ -223,7 +228,6 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 				op.Delta = p.cum
 				continue
 			}
-			first[counter{p.rule, p.key}] = len(batches)
 			p.cum = p.cost
 		}
 		op := store.Op{Store: p.st, Key: p.key, Kind: store.Limit, Delta: p.cost, Limit: p.rule.limit}
