@@ -19,6 +19,10 @@
 //     hour") kept as one counter: a running total, and per window a mark,
 //     so an event reads and writes one total whatever the number of windows.
 //
+// Every limiter remembers its refusals in process (RefusalCache, on by
+// default) and answers the same cost refused again, until its RetryAfter,
+// without a server call: exactly, since costs are at least 0.
+//
 // Two wrappers change how a limiter enforces: Shadow watches without
 // refusing, and Degrade decides in process, on an instance's share of the
 // limit, while the server fails, behind a circuit breaker.
@@ -93,7 +97,7 @@ type Limiter interface {
 	AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error)
 }
 
-// Option configures a limiter (WithPrefix, WithObserver) or Degrade
+// Option configures a limiter (WithPrefix, WithObserver, WithRefusalCache) or Degrade
 // (WithInstances, WithFailures, WithCooldown, WithLocalKeys,
 // WithBreakerClock, WithOnStateChange). Each refuses the other's options with
 // store.ErrInvalid.
@@ -105,6 +109,9 @@ type options struct {
 	limiter  bool // a limiter's option was given
 	deg      degradeOptions
 	degrade  bool // a Degrade option was given
+
+	refusals    *RefusalCache // WithRefusalCache's
+	refusalsSet bool
 }
 
 // WithPrefix sets the key prefix of a Log, FixedWindow, GCRA or Windows

@@ -70,7 +70,7 @@ func newScriptLimiter(client rueidis.Client, sc *backend.Script, maxCost int64, 
 		return nil, newError(p.Name, store.ErrInvalid, reason(err))
 	}
 	return &redisLimiter{runner: backend.NewRunner(client, true), space: space, script: sc, max: maxCost, policy: p, obs: o.observer,
-		suffix: ":" + p.Name, args: args, limit: limit}, nil
+		suffix: ":" + p.Name, args: args, limit: limit, refusals: newRefusals(&o)}, nil
 }
 
 // redisLimiter is what Log, FixedWindow and GCRA share: a key space, a
@@ -88,6 +88,8 @@ type redisLimiter struct {
 	nonce  bool     // the script takes a nonce after the cost
 	limit  int64    // the decisions' Limit: the policy's, or a GCRA's burst
 	obs    store.Observer
+
+	refusals refusals
 }
 
 func (l *redisLimiter) Policy() Policy { return l.policy }
@@ -111,7 +113,9 @@ func (l *redisLimiter) refund(ctx context.Context, clock backend.Clock, key stri
 	if err := checkCost(l.policy.Name, key, n, l.max); err != nil {
 		return store.Decision{}, err
 	}
+	l.refusals.forget(key)
 	v, err := l.exec(ctx, clock, key, -n)
+	l.refusals.forget(key) // (a refusal of a call that raced the refund)
 	if err != nil {
 		return store.Decision{}, err
 	}
@@ -127,11 +131,23 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 	if err := checkCost(l.policy.Name, key, n, l.max); err != nil {
 		return store.Decision{}, err
 	}
+	var asked time.Time
+	if clock == backend.ServerClock {
+		var d store.Decision
+		var ok bool
+		if d, asked, ok = l.refusals.refused(key, n); ok {
+			return d, nil
+		}
+	}
 	v, err := l.exec(ctx, clock, key, n)
 	if err != nil {
 		return store.Decision{}, err
 	}
-	return l.decision(v), nil
+	d := l.decision(v)
+	if clock == backend.ServerClock {
+		l.refusals.remember(key, n, asked, d)
+	}
+	return d, nil
 }
 
 // decision is the script's reply {allowed, used, retry ms, reset ms} as a

@@ -21,10 +21,13 @@ import (
 // more round trips. Create one with Combine. A Multi is safe for concurrent
 // use.
 type Multi struct {
-	parts []*slidingWindow
+	parts    []*slidingWindow
+	refusals refusals
 }
 
 // Combine returns a Multi of sliding-window limiters (NewSlidingWindow).
+// A Multi whose parts share one client remembers its refusals in a
+// RefusalCache of its own; one across clients asks the servers every time.
 // Their names must differ. Other algorithms cannot be
 // combined atomically: Combine refuses them with store.ErrInvalid.
 func Combine(limiters ...Limiter) (*Multi, error) {
@@ -47,6 +50,12 @@ func Combine(limiters ...Limiter) (*Multi, error) {
 		}
 		names[sw.policy.Name] = true
 		m.parts = append(m.parts, sw)
+	}
+	// A refusal is remembered only where one script call decides: across
+	// clients, a refusal can come from another call's reservation that is
+	// taken back, and a fresh call could then admit.
+	if ps := m.storePolicies(nil, "k"); store.OneCall(store.Op{Store: ps[0].Store, Key: "k"}, ps...) {
+		m.refusals = newRefusals(&options{})
 	}
 	return m, nil
 }
@@ -85,11 +94,23 @@ func (m *Multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (
 }
 
 func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (store.Decision, error) {
+	var asked time.Time
+	if at == nil {
+		d, now, ok := m.refusals.refused(key, n)
+		if ok {
+			return d, nil
+		}
+		asked = now
+	}
 	d, err := store.AllowAll(ctx, n, m.storePolicies(at, key)...)
 	if err != nil {
 		return store.Decision{}, err
 	}
-	return m.named(d), nil
+	d = m.named(d)
+	if at == nil && n >= 0 {
+		m.refusals.remember(key, n, asked, d)
+	}
+	return d, nil
 }
 
 // storePolicies are the store's policies of key: one per part, at instant at

@@ -20,21 +20,35 @@ func NewSlidingWindow(st *store.Store, name string, limit int64, opts ...Option)
 	if err := check(name, limit, st.Window().Length); err != nil {
 		return nil, err
 	}
-	if len(opts) > 0 {
-		return nil, newError(name, store.ErrInvalid, "a sliding window takes its options from its store")
+	var o options
+	for _, opt := range opts {
+		opt(&o)
 	}
-	return &slidingWindow{st: st.Sub(name), policy: Policy{Name: name, Limit: limit, Window: st.Window().Length, Algorithm: "sliding-window"}}, nil
+	if o.prefix != "" || o.observer != nil || o.degrade {
+		return nil, newError(name, store.ErrInvalid, "a sliding window takes its options from its store, but WithRefusalCache")
+	}
+	return &slidingWindow{st: st.Sub(name), policy: Policy{Name: name, Limit: limit, Window: st.Window().Length, Algorithm: "sliding-window"},
+		refusals: newRefusals(&o)}, nil
 }
 
 type slidingWindow struct {
-	st     *store.Store
-	policy Policy
+	st       *store.Store
+	policy   Policy
+	refusals refusals
 }
 
 func (l *slidingWindow) Policy() Policy { return l.policy }
 
 func (l *slidingWindow) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
-	return l.decision(l.st.Allow(ctx, key, l.policy.Limit, n))
+	d, asked, ok := l.refusals.refused(key, n)
+	if ok {
+		return d, nil
+	}
+	d, err := l.decision(l.st.Allow(ctx, key, l.policy.Limit, n))
+	if err == nil && n >= 0 {
+		l.refusals.remember(key, n, asked, d)
+	}
+	return d, err
 }
 
 func (l *slidingWindow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {

@@ -95,6 +95,8 @@ type Windows struct {
 	server []string // the header on the server's clock
 	more   []string // the suffix of each window's hash after the first's: ":2"...
 	obs    store.Observer
+
+	refusals refusals
 }
 
 // NewWindows returns a limiter of one or more windows of each key (see
@@ -123,7 +125,7 @@ func NewWindows(client rueidis.Client, name string, rules []Rule, opts ...Option
 	if err != nil {
 		return nil, newError(name, store.ErrInvalid, reason(err))
 	}
-	w := &Windows{space: space, name: name, rules: append([]Rule(nil), rules...), obs: o.observer}
+	w := &Windows{space: space, name: name, rules: append([]Rule(nil), rules...), obs: o.observer, refusals: newRefusals(&o)}
 	names, shapes := map[string]bool{}, map[store.Window]bool{}
 	tags := make([]string, len(rules))
 	var longest time.Duration
@@ -224,6 +226,14 @@ func (w *Windows) run(ctx context.Context, clock backend.Clock, key string, n in
 	if err != nil {
 		return store.Decision{}, err
 	}
+	var asked time.Time
+	if clock == backend.ServerClock {
+		var d store.Decision
+		var ok bool
+		if d, asked, ok = w.refusals.refused(key, n); ok {
+			return d, nil
+		}
+	}
 	hdr := w.server
 	if clock != backend.ServerClock {
 		hdr = append([]string{clock.Arg()}, w.rest...)
@@ -239,7 +249,11 @@ func (w *Windows) run(ctx context.Context, clock backend.Clock, key string, n in
 	if err != nil {
 		return store.Decision{}, scriptError(w.name, key, limitlua.Windows, err)
 	}
-	return w.decision(v), nil
+	d := w.decision(v)
+	if clock == backend.ServerClock {
+		w.refusals.remember(key, n, asked, d)
+	}
+	return d, nil
 }
 
 // keys are key's Redis keys: one hash per rule.

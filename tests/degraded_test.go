@@ -210,17 +210,17 @@ var fleetLimiters = []struct {
 		defer cancel()
 		st, err := store.New(ctx, c, store.Window{Length: fleetWindow, Bucket: time.Minute})
 		require.NoError(t, err)
-		l, err := limit.NewSlidingWindow(st, "sw", fleetLimit)
+		l, err := limit.NewSlidingWindow(st, "sw", fleetLimit, limit.WithRefusalCache(nil))
 		require.NoError(t, err)
 		return l
 	}},
 	{"log", func(t *testing.T, c rueidis.Client) limit.Limiter {
-		l, err := limit.NewLog(c, "log", fleetLimit, fleetWindow)
+		l, err := limit.NewLog(c, "log", fleetLimit, fleetWindow, limit.WithRefusalCache(nil))
 		require.NoError(t, err)
 		return l
 	}},
 	{"gcra", func(t *testing.T, c rueidis.Client) limit.Limiter {
-		l, err := limit.NewGCRA(c, "gcra", fleetLimit, fleetWindow, fleetLimit)
+		l, err := limit.NewGCRA(c, "gcra", fleetLimit, fleetWindow, fleetLimit, limit.WithRefusalCache(nil))
 		require.NoError(t, err)
 		return l
 	}},

@@ -168,7 +168,13 @@ func TestMiddlewareLocalTier(t *testing.T) {
 	require.NoError(t, err)
 	rec := &countingRecorder{}
 	local := httplimit.NewLocalTier(0)
-	mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{l}}},
+	cost := func(r *http.Request) int64 {
+		if r.Header.Get("X-Cost") == "2" {
+			return 2
+		}
+		return 1
+	}
+	mw, err := httplimit.New([]httplimit.Rule{{Name: "r", Key: httplimit.Header("X-User"), Cost: cost, Limiters: []limit.Limiter{l}}},
 		httplimit.WithLocalTier(local), httplimit.WithRecorder(rec))
 	require.NoError(t, err)
 	ts := httptest.NewServer(mw(okHandler()))
@@ -198,7 +204,22 @@ func TestMiddlewareLocalTier(t *testing.T) {
 	require.Equal(t, refused, rec.count(httplimit.Refused), "later refusals must not reach the server")
 	require.Equal(t, 10, rec.count(httplimit.Allowed))
 	require.Equal(t, 1, local.Len())
+	require.EqualValues(t, shed+50, local.Hits())
 
+	// The tier is per rule: another rule on the same key and tier is not shed.
+	other, err := limit.NewLog(c, "other", 10, time.Minute, limit.WithPrefix(harness.Prefix(t)))
+	require.NoError(t, err)
+	mw2, err := httplimit.New([]httplimit.Rule{{Name: "other", Key: httplimit.Header("X-User"), Limiters: []limit.Limiter{other}}},
+		httplimit.WithLocalTier(local), httplimit.WithRecorder(rec))
+	require.NoError(t, err)
+	ts2 := httptest.NewServer(mw2(okHandler()))
+	defer ts2.Close()
+	require.Equal(t, 200, get(t, ts2.URL, map[string]string{"X-User": "mallory"}).StatusCode, "another rule's refusal must not shed this rule")
+
+	// Only the refused cost is shed: a larger one asks the limiter.
+	require.Equal(t, http.StatusTooManyRequests, get(t, ts.URL, map[string]string{"X-User": "mallory", "X-Cost": "2"}).StatusCode)
+	require.Equal(t, shed+50, rec.count(httplimit.LocalShed), "a larger cost must not be shed")
+	require.Equal(t, refused+1, rec.count(httplimit.Refused))
 }
 
 // TestMiddlewareShadow: a shadow rule on a real server never answers 429,

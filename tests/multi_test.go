@@ -121,14 +121,16 @@ func raceAllow(t *testing.T, l limit.Limiter, n int, refused func(d store.Decisi
 // TestCombineAcrossServers: a Multi whose policies live on two servers
 // (Redis 7.0 and Redis 8) is still all or nothing: of 40 concurrent callers
 // exactly the tighter limit is admitted, each counted on both servers, and a
-// refusal on one server leaves the other's counter as it was.
+// refusal on one server leaves the other's counter as it was; no refusal is
+// remembered in process (RefusalCache).
 func TestCombineAcrossServers(t *testing.T) {
 	t.Parallel()
 	ctx := ctxT(t)
 	w := store.Window{Length: time.Hour, Bucket: time.Minute}
-	a, err := store.New(ctx, harness.Shared(t, harness.Redis70).Client(t), w, store.WithPrefix(harness.Prefix(t)))
+	obs := &callCounter{}
+	a, err := store.New(ctx, harness.Shared(t, harness.Redis70).Client(t), w, store.WithPrefix(harness.Prefix(t)), store.WithObserver(obs))
 	require.NoError(t, err)
-	b, err := store.New(ctx, harness.Shared(t, harness.Redis80).Client(t), w, store.WithPrefix(harness.Prefix(t)))
+	b, err := store.New(ctx, harness.Shared(t, harness.Redis80).Client(t), w, store.WithPrefix(harness.Prefix(t)), store.WithObserver(obs))
 	require.NoError(t, err)
 	la, err := limit.NewSlidingWindow(a, "a", 7)
 	require.NoError(t, err)
@@ -153,6 +155,13 @@ func TestCombineAcrossServers(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 7, n, "every admission counted on both servers, no refusal anywhere")
 	}
+	// Across clients a refusal can come from a reservation that is taken
+	// back: none is remembered, so a repeated one asks the servers.
+	calls := obs.calls.Load()
+	d, err := m.Allow(ctx, "k", 1)
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+	require.Greater(t, obs.calls.Load(), calls, "a Multi across clients remembers no refusal")
 }
 
 // TestAllowKeys: limit.AllowKeys decides limiters of several keys all or

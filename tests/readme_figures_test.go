@@ -26,3 +26,11 @@ func TestREADMEFigures(t *testing.T) {
 		require.Equal(t, string(readme), out, "%s's figure tables differ from tests/figures.json: run go run ./tests/cmd/figures", doc)
 	}
 }
+
+// TestREADMESize: README.md is a front door of at most 15,000 bytes; the
+// manual is in docs/.
+func TestREADMESize(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(readme), 15000, "README.md is at most 15,000 bytes: move detail to docs/")
+}

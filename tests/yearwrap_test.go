@@ -22,11 +22,20 @@ func TestYearWrapRealTime(t *testing.T) {
 	t.Parallel()
 	forEach(t, func(t *testing.T, tg target) {
 		w := store.Window{Length: 2 * time.Second, Bucket: 500 * time.Millisecond}
-		// The wrap falls on a bucket edge 2 s (plus alignment) from now.
-		wrap := time.Now().Truncate(time.Second).Add(2 * time.Second)
-		_, next := codec.UTC.Year(wrap)
-		cal := codec.Shifted(wrap.Sub(next))
-		s, _ := newStore(t, tg, w, hook.WithCalendar(cal).(store.Option))
+		// The wrap falls on a bucket edge 2 s (plus alignment) from now; on a
+		// machine so loaded that making the store took most of that, again
+		// with a longer lead, so that adds run before the wrap too.
+		var wrap time.Time
+		var s *store.Store
+		for lead := 2 * time.Second; ; lead *= 2 {
+			wrap = time.Now().Truncate(time.Second).Add(lead)
+			_, next := codec.UTC.Year(wrap)
+			s, _ = newStore(t, tg, w, hook.WithCalendar(codec.Shifted(wrap.Sub(next))).(store.Option))
+			if time.Until(wrap) >= 1500*time.Millisecond || lead >= 16*time.Second {
+				break
+			}
+			t.Logf("making the store left %v before the wrap: again, with a lead of %v", time.Until(wrap), 2*lead)
+		}
 		ctx := ctxT(t)
 		cd := hook.Codec(s)
 
@@ -43,7 +52,7 @@ func TestYearWrapRealTime(t *testing.T) {
 		var evs []event
 		sawOld, sawNew := map[int64]bool{}, map[int64]bool{}
 		addedBefore, addedAfter := false, false
-		for i := 0; i < 20; i++ {
+		for i := 0; i < 20 || !addedAfter && i < 80; i++ { // (a longer lead takes more adds to pass the wrap)
 			// Act in the middle of a bucket so that the server's clock and ours
 			// (the same host clock) agree on the bucket.
 			now := time.Now()
