@@ -9,6 +9,7 @@ import (
 
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/keyspace"
+	"github.com/windowstore/windowstore/internal/refusal"
 	"github.com/windowstore/windowstore/store"
 )
 
@@ -201,12 +202,16 @@ func (d *Degraded) allow(ctx context.Context, at *time.Time, key string, n int64
 	}
 	var dec store.Decision
 	var err error
+	var cached bool // answered from the limiter's refusal cache: no verdict on the server
 	if at != nil {
 		dec, err = d.l.AllowAt(ctx, *at, key, n)
 	} else {
-		dec, err = d.l.Allow(ctx, key, n)
+		dec, err = d.l.Allow(refusal.Report(ctx, &cached), key, n)
 	}
 	switch f := backend.Classify(err); {
+	case err == nil && cached:
+		d.breaker.release(probe)
+		return dec, nil
 	case err == nil || f == backend.Answered:
 		d.breaker.succeed(d, probe)
 		return dec, err

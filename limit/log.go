@@ -135,7 +135,7 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 	if clock == backend.ServerClock {
 		var d store.Decision
 		var ok bool
-		if d, asked, ok = l.refusals.refused(key, n); ok {
+		if d, asked, ok = l.refusals.refused(ctx, key, n); ok {
 			return d, nil
 		}
 	}

@@ -96,7 +96,7 @@ func (m *Multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (
 func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (store.Decision, error) {
 	var asked time.Time
 	if at == nil {
-		d, now, ok := m.refusals.refused(key, n)
+		d, now, ok := m.refusals.refused(ctx, key, n)
 		if ok {
 			return d, nil
 		}

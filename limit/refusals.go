@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"context"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -82,12 +83,15 @@ func newRefusals(o *options) refusals {
 }
 
 // refused answers key's remembered refusal of cost n, and the time it asked.
-func (r refusals) refused(key string, n int64) (store.Decision, time.Time, bool) {
+func (r refusals) refused(ctx context.Context, key string, n int64) (store.Decision, time.Time, bool) {
 	now := time.Now()
 	if r.c == nil {
 		return store.Decision{}, now, false
 	}
 	d, ok := r.c.Refused(r.id+key, n, now)
+	if ok {
+		refusal.Hit(ctx)
+	}
 	return d, now, ok
 }
 

@@ -40,7 +40,7 @@ type slidingWindow struct {
 func (l *slidingWindow) Policy() Policy { return l.policy }
 
 func (l *slidingWindow) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
-	d, asked, ok := l.refusals.refused(key, n)
+	d, asked, ok := l.refusals.refused(ctx, key, n)
 	if ok {
 		return d, nil
 	}

@@ -230,7 +230,7 @@ func (w *Windows) run(ctx context.Context, clock backend.Clock, key string, n in
 	if clock == backend.ServerClock {
 		var d store.Decision
 		var ok bool
-		if d, asked, ok = w.refusals.refused(key, n); ok {
+		if d, asked, ok = w.refusals.refused(ctx, key, n); ok {
 			return d, nil
 		}
 	}

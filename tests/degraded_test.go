@@ -434,3 +434,37 @@ func TestDegradedFleetPause(t *testing.T) {
 		})
 	}
 }
+
+// TestDegradedRefusalCache: a refusal the inner limiter answers from its
+// refusal cache is no verdict on the server, so with the server dead the
+// breaker still opens after 3 failures however many cached refusals come
+// between them.
+func TestDegradedRefusalCache(t *testing.T) {
+	srv := harness.Fresh(t, harness.Redis70)
+	harness.Use(t, harness.AreaFaults)
+	g, err := limit.NewGCRA(srv.Client(t), "g", 1, time.Hour, 1)
+	require.NoError(t, err)
+	d, err := limit.Degrade(g, limit.WithFailures(3), limit.WithCooldown(time.Hour))
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	first, err := d.Allow(ctx, "k", 1)
+	require.NoError(t, err)
+	require.True(t, first.Allowed)
+	refused, err := d.Allow(ctx, "k", 1)
+	require.NoError(t, err)
+	require.False(t, refused.Allowed)
+	srv.Kill(t)
+	for i := range 3 {
+		dec, err := d.Allow(ctx, "k", 1)
+		require.NoError(t, err)
+		require.False(t, dec.Allowed)
+		require.False(t, dec.Degraded, "a remembered refusal answers while the server is down")
+		require.Equal(t, "closed", d.State())
+		call, cancel := context.WithTimeout(ctx, 2*time.Second)
+		dec, err = d.Allow(call, "other"+strconv.Itoa(i), 1)
+		cancel()
+		require.NoError(t, err)
+		require.True(t, dec.Degraded, "a dead server: decided in process")
+	}
+	require.Equal(t, "open", d.State(), "3 failures open the breaker; the cached refusals between them are no verdict")
+}

@@ -12,6 +12,7 @@
 package refusal
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,4 +134,20 @@ func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.m)
+}
+
+type reportKey struct{}
+
+// Report returns ctx, under which a limiter answering from a cache sets
+// *hit: a wrapper that judges the server by its calls (limit.Degrade's
+// breaker) learns that no server was asked. One call's ctx only.
+func Report(ctx context.Context, hit *bool) context.Context {
+	return context.WithValue(ctx, reportKey{}, hit)
+}
+
+// Hit tells ctx's Report, if any, that the call was answered from a cache.
+func Hit(ctx context.Context) {
+	if p, ok := ctx.Value(reportKey{}).(*bool); ok {
+		*p = true
+	}
 }

@@ -84,6 +84,10 @@ The operations:
   allow3x     store.AllowAll, 3 policies on 3 keys of 3 slots (linked), admitted
   refuse3x    the same, refused by the third key (a limit of 0): nothing is
               written (limits alone across slots are decided before any write)
+  attack      a sliding-window limiter (limit.NewSlidingWindow, limit 1 per
+              allow's window) under attack: 9 calls in 10 on 100 keys held at
+              the limit (refused; its refusal cache answers most), 1 in 10 on
+              a new key (admitted)
   record6     features.Set.Record of a 6-feature event (2 entities)
   record6id   the same with an event id (each entity keeps it: one more key each)
   record8     the same, with a max (of the amount) and a last seen besides
@@ -519,6 +523,10 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	if err != nil {
 		return nil, nil, err
 	}
+	attacked, err := limit.NewSlidingWindow(st, "attack", 1)
+	if err != nil {
+		return nil, nil, err
+	}
 	one := store.Window{Length: w.Length, Bucket: w.Bucket}
 	six := workload.Record6(one)
 	set, err := features.New(ctx, client, six, append(opts, store.WithPrefix(prefix+"fx:"))...)
@@ -585,7 +593,7 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	for i := range sum100 {
 		sum100[i] = strconv.Itoa(i * 97 % keys)
 	}
-	var ids atomic.Int64
+	var ids, attacks atomic.Int64
 	base := rand.Int64()
 	rl := redis_rate.NewLimiter(gr)
 	rate := redis_rate.Limit{Rate: 1 << 30, Burst: 1 << 30, Period: w.Length}
@@ -650,6 +658,15 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 			if err == nil && d.Allowed {
 				err = errors.New("refuse3x: admitted")
 			}
+			return err
+		},
+		"attack": func(ctx context.Context, _ string) error {
+			n := attacks.Add(1)
+			key := "hot:" + strconv.FormatInt(n%100, 10)
+			if n%10 == 0 {
+				key = "new:" + strconv.FormatInt(base+n, 36)
+			}
+			_, err := attacked.Allow(ctx, key, 1)
 			return err
 		},
 		"record6": func(ctx context.Context, k string) error {
