@@ -115,7 +115,7 @@ func (l *redisLimiter) refund(ctx context.Context, clock backend.Clock, key stri
 	}
 	l.refusals.forget(key)
 	v, err := l.exec(ctx, clock, key, -n)
-	l.refusals.forget(key) // (a refusal of a call that raced the refund)
+	l.refusals.forget(key) // (and keeps no refusal asked before the refund was done)
 	if err != nil {
 		return store.Decision{}, err
 	}

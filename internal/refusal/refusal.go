@@ -29,10 +29,12 @@ const DefaultSize = 10000
 // it picks at random, so that a new attacker is remembered too. It is safe
 // for concurrent use; the zero value is not usable.
 type Cache struct {
-	mu   sync.Mutex
-	size int
-	m    map[string]entry
-	hits atomic.Int64
+	mu     sync.Mutex
+	size   int
+	m      map[string]entry
+	hits   atomic.Int64
+	base   time.Time    // the cache's start: forgot counts from it, on the monotonic clock
+	forgot atomic.Int64 // when Forget was last called, in ns since base
 }
 
 type entry struct {
@@ -47,7 +49,7 @@ func New(size int) *Cache {
 	if size <= 0 {
 		size = DefaultSize
 	}
-	return &Cache{size: size, m: make(map[string]entry)}
+	return &Cache{size: size, m: make(map[string]entry), base: time.Now()}
 }
 
 // Remember keeps d, the decision on cost for key asked at asked (read before
@@ -57,8 +59,13 @@ func New(size int) *Cache {
 // asked + RetryAfter, no later than the server's retry time, with RetryAfter
 // counted from got, no earlier than the server's: so a retry at an answered
 // RetryAfter is past the server's retry time, as one at the server's own is.
+// A refusal asked before the latest Forget (of any key) is not kept: it may
+// have been decided before cost was given back.
 func (c *Cache) Remember(key string, cost int64, asked, got time.Time, d store.Decision) {
 	if d.Allowed || d.Degraded || d.WouldRefuse || d.RetryAfter <= 0 || cost < 0 {
+		return
+	}
+	if int64(asked.Sub(c.base)) <= c.forgot.Load() {
 		return
 	}
 	e := entry{cost: cost, got: got, until: asked.Add(d.RetryAfter), d: d}
@@ -119,11 +126,18 @@ func countDown(d store.Decision, gone time.Duration) store.Decision {
 	return d
 }
 
-// Forget drops key's refusal: cost was given back.
+// Forget drops key's refusal, and keeps none asked before now: cost was
+// given back (or is about to be), and a refusal decided before that must not
+// outlive it.
 func (c *Cache) Forget(key string) {
 	c.mu.Lock()
 	delete(c.m, key)
 	c.mu.Unlock()
+	for now := int64(time.Since(c.base)); ; {
+		if old := c.forgot.Load(); old >= now || c.forgot.CompareAndSwap(old, now) {
+			return
+		}
+	}
 }
 
 // Hits is how many calls Refused answered.
