@@ -131,22 +131,17 @@ func (l *redisLimiter) run(ctx context.Context, clock backend.Clock, key string,
 	if err := checkCost(l.policy.Name, key, n, l.max); err != nil {
 		return store.Decision{}, err
 	}
-	var asked time.Time
-	if clock == backend.ServerClock {
-		var d store.Decision
-		var ok bool
-		if d, asked, ok = l.refusals.refused(ctx, key, n); ok {
-			return d, nil
-		}
+	server := clock == backend.ServerClock
+	cached, asked, ok := l.refusals.refused(ctx, server, key, n)
+	if ok {
+		return cached, nil
 	}
 	v, err := l.exec(ctx, clock, key, n)
 	if err != nil {
 		return store.Decision{}, err
 	}
 	d := l.decision(v)
-	if clock == backend.ServerClock {
-		l.refusals.remember(key, n, asked, d)
-	}
+	l.refusals.remember(server, key, n, asked, d)
 	return d, nil
 }
 

@@ -94,22 +94,16 @@ func (m *Multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (
 }
 
 func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (store.Decision, error) {
-	var asked time.Time
-	if at == nil {
-		d, now, ok := m.refusals.refused(ctx, key, n)
-		if ok {
-			return d, nil
-		}
-		asked = now
+	cached, asked, ok := m.refusals.refused(ctx, at == nil, key, n)
+	if ok {
+		return cached, nil
 	}
 	d, err := store.AllowAll(ctx, n, m.storePolicies(at, key)...)
 	if err != nil {
 		return store.Decision{}, err
 	}
 	d = m.named(d)
-	if at == nil && n >= 0 {
-		m.refusals.remember(key, n, asked, d)
-	}
+	m.refusals.remember(at == nil, key, n, asked, d)
 	return d, nil
 }
 

@@ -82,10 +82,11 @@ func newRefusals(o *options) refusals {
 	return refusals{o.refusals.c, id}
 }
 
-// refused answers key's remembered refusal of cost n, and the time it asked.
-func (r refusals) refused(ctx context.Context, key string, n int64) (store.Decision, time.Time, bool) {
+// refused answers key's remembered refusal of cost n, and the time it
+// asked; only on the server's clock (server), the one a refusal is kept on.
+func (r refusals) refused(ctx context.Context, server bool, key string, n int64) (store.Decision, time.Time, bool) {
 	now := time.Now()
-	if r.c == nil {
+	if r.c == nil || !server {
 		return store.Decision{}, now, false
 	}
 	d, ok := r.c.Refused(r.id+key, n, now)
@@ -95,9 +96,10 @@ func (r refusals) refused(ctx context.Context, key string, n int64) (store.Decis
 	return d, now, ok
 }
 
-// remember keeps d, a decision on cost n for key asked at asked.
-func (r refusals) remember(key string, n int64, asked time.Time, d store.Decision) {
-	if r.c != nil && !d.Allowed {
+// remember keeps d, a decision on cost n for key asked at asked, on the
+// server's clock (server).
+func (r refusals) remember(server bool, key string, n int64, asked time.Time, d store.Decision) {
+	if r.c != nil && server && !d.Allowed {
 		r.c.Remember(r.id+key, n, asked, time.Now(), d)
 	}
 }

@@ -40,13 +40,13 @@ type slidingWindow struct {
 func (l *slidingWindow) Policy() Policy { return l.policy }
 
 func (l *slidingWindow) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
-	d, asked, ok := l.refusals.refused(ctx, key, n)
+	cached, asked, ok := l.refusals.refused(ctx, true, key, n)
 	if ok {
-		return d, nil
+		return cached, nil
 	}
 	d, err := l.decision(l.st.Allow(ctx, key, l.policy.Limit, n))
-	if err == nil && n >= 0 {
-		l.refusals.remember(key, n, asked, d)
+	if err == nil {
+		l.refusals.remember(true, key, n, asked, d)
 	}
 	return d, err
 }

@@ -226,13 +226,10 @@ func (w *Windows) run(ctx context.Context, clock backend.Clock, key string, n in
 	if err != nil {
 		return store.Decision{}, err
 	}
-	var asked time.Time
-	if clock == backend.ServerClock {
-		var d store.Decision
-		var ok bool
-		if d, asked, ok = w.refusals.refused(ctx, key, n); ok {
-			return d, nil
-		}
+	server := clock == backend.ServerClock
+	cached, asked, ok := w.refusals.refused(ctx, server, key, n)
+	if ok {
+		return cached, nil
 	}
 	hdr := w.server
 	if clock != backend.ServerClock {
@@ -250,9 +247,7 @@ func (w *Windows) run(ctx context.Context, clock backend.Clock, key string, n in
 		return store.Decision{}, scriptError(w.name, key, limitlua.Windows, err)
 	}
 	d := w.decision(v)
-	if clock == backend.ServerClock {
-		w.refusals.remember(key, n, asked, d)
-	}
+	w.refusals.remember(server, key, n, asked, d)
 	return d, nil
 }
 
