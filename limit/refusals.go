@@ -21,8 +21,8 @@ import (
 // It never admits, and a refusal it answers is one the server would give:
 // until the retry, the limit's state can only move towards refusing, since
 // costs are at least 0. Its RetryAfter is counted down from when the
-// refusal's reply came, so it is never earlier than the server's, and later
-// by at most that call's span. (A larger cost would be refused too, but
+// refusal's reply came, so it is never earlier than the server's (to the
+// ms), and later by at most that call's span. (A larger cost would be refused too, but
 // perhaps retried later: it asks the server.) A limiter remembers only
 // refusals decided in one script call: a Multi across clients (Combine)
 // keeps none, since a call's reservation there can be taken back. A Refund
