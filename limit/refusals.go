@@ -22,15 +22,15 @@ import (
 // until the retry, the limit's state can only move towards refusing, since
 // costs are at least 0. Its RetryAfter is counted down from when the
 // refusal's reply came, so it is never earlier than the server's (to the
-// ms), and later by at most that call's span. (A larger cost would be refused too, but
-// perhaps retried later: it asks the server.) A limiter remembers only
-// refusals decided in one script call: a Multi across clients (Combine)
-// keeps none, since a call's reservation there can be taken back. A Refund
-// through the limiter forgets the key. Cost
-// given back where the limiter cannot see it (a Refund in another process,
-// a store write of a negative amount on a sliding window's counter) can make
-// it refuse, until that retry, what a fresh call would admit; never the
-// other way.
+// ms), and later by at most that call's span. (A larger cost would be
+// refused too, but perhaps retried later: it asks the server.) A limiter
+// remembers only refusals decided in one script call: a Multi across
+// clients (Combine) keeps none, since a call's reservation there can be
+// taken back. A Refund through the limiter forgets the key. Cost given back
+// where the limiter cannot see it (a Refund in another process, a store
+// write of a negative amount on a sliding window's counter) can make it
+// refuse, until that retry, what a fresh call would admit; never the other
+// way.
 //
 // Every limiter has one of its own by default (DefaultRefusalCacheSize
 // keys); WithRefusalCache shares one, or, given nil, turns it off. One cache

@@ -65,7 +65,7 @@ func (c *Cache) Remember(key string, cost int64, asked, got time.Time, d store.D
 	if d.Allowed || d.Degraded || d.WouldRefuse || d.RetryAfter <= 0 || cost < 0 {
 		return
 	}
-	if int64(asked.Sub(c.base)) <= c.forgot.Load() {
+	if f := c.forgot.Load(); f > 0 && int64(asked.Sub(c.base)) <= f {
 		return
 	}
 	e := entry{cost: cost, got: got, until: asked.Add(d.RetryAfter), d: d}

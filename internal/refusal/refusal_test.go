@@ -76,3 +76,14 @@ func TestCacheBounded(t *testing.T) {
 		t.Fatal("a new key is kept when full")
 	}
 }
+
+// TestRememberOnAnyClock: with no Forget yet, a refusal is kept whatever
+// clock its times come from (httplimit.WithClock's, say, in the past).
+func TestRememberOnAnyClock(t *testing.T) {
+	c := New(0)
+	past := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	c.Remember("k", 1, past, past, refusal(time.Second))
+	if _, ok := c.Refused("k", 1, past.Add(time.Millisecond)); !ok {
+		t.Fatal("a refusal on a clock in the past was not kept")
+	}
+}
