@@ -75,13 +75,13 @@ const (
 	// seen"; seconds since: now minus it).
 	Last
 	// Recent is the entity's most recent Amounts with their times, newest
-	// first (the last K, K at most store.MaxRecent): Value.Stats[i].Recent.
+	// first (the last K, K at most 16): Value.Stats[i].Recent.
 	Recent
 )
 
 // stats maps the statistic kinds to the store's.
-var stats = map[Kind]store.Stat{Max: store.Max, Min: store.Min, Avg: store.Avg, First: store.First, Last: store.Last,
-	Recent: store.Recent}
+var stats = map[Kind]store.Stat{Max: store.StatMax, Min: store.StatMin, Avg: store.StatAvg, First: store.StatFirst, Last: store.StatLast,
+	Recent: store.StatRecent}
 
 func (k Kind) String() string {
 	switch k {
@@ -390,12 +390,12 @@ func (s *Set) run(ctx context.Context, e Event, read bool) (Result, error) {
 			p := part{feat: fi, entity: key, first: len(b.Ops), batchAt: bi}
 			switch f.Kind {
 			case Count, Sum:
-				op := store.Op{Store: view(f.st), Key: key, Kind: store.Count, Delta: 1}
+				op := store.Op{Store: view(f.st), Key: key, Kind: store.OpCount, Delta: 1}
 				if f.Kind == Sum {
 					op.Delta = e.Amount
 				}
 				if read {
-					op.Kind, op.Delta = store.Read, 0
+					op.Kind, op.Delta = store.OpRead, 0
 				}
 				b.Ops = append(b.Ops, op)
 			case Distinct:
@@ -403,7 +403,7 @@ func (s *Set) run(ctx context.Context, e Event, read bool) (Result, error) {
 				if of == "" && !read {
 					continue
 				}
-				op := store.Op{Store: view(f.st), Key: key, Kind: store.Distinct}
+				op := store.Op{Store: view(f.st), Key: key, Kind: store.OpDistinct}
 				if !read {
 					op.Members = []string{of}
 				}
@@ -420,13 +420,13 @@ func (s *Set) run(ctx context.Context, e Event, read bool) (Result, error) {
 					if read {
 						cost = 0
 					}
-					b.Ops = append(b.Ops, store.Op{Store: view(f.tiers[ti]), Key: key, Kind: store.Limit, Limit: lim, Delta: cost})
+					b.Ops = append(b.Ops, store.Op{Store: view(f.tiers[ti]), Key: key, Kind: store.OpLimit, Limit: lim, Delta: cost})
 				}
 			default: // a statistic, per window
 				for _, st := range f.tiers {
-					op := store.Op{Store: view(st), Key: key, Kind: store.Observe, Stat: stats[f.Kind], Delta: e.Amount}
+					op := store.Op{Store: view(st), Key: key, Kind: store.OpObserve, Stat: stats[f.Kind], Delta: e.Amount}
 					if read {
-						op.Kind, op.Delta = store.Read, 0
+						op.Kind, op.Delta = store.OpRead, 0
 					}
 					b.Ops = append(b.Ops, op)
 				}

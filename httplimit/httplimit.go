@@ -60,6 +60,7 @@ import (
 	"time"
 
 	"github.com/windowstore/windowstore/internal/keyspace"
+	"github.com/windowstore/windowstore/internal/refusal"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
@@ -145,7 +146,7 @@ type options struct {
 	onError  func(r *http.Request, rule string, err error)
 	onShadow func(r *http.Request, rule string, d store.Decision)
 	legacy   bool
-	local    *LocalTier
+	local    *localTier
 	metrics  Recorder
 	now      func() time.Time
 }
@@ -167,9 +168,22 @@ func WithOnShadowRefusal(fn func(r *http.Request, rule string, d store.Decision)
 // X-RateLimit-Reset to every limited response.
 func WithLegacyHeaders() Option { return func(o *options) { o.legacy = true } }
 
-// WithLocalTier remembers refused keys in t until their retry-after and
-// refuses them again without asking the server (see LocalTier).
-func WithLocalTier(t *LocalTier) Option { return func(o *options) { o.local = t } }
+// WithLocalTier has the middleware remember, in process memory, its
+// refusals per rule and key, and answer the same cost refused again with 429
+// (Outcome LocalShed) until its Retry-After has passed, without a server
+// call: a rule of several limiters, or with Also parts, is shed in one
+// lookup. It is the refusal cache of package limit (limit.RefusalCache)
+// keyed by rule. It never admits, so the middleware never admits more than
+// its limits; a larger cost asks the server, whose Retry-After may be later.
+// It holds at most size keys (0 or less: 100,000); when full it drops its
+// expired refusals, then keys at random. Without the option there is none
+// (the limiters keep their own refusal caches).
+func WithLocalTier(size int) Option {
+	if size <= 0 {
+		size = 100000
+	}
+	return func(o *options) { o.local = &localTier{refusal.New(size)} }
+}
 
 // WithRecorder has every decision told to r (package metrics/prom has a
 // Prometheus recorder, package metrics/otel an OpenTelemetry one).

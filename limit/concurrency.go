@@ -96,7 +96,7 @@ func (c *Concurrency) Policy() Policy { return c.policy }
 // in one store.Apply batch: the lease is taken only if every limit of the
 // batch admits its cost, and their costs count only if a lease is free.
 func (c *Concurrency) Op(key, id string) store.Op {
-	return store.Op{Store: c.st, Key: key, Kind: store.Acquire, Limit: c.max, Lease: id, TTL: c.ttl}
+	return store.Op{Store: c.st, Key: key, Kind: store.OpAcquire, Limit: c.max, Lease: id, TTL: c.ttl}
 }
 
 // Acquire takes a lease on key if fewer than max are held, or refuses. A
@@ -115,7 +115,7 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (Lease, error) {
 // is still held; a lease that has ended (released, or past its ttl) is not
 // taken again: false.
 func (c *Concurrency) Refresh(ctx context.Context, key, id string) (bool, error) {
-	v, err := c.one(ctx, store.Op{Store: c.st, Key: key, Kind: store.Refresh, Lease: id, TTL: c.ttl})
+	v, err := c.one(ctx, store.Op{Store: c.st, Key: key, Kind: store.OpRefresh, Lease: id, TTL: c.ttl})
 	return v.Counted, err
 }
 
@@ -124,7 +124,7 @@ func (c *Concurrency) Refresh(ctx context.Context, key, id string) (bool, error)
 // Release changes nothing. Pass it a context that outlives the request's
 // (context.WithoutCancel): a lease left unreleased is held until its ttl.
 func (c *Concurrency) Release(ctx context.Context, key, id string) (bool, error) {
-	v, err := c.one(ctx, store.Op{Store: c.st, Key: key, Kind: store.Release, Lease: id})
+	v, err := c.one(ctx, store.Op{Store: c.st, Key: key, Kind: store.OpRelease, Lease: id})
 	return v.Counted, err
 }
 

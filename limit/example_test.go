@@ -101,7 +101,7 @@ func ExampleNewWindows() {
 	}
 	defer client.Close()
 	ctx := context.Background()
-	logins, err := limit.NewWindows(client, "login", []limit.Rule{
+	logins, err := limit.NewWindows(client, "login", []limit.WindowLimit{
 		{Name: "perminute", Limit: 3, Window: store.Window{Length: time.Minute, Bucket: time.Second}},
 		{Name: "perhour", Limit: 20, Window: store.Window{Length: time.Hour, Bucket: time.Minute}},
 		{Name: "perday", Limit: 100, Window: store.Window{Length: 24 * time.Hour, Bucket: time.Hour}},

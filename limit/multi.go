@@ -109,14 +109,14 @@ func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (
 
 // storePolicies are the store's policies of key: one per part, at instant at
 // (nil: the server's clock).
-func (m *Multi) storePolicies(at *time.Time, key string) []store.Policy {
-	ps := make([]store.Policy, len(m.parts))
+func (m *Multi) storePolicies(at *time.Time, key string) []store.Quota {
+	ps := make([]store.Quota, len(m.parts))
 	for i, p := range m.parts {
 		st := p.st
 		if at != nil {
 			st = st.At(*at)
 		}
-		ps[i] = store.Policy{Store: st, Key: key, Limit: p.policy.Limit}
+		ps[i] = store.Quota{Store: st, Key: key, Limit: p.policy.Limit}
 	}
 	return ps
 }
@@ -172,7 +172,7 @@ func AllowKeys(ctx context.Context, n int64, ks ...Keyed) (store.Decision, error
 	if len(ks) == 0 {
 		return store.Decision{}, newError("allowkeys", store.ErrInvalid, "no limiter")
 	}
-	var ps []store.Policy
+	var ps []store.Quota
 	var names []string
 	for _, k := range ks {
 		var parts []*slidingWindow
@@ -189,7 +189,7 @@ func AllowKeys(ctx context.Context, n int64, ks ...Keyed) (store.Decision, error
 			return store.Decision{}, newError(name, store.ErrInvalid, "only sliding-window limiters decide across keys atomically")
 		}
 		for _, p := range parts {
-			ps = append(ps, store.Policy{Store: p.st, Key: k.Key, Limit: p.policy.Limit})
+			ps = append(ps, store.Quota{Store: p.st, Key: k.Key, Limit: p.policy.Limit})
 			names = append(names, p.policy.Name)
 		}
 	}

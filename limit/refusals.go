@@ -32,20 +32,14 @@ import (
 // refuse, until that retry, what a fresh call would admit; never the other
 // way.
 //
-// Every limiter has one of its own by default (DefaultRefusalCacheSize
-// keys); WithRefusalCache shares one, or, given nil, turns it off. One cache
+// Every limiter has one of its own by default (10,000 keys); WithRefusalCache shares one, or, given nil, turns it off. One cache
 // may serve many limiters: their keys never meet. A full cache drops its
 // expired refusals, then keys at random. A RefusalCache is safe for
 // concurrent use; its zero value is not usable: create one with
 // NewRefusalCache.
 type RefusalCache struct{ c *refusal.Cache }
 
-// DefaultRefusalCacheSize is how many keys a limiter's own RefusalCache
-// holds.
-const DefaultRefusalCacheSize = refusal.DefaultSize
-
-// NewRefusalCache returns a cache of at most size keys (0:
-// DefaultRefusalCacheSize).
+// NewRefusalCache returns a cache of at most size keys (0 or less: 10,000).
 func NewRefusalCache(size int) *RefusalCache { return &RefusalCache{refusal.New(size)} }
 
 // Hits is how many calls the cache answered without a server call.

@@ -22,13 +22,13 @@ const maxRules = 16
 // script keeps a running total that stays below 2^53 in a double.
 const maxWindowsValue = 1 << 51
 
-// Rule is one window of a Windows limiter: at most Limit units of cost in
+// WindowLimit is one window of a Windows limiter: at most Limit units of cost in
 // any Window.Length, counted in buckets of Window.Bucket. A bucket is live
 // while it starts after now - Length, as in a store.Window: the window never
 // over-counts, and may miss at most its oldest bucket's share. Buckets start
 // at whole multiples of Bucket since the Unix epoch (a store's start at
 // multiples within each UTC year: the same for a bucket that divides a day).
-type Rule struct {
+type WindowLimit struct {
 	// Name names the rule in decisions (Decision.Policy, Policies): a token
 	// such as "perminute".
 	Name string
@@ -89,7 +89,7 @@ type Windows struct {
 	batch  *batch.Batcher // coalesces concurrent calls into few script calls
 	space  keyspace.Space
 	name   string
-	rules  []Rule
+	rules  []WindowLimit
 	suffix string   // ":" + name + ":" + shapes
 	rest   []string // the script's header after the clock
 	server []string // the header on the server's clock
@@ -104,7 +104,7 @@ type Windows struct {
 // whose names differ and whose windows differ. Options: WithPrefix (the default is
 // "rl:"), WithObserver (script "windows"). It fails with store.ErrInvalid for
 // a bad name, rule or option.
-func NewWindows(client rueidis.Client, name string, rules []Rule, opts ...Option) (*Windows, error) {
+func NewWindows(client rueidis.Client, name string, rules []WindowLimit, opts ...Option) (*Windows, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func NewWindows(client rueidis.Client, name string, rules []Rule, opts ...Option
 	if err != nil {
 		return nil, newError(name, store.ErrInvalid, reason(err))
 	}
-	w := &Windows{space: space, name: name, rules: append([]Rule(nil), rules...), obs: o.observer, refusals: newRefusals(&o)}
+	w := &Windows{space: space, name: name, rules: append([]WindowLimit(nil), rules...), obs: o.observer, refusals: newRefusals(&o)}
 	names, shapes := map[string]bool{}, map[store.Window]bool{}
 	tags := make([]string, len(rules))
 	var longest time.Duration

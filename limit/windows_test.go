@@ -13,8 +13,8 @@ import (
 	"github.com/windowstore/windowstore/store"
 )
 
-func windowRules() []Rule {
-	return []Rule{
+func windowRules() []WindowLimit {
+	return []WindowLimit{
 		{Name: "persec", Limit: 5, Window: store.Window{Length: 10 * time.Second, Bucket: time.Second}},
 		{Name: "perhour", Limit: 100, Window: store.Window{Length: time.Hour, Bucket: time.Minute}},
 	}
@@ -22,24 +22,24 @@ func windowRules() []Rule {
 
 func TestWindowsErrors(t *testing.T) {
 	c, _ := resptest.Client(t, nil)
-	w := func(l int64, d time.Duration) Rule {
-		return Rule{Name: "r", Limit: l, Window: store.Window{Length: d, Bucket: time.Second}}
+	w := func(l int64, d time.Duration) WindowLimit {
+		return WindowLimit{Name: "r", Limit: l, Window: store.Window{Length: d, Bucket: time.Second}}
 	}
-	two := func(a, b Rule) []Rule { return []Rule{a, b} }
+	two := func(a, b WindowLimit) []WindowLimit { return []WindowLimit{a, b} }
 	for _, tc := range []struct {
 		err  error
 		want string
 	}{
 		{func() error { _, err := NewWindows(c, "w", nil); return err }(), "limit: w: invalid argument: 0 rules: not within [1, 16]"},
-		{func() error { _, err := NewWindows(c, "w", make([]Rule, 17)); return err }(), "limit: w: invalid argument: 17 rules: not within [1, 16]"},
+		{func() error { _, err := NewWindows(c, "w", make([]WindowLimit, 17)); return err }(), "limit: w: invalid argument: 17 rules: not within [1, 16]"},
 		{func() error { _, err := NewWindows(nil, "w", windowRules()); return err }(), "limit: w: invalid argument: nil client"},
 		{func() error { _, err := NewWindows(c, "1w", windowRules()); return err }(),
 			"limit: 1w: invalid argument: policy name \"1w\" is not a token (a letter or *, then letters, digits or :/!#$%&'*+-.^_`|~)"},
-		{func() error { _, err := NewWindows(c, "w", []Rule{w(-1, time.Minute)}); return err }(),
+		{func() error { _, err := NewWindows(c, "w", []WindowLimit{w(-1, time.Minute)}); return err }(),
 			"limit: r: invalid argument: limit -1 is not within [0, 2^51]"},
-		{func() error { _, err := NewWindows(c, "w", []Rule{w(1<<51+1, time.Minute)}); return err }(),
+		{func() error { _, err := NewWindows(c, "w", []WindowLimit{w(1<<51+1, time.Minute)}); return err }(),
 			"limit: r: invalid argument: limit 2251799813685249 is not within [0, 2^51]"},
-		{func() error { _, err := NewWindows(c, "w", []Rule{w(1, 1500*time.Millisecond)}); return err }(),
+		{func() error { _, err := NewWindows(c, "w", []WindowLimit{w(1, 1500*time.Millisecond)}); return err }(),
 			"limit: r: invalid argument: window 1.5s/1s: bucket 1s does not divide window 1.5s"},
 		{func() error { _, err := NewWindows(c, "w", two(w(1, time.Minute), w(2, time.Hour))); return err }(),
 			"limit: r: invalid argument: two rules of one name"},

@@ -93,7 +93,7 @@ func (s *Store) Allow(ctx context.Context, key string, limit, cost int64) (_ Dec
 	ctx, end := s.start(ctx, "allow")
 	defer func() { end(err) }()
 	if len(s.tiers) > 1 || s.over != 0 {
-		r, err := allowAll(ctx, "", cost, []Policy{{Store: s, Key: key, Limit: limit}})
+		r, err := allowAll(ctx, "", cost, []Quota{{Store: s, Key: key, Limit: limit}})
 		return r, rename(err, "allow")
 	}
 	if limit < 0 || limit > maxExact || cost < 0 || cost > maxExact {

@@ -11,47 +11,47 @@ import (
 	"github.com/windowstore/windowstore/internal/engine"
 )
 
-// Kind is what an Op does to its counter.
-type Kind int
+// OpKind is what an Op does to its counter.
+type OpKind int
 
 const (
-	// Count adds Delta to the counter (every tier of its store), like Add;
+	// OpCount adds Delta to the counter (every tier of its store), like Add;
 	// with NoSum it answers no sum.
-	Count Kind = iota
-	// Limit is a limit on the counter's window (the Store's, or its Over
+	OpCount OpKind = iota
+	// OpLimit is a limit on the counter's window (the Store's, or its Over
 	// view's tier): Delta is the cost, counted (in every tier) only if every
-	// Limit of the batch admits its own cost, all or nothing.
-	Limit
-	// Distinct adds Members to the counter's distinct count (a HyperLogLog
+	// OpLimit of the batch admits its own cost, all or nothing.
+	OpLimit
+	// OpDistinct adds Members to the counter's distinct count (a HyperLogLog
 	// per bucket) and answers the number of distinct members in the window.
 	// With no Members it only reads the count.
-	Distinct
-	// Read answers the counter's window sums and writes nothing; with a
+	OpDistinct
+	// OpRead answers the counter's window sums and writes nothing; with a
 	// Stat, the statistic's value (Value.Stat).
-	Read
-	// Acquire takes a lease on the key, a concurrency limit: at most Limit
+	OpRead
+	// OpAcquire takes a lease on the key, a concurrency limit: at most Limit
 	// leases of the key are held at once, each until Release ends it or its
 	// TTL passes (so a holder that crashed frees its lease). It is a limit of
 	// the batch, decided all or nothing with the batch's Limits: it takes the
 	// lease only if they admit their costs, and they count them only if a
 	// lease is free. Lease is the lease's id; empty, Apply makes a random one
 	// (Value.Lease). An id already held always fits, and is refreshed, so a
-	// resent Acquire holds one lease. Value.Sum is the number of leases held
+	// resent OpAcquire holds one lease. Value.Sum is the number of leases held
 	// after the op; Value.Counted, whether it acquired.
-	Acquire
-	// Refresh ends the held lease Lease TTL from now (Value.Counted true);
+	OpAcquire
+	// OpRefresh ends the held lease Lease TTL from now (Value.Counted true);
 	// a lease no longer held is not taken again (false).
-	Refresh
-	// Release ends the held lease Lease now (Value.Counted true; false when
+	OpRefresh
+	// OpRelease ends the held lease Lease now (Value.Counted true; false when
 	// it was not held: released before, or ended by its TTL).
-	Release
-	// Observe records an event in the window statistic Stat of the key (see
-	// Store.Observe): Delta is its amount (First and Last take the batch's
+	OpRelease
+	// OpObserve records an event in the window statistic Stat of the key (see
+	// Store.RecordStat): Delta is its amount (First and Last take the batch's
 	// Time, or now). Value.Stat is the statistic after it. Like a Count it
 	// counts whatever the Limits decide.
-	Observe
+	OpObserve
 	// countQuiet is a Count with NoSum.
-	countQuiet Kind = -1
+	countQuiet OpKind = -1
 )
 
 // An Op is one counter's part in a Batch.
@@ -62,7 +62,7 @@ type Op struct {
 	// Key is the counter's key.
 	Key string
 	// Kind is what the op does.
-	Kind Kind
+	Kind OpKind
 	// Delta is the amount to add (Count), or the cost (Limit: from 0 to
 	// 2^53).
 	Delta int64
@@ -294,7 +294,7 @@ func (p *plan) part(hdr []string) engine.Part {
 // decides reports whether the plan has a limit or an acquire.
 func (p *plan) decides() bool {
 	for _, o := range p.ops {
-		if o.Kind == Limit || o.Kind == Acquire {
+		if o.Kind == OpLimit || o.Kind == OpAcquire {
 			return true
 		}
 	}

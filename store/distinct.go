@@ -7,8 +7,8 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 )
 
-// Distinct counts: how many different members (cards, accounts, devices) a
-// key saw in the window. Each bucket of a key's distinct count is a
+// Distinct counts (StatDistinct): how many different members (cards,
+// accounts, devices) a key saw in the window. Each bucket of a key's distinct count is a
 // HyperLogLog (PFADD) in a ring of keys; the store also keeps the union of the
 // live buckets, so that a count over the window is PFCOUNT of one key, which
 // Redis answers from its cached cardinality while the union is unchanged. The
@@ -28,72 +28,60 @@ import (
 // write script, on the primary. Every backend keeps them the same way:
 // HyperLogLogs are core Redis.
 
-// AddDistinct adds members to key's distinct count (in every tier of a
-// multi-resolution store) and returns the number of distinct members in the
-// window. It takes at least one member. Distinct counts keep a HyperLogLog
-// per bucket, at most 7,900 (a window of 7,897 buckets with no future
-// tolerance, 3,948 whatever the tolerance): on a longer window every
-// distinct call fails with ErrInvalid.
-func (s *Store) AddDistinct(ctx context.Context, key string, members ...string) (_ int64, err error) {
-	ctx, end := s.start(ctx, "add distinct")
-	defer func() { end(err) }()
-	if len(members) == 0 {
-		return 0, invalid("add distinct", key, "no members")
+// addDistinct adds an event's members to its key's distinct count (in every
+// tier of a multi-resolution store) and answers the number of distinct
+// members in the window: RecordStat of StatDistinct.
+func (s *Store) addDistinct(ctx context.Context, o StatEvent) (StatValue, error) {
+	if len(o.Members) == 0 {
+		return StatValue{}, invalid("record stat", o.Key, "no members")
 	}
-	if len(s.tiers) > 1 {
-		res, err := apply(ctx, []Batch{{Ops: []Op{{Store: s, Key: key, Kind: Distinct, Members: members}}}})
+	if len(s.tiers) > 1 || o.ID != "" || !o.Time.IsZero() {
+		res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, Ops: []Op{{Store: s, Key: o.Key, Kind: OpDistinct, Members: o.Members}}}})
 		if err != nil {
-			return 0, rename(first(err), "add distinct")
+			return StatValue{}, rename(first(err), "record stat")
 		}
-		return res[0].Values[0].Sum, nil
+		return distinctOf(res[0].Values[0].Sum), nil
 	}
-	// One window: an operation of its own (the group's distinct item, without
-	// the group's machinery).
-	rk, err := s.redisKey(key, s.tag)
+	// One window, now, no id: an operation of its own (the group's distinct
+	// item, without the group's machinery).
+	rk, err := s.redisKey(o.Key, s.tag)
 	if err != nil {
-		return 0, rename(err, "add distinct")
+		return StatValue{}, rename(err, "record stat")
 	}
-	if err := checkDistinct("add distinct", key, s.tiers[0], s.futureMs); err != nil {
-		return 0, err
+	if err := checkDistinct("record stat", o.Key, s.tiers[0], s.futureMs); err != nil {
+		return StatValue{}, err
 	}
-	args := append([]string{backend.OpDAdd, s.shape, strconv.Itoa(len(members))}, members...)
+	args := append([]string{backend.OpDAdd, s.shape, strconv.Itoa(len(o.Members))}, o.Members...)
 	msg, err := s.run(ctx, distinctKeys(rk, s.tiers[0], s.futureMs), s.header(), false, args...)
 	if err != nil {
-		return 0, fail("add distinct", key, s.be.Write, err)
+		return StatValue{}, fail("record stat", o.Key, s.be.Write, err)
 	}
 	n, err := sumOf(one(msg))
-	return n, fail("add distinct", key, nil, err)
+	return distinctOf(n), fail("record stat", o.Key, nil, err)
 }
 
-// CountDistinct returns the number of distinct members key saw in the window.
-func (s *Store) CountDistinct(ctx context.Context, key string) (int64, error) {
-	n, err := s.CountDistinctMany(ctx, []string{key})
-	if err != nil {
-		return 0, first(err)
-	}
-	return n[0], nil
-}
+// distinctOf is a distinct count as a StatValue.
+func distinctOf(n int64) StatValue { return StatValue{OK: n > 0, Value: n} }
 
-// CountDistinctMany returns the distinct counts of many keys over the window,
-// in one round trip (per node, in parallel, on a cluster). Failures are
-// reported as SumMany reports them.
-func (s *Store) CountDistinctMany(ctx context.Context, keys []string) ([]int64, error) {
-	if len(keys) == 0 {
-		return []int64{}, nil
-	}
-	t, lookback, err := s.span("count distinct", keys[0])
+// readDistinct answers the distinct counts of many keys over the window of
+// the store's Over view: ReadStatMany of StatDistinct.
+func (s *Store) readDistinct(ctx context.Context, keys []string) ([]StatValue, error) {
+	t, lookback, err := s.span("read stat", keys[0])
 	if err != nil {
 		return nil, err
 	}
-	if err := checkDistinct("count distinct", keys[0], t, s.futureMs); err != nil {
+	if err := checkDistinct("read stat", keys[0], t, s.futureMs); err != nil {
 		return nil, err
 	}
-	return s.countDistinct(ctx, keys, t, lookback)
+	ns, err := s.countDistinct(ctx, keys, t, lookback)
+	out := make([]StatValue, len(ns))
+	for i, n := range ns {
+		out[i] = distinctOf(n)
+	}
+	return out, err
 }
 
-func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookback int64) (_ []int64, err error) {
-	ctx, end := s.start(ctx, "count distinct")
-	defer func() { end(err) }()
+func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookback int64) ([]int64, error) {
 	out := make([]int64, len(keys))
 	errs := make([]error, len(keys))
 	failed := false
@@ -110,7 +98,7 @@ func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookba
 		rs[i] = r
 		rk, err := s.redisKey(k, t.tag)
 		if err != nil {
-			r.err = rename(err, "count distinct")
+			r.err = rename(err, "read stat")
 			close(r.done)
 			continue
 		}
@@ -120,7 +108,7 @@ func (s *Store) countDistinct(ctx context.Context, keys []string, t tier, lookba
 			if err == nil {
 				r.n, err = sumOf(one(msg))
 			}
-			r.err = fail("count distinct", k, s.be.Write, err)
+			r.err = fail("read stat", k, s.be.Write, err)
 		}()
 	}
 	for i, r := range rs {

@@ -80,7 +80,7 @@ func (s *Store) Record(ctx context.Context, e Event) (_ Added, err error) {
 		case e.NoSum:
 			return Added{}, invalid("allow", e.Key, "a limited event needs its sum: NoSum is not for it")
 		}
-		d, err := allowAll(ctx, e.ID, e.Delta, []Policy{{Store: s, Key: e.Key, Limit: e.Limit}})
+		d, err := allowAll(ctx, e.ID, e.Delta, []Quota{{Store: s, Key: e.Key, Limit: e.Limit}})
 		if err != nil {
 			return Added{}, rename(err, "allow")
 		}
@@ -103,14 +103,14 @@ func (s *Store) Record(ctx context.Context, e Event) (_ Added, err error) {
 		}
 		return Added{Decision: Decision{Allowed: true, Sum: n}, Sums: []int64{n}, Counted: []bool{true}}, nil
 	}
-	kind := Count
+	kind := OpCount
 	if e.NoSum {
 		kind = countQuiet
 	}
 	return s.addEvent(ctx, e, kind)
 }
 
-func (s *Store) addEvent(ctx context.Context, e Event, kind Kind) (Added, error) {
+func (s *Store) addEvent(ctx context.Context, e Event, kind OpKind) (Added, error) {
 	res, err := apply(ctx, []Batch{{ID: e.ID, Time: e.Time, Ops: []Op{{Store: s, Key: e.Key, Kind: kind, Delta: e.Delta}}}})
 	if err != nil {
 		return Added{}, rename(first(err), "add")
@@ -120,8 +120,8 @@ func (s *Store) addEvent(ctx context.Context, e Event, kind Kind) (Added, error)
 	return Added{Decision: Decision{Allowed: true, Sum: v.Sum, Duplicate: r.Duplicate}, Sums: v.Sums, Counted: v.CountedTiers}, nil
 }
 
-// A Policy is a limit on one counter's window, for AllowAll.
-type Policy struct {
+// A Quota is a limit on one counter's window, for AllowAll.
+type Quota struct {
 	// Store is the counter's store; an Over view limits the tier whose
 	// window is its span.
 	Store *Store
@@ -131,41 +131,41 @@ type Policy struct {
 	Limit int64
 }
 
-// AllowAll counts cost in every policy's counter only if every policy admits
+// AllowAll counts cost in every quota's counter only if every quota admits
 // it: for example 5 logins per minute and 100 per hour on one key (the tiers
 // of one multi-resolution store, through Over views, or stores of one
 // prefix), or limits on a user, an IP and a device at once. A refusal by any
-// policy leaves no count anywhere. Policies whose counters share a Redis
+// quota leaves no count anywhere. Quotas whose counters share a Redis
 // Cluster slot (one key, or one Entity) are decided in one script, atomically;
 // across slots, AllowAll decides as ApplyAll does (one script call on a
 // server that is not a cluster; on a cluster, a reservation per slot, taken
 // back by one more round trip when a slot refuses). For several limits on one
 // key, limit.Combine wraps it as a Limiter.
 //
-// The Decision's top-level fields are those of the policy that decides: the
+// The Decision's top-level fields are those of the quota that decides: the
 // one that refuses (with the latest retry, when several do), or else the one
 // with the least remaining. RetryAfter is the earliest time at which every
-// policy admits the cost, if nothing else is counted meanwhile: a retry then
-// succeeds, one a millisecond earlier fails. Policies has every policy's own
-// decision, in order: its Allowed says whether that policy admitted the cost
-// (so a policy of a refused decision may say true).
-func AllowAll(ctx context.Context, cost int64, policies ...Policy) (_ Decision, err error) {
-	ctx, end := observePolicies(ctx, policies)
+// quota admits the cost, if nothing else is counted meanwhile: a retry then
+// succeeds, one a millisecond earlier fails. Decision.Policies has every quota's own
+// decision, in order: its Allowed says whether that quota admitted the cost
+// (so a quota of a refused decision may say true).
+func AllowAll(ctx context.Context, cost int64, quotas ...Quota) (_ Decision, err error) {
+	ctx, end := observeQuotas(ctx, quotas)
 	defer func() { end(err) }()
-	return allowAll(ctx, "", cost, policies)
+	return allowAll(ctx, "", cost, quotas)
 }
 
-// observePolicies starts an "allow" for the observer of the first policy's
+// observeQuotas starts an "allow" for the observer of the first quota's
 // store.
-func observePolicies(ctx context.Context, policies []Policy) (context.Context, func(error)) {
-	if len(policies) > 0 && policies[0].Store != nil {
-		return policies[0].Store.start(ctx, "allow")
+func observeQuotas(ctx context.Context, quotas []Quota) (context.Context, func(error)) {
+	if len(quotas) > 0 && quotas[0].Store != nil {
+		return quotas[0].Store.start(ctx, "allow")
 	}
 	return ctx, noEnd
 }
 
-func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (Decision, error) {
-	d, _, err := allowAllWith(ctx, id, cost, policies, nil)
+func allowAll(ctx context.Context, id string, cost int64, quotas []Quota) (Decision, error) {
+	d, _, err := allowAllWith(ctx, id, cost, quotas, nil)
 	return d, err
 }
 
@@ -174,48 +174,48 @@ func allowAll(ctx context.Context, id string, cost int64, policies []Policy) (De
 // limits admit the request, and counts their cost only if a lease is free),
 // or a Limit of another cost. An op that is not a limit (a Count) writes
 // whatever the decision, as in ApplyAll. It answers op's Value beside the
-// Decision, which is the policies' save that op's refusal (an Acquire with
-// no lease free, a Limit full) refuses it too; Policies holds the policies'
+// Decision, which is the quotas' save that op's refusal (an Acquire with
+// no lease free, a Limit full) refuses it too; Policies holds the quotas'
 // own decisions only. The op runs in the batch of its slot, first.
-func AllowAllWith(ctx context.Context, op Op, cost int64, policies ...Policy) (_ Decision, _ Value, err error) {
-	ctx, end := observePolicies(ctx, policies)
+func AllowAllWith(ctx context.Context, op Op, cost int64, quotas ...Quota) (_ Decision, _ Value, err error) {
+	ctx, end := observeQuotas(ctx, quotas)
 	defer func() { end(err) }()
-	return allowAllWith(ctx, "", cost, policies, &op)
+	return allowAllWith(ctx, "", cost, quotas, &op)
 }
 
-// OneCall reports whether AllowAllWith decides op with the policies in one
+// OneCall reports whether AllowAllWith decides op with the quotas in one
 // script call for certain: their stores share a client, and their counters
 // one Redis Cluster slot (as one key's, or one Entity's, do). Elsewhere it
 // decides all or nothing too, in more round trips on a cluster or across
 // clients (see ApplyAll).
-func OneCall(op Op, policies ...Policy) bool {
-	at, ok := Policy{Store: op.Store, Key: op.Key}.slot()
-	for _, p := range policies {
+func OneCall(op Op, quotas ...Quota) bool {
+	at, ok := Quota{Store: op.Store, Key: op.Key}.slot()
+	for _, p := range quotas {
 		w, pok := p.slot()
 		ok = ok && pok && w == at
 	}
 	return ok
 }
 
-func allowAllWith(ctx context.Context, id string, cost int64, policies []Policy, lead *Op) (Decision, Value, error) {
-	if len(policies) == 0 {
-		return Decision{}, Value{}, invalid("allow", "", "no policy")
+func allowAllWith(ctx context.Context, id string, cost int64, quotas []Quota, lead *Op) (Decision, Value, error) {
+	if len(quotas) == 0 {
+		return Decision{}, Value{}, invalid("allow", "", "no quota")
 	}
 	// One batch per client and slot, in the order of each one's first op;
-	// at[i] is where policy i's op is.
+	// at[i] is where quota i's op is.
 	type place struct{ batch, op int }
-	at := make([]place, len(policies))
+	at := make([]place, len(quotas))
 	var batches []Batch
 	slots := map[where]int{}
 	if lead != nil {
-		p := Policy{Store: lead.Store, Key: lead.Key}
+		p := Quota{Store: lead.Store, Key: lead.Key}
 		if slot, ok := p.slot(); ok {
 			slots[slot] = 0
 		}
 		batches = append(batches, Batch{ID: id, Ops: []Op{*lead}})
 	}
-	for i, p := range policies {
-		o := Op{Store: p.Store, Key: p.Key, Kind: Limit, Limit: p.Limit, Delta: cost}
+	for i, p := range quotas {
+		o := Op{Store: p.Store, Key: p.Key, Kind: OpLimit, Limit: p.Limit, Delta: cost}
 		b := 0
 		if slot, ok := p.slot(); ok {
 			j, seen := slots[slot]
@@ -243,10 +243,10 @@ func allowAllWith(ctx context.Context, id string, cost int64, policies []Policy,
 			r.RetryAfter = br.RetryAfter
 		}
 	}
-	r.Policies = make([]Decision, len(policies))
-	vals := make([]Value, len(policies))
+	r.Policies = make([]Decision, len(quotas))
+	vals := make([]Value, len(quotas))
 	decides, worst := -1, time.Duration(0)
-	for i, p := range policies {
+	for i, p := range quotas {
 		br := res[at[i].batch]
 		v := br.Values[at[i].op]
 		vals[i] = v
@@ -254,7 +254,7 @@ func allowAllWith(ctx context.Context, id string, cost int64, policies []Policy,
 		r.Policies[i] = Decision{Allowed: !v.Refused, Limit: v.Limit, Sum: v.Sum, Remaining: v.Remaining,
 			RetryAfter: v.RetryAfter, ResetAfter: v.ResetAfter, Duplicate: br.Duplicate,
 			Policy: p.Key + p.Store.sub + " " + p.Store.tiers[t].win.String()}
-		// The refusing policy with the latest retry (never: -1) decides.
+		// The refusing quota with the latest retry (never: -1) decides.
 		if v.Refused && (decides < 0 || v.RetryAfter < 0 || worst >= 0 && v.RetryAfter > worst) {
 			decides, worst = i, v.RetryAfter
 		}
@@ -264,7 +264,7 @@ func allowAllWith(ctx context.Context, id string, cost int64, policies []Policy,
 	}
 	d := r.Policies[decides]
 	r.Limit, r.Sum, r.Remaining, r.ResetAfter, r.Policy = d.Limit, d.Sum, d.Remaining, d.ResetAfter, d.Policy
-	if len(policies) == 1 {
+	if len(quotas) == 1 {
 		r.Policies, r.Policy = nil, ""
 	}
 	var lv Value
@@ -280,9 +280,9 @@ type where struct {
 	slot   uint16
 }
 
-// slot is where the policy's counter is; false when it has none (no store,
+// slot is where the quota's counter is; false when it has none (no store,
 // a bad key: the batch's checks report it).
-func (p Policy) slot() (where, bool) {
+func (p Quota) slot() (where, bool) {
 	if p.Store == nil {
 		return where{}, false
 	}

@@ -95,7 +95,7 @@ func ExampleWindow_Validate() {
 
 // The largest payment of a card, its average, and when it was last seen, over
 // the last 24 hours in hourly buckets.
-func ExampleStore_Observe() {
+func ExampleStore_RecordStat() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
 		panic(err)
@@ -110,19 +110,19 @@ func ExampleStore_Observe() {
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	for i, amount := range []int64{120, 15, 300} {
 		at := day.At(t0.Add(time.Duration(i) * time.Hour))
-		for _, st := range []store.Stat{store.Max, store.Avg, store.Last} {
-			if _, err := at.Observe(ctx, store.Observation{Key: "card:4242", Stat: st, Value: amount}); err != nil {
+		for _, st := range []store.Stat{store.StatMax, store.StatAvg, store.StatLast} {
+			if _, err := at.RecordStat(ctx, store.StatEvent{Key: "card:4242", Stat: st, Value: amount}); err != nil {
 				panic(err)
 			}
 		}
 	}
 	now := day.At(t0.Add(3 * time.Hour))
-	largest, _ := now.ReadStat(ctx, "card:4242", store.Max)
-	avg, _ := now.ReadStat(ctx, "card:4242", store.Avg)
-	last, _ := now.ReadStat(ctx, "card:4242", store.Last)
+	largest, _ := now.ReadStat(ctx, "card:4242", store.StatMax)
+	avg, _ := now.ReadStat(ctx, "card:4242", store.StatAvg)
+	last, _ := now.ReadStat(ctx, "card:4242", store.StatLast)
 	fmt.Println("largest", largest.Value, "average", avg.Mean(2), "of", avg.Count)
 	fmt.Println("last seen", time.UnixMilli(last.Value).UTC().Format(time.TimeOnly))
-	none, _ := now.ReadStat(ctx, "card:77", store.Max)
+	none, _ := now.ReadStat(ctx, "card:77", store.StatMax)
 	fmt.Println("card:77 has a max:", none.OK)
 	// Prints:
 	// largest 300 average 145 of 3
@@ -133,7 +133,7 @@ func ExampleStore_Observe() {
 // Count the distinct cards a device used over the last day, in hourly
 // buckets. A distinct count is a HyperLogLog per bucket: exact for small
 // sets, within 0.81% (standard error) for large ones.
-func ExampleStore_AddDistinct() {
+func ExampleStore_RecordStat_distinct() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
 		panic(err)
@@ -147,15 +147,16 @@ func ExampleStore_AddDistinct() {
 	}
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	for i, card := range []string{"card:1", "card:2", "card:1", "card:3"} {
-		n, err := devices.At(t0.Add(time.Duration(i)*time.Hour)).AddDistinct(ctx, "device:d7", card)
+		v, err := devices.At(t0.Add(time.Duration(i)*time.Hour)).RecordStat(ctx,
+			store.StatEvent{Key: "device:d7", Stat: store.StatDistinct, Members: []string{card}})
 		if err != nil {
 			panic(err)
 		}
-		fmt.Printf("+%dh %s: %d distinct cards\n", i, card, n)
+		fmt.Printf("+%dh %s: %d distinct cards\n", i, card, v.Value)
 	}
 	// A day after the second card, the first two hours have left the window.
-	n, _ := devices.At(t0.Add(25*time.Hour)).CountDistinct(ctx, "device:d7")
-	fmt.Println("+25h:", n, "distinct cards")
+	v, _ := devices.At(t0.Add(25*time.Hour)).ReadStat(ctx, "device:d7", store.StatDistinct)
+	fmt.Println("+25h:", v.Value, "distinct cards")
 	// Prints:
 	// +0h card:1: 1 distinct cards
 	// +1h card:2: 2 distinct cards

@@ -21,14 +21,14 @@ const leaseTag = "lease"
 // maxLeaseID bounds a lease id's length.
 const maxLeaseID = 128
 
-func isLease(k Kind) bool { return k == Acquire || k == Refresh || k == Release }
+func isLease(k OpKind) bool { return k == OpAcquire || k == OpRefresh || k == OpRelease }
 
 // leaseItem is the group item of a lease op's kind.
-func leaseItem(k Kind) string {
+func leaseItem(k OpKind) string {
 	switch k {
-	case Acquire:
+	case OpAcquire:
 		return backend.ItemAcquire
-	case Refresh:
+	case OpRefresh:
 		return backend.ItemRefresh
 	}
 	return backend.ItemRelease
@@ -39,9 +39,9 @@ func checkLease(o Op) error {
 	switch {
 	case o.Lease == "" || len(o.Lease) > maxLeaseID || strings.ContainsAny(o.Lease, " \t\r\n"):
 		return errors.New("lease id " + strconv.Quote(o.Lease) + " must have 1 to 128 bytes and no spaces")
-	case o.Kind == Acquire && (o.Limit < 0 || o.Limit > maxExact):
+	case o.Kind == OpAcquire && (o.Limit < 0 || o.Limit > maxExact):
 		return errors.New("lease limit " + strconv.FormatInt(o.Limit, 10) + " must be within [0, 2^53]")
-	case o.Kind != Release && (o.TTL < time.Millisecond || o.TTL > backend.MaxLeaseTTL || o.TTL%time.Millisecond != 0):
+	case o.Kind != OpRelease && (o.TTL < time.Millisecond || o.TTL > backend.MaxLeaseTTL || o.TTL%time.Millisecond != 0):
 		return errors.New("lease TTL " + o.TTL.String() + " must be a whole number of ms from 1ms to 2^40 ms")
 	}
 	return nil
@@ -74,7 +74,7 @@ func (v *Value) leaseAnswer(a engine.Answer, o Op, duplicate bool) error {
 		return errors.New("unexpected lease answer")
 	}
 	v.Sum, v.Counted = f[0], f[1] == 1 && !duplicate
-	if o.Kind == Acquire {
+	if o.Kind == OpAcquire {
 		v.Limit, v.Remaining = o.Limit, remaining(o.Limit, f[0])
 		v.Refused, v.RetryAfter = f[3] == 1, ms(f[2])
 	}

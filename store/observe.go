@@ -10,8 +10,8 @@ import (
 // concurrent use, and quick: it runs on every operation.
 type Observer interface {
 	// Start is called when an operation starts, with its name ("add", "sum",
-	// "sum many", "allow", "apply", "inspect", "add distinct",
-	// "count distinct") and the caller's context; the function it returns is
+	// "sum many", "allow", "apply", "inspect", "record stat",
+	// "read stat") and the caller's context; the function it returns is
 	// called once when the operation ends, with its error (nil on success;
 	// errors.Is tells its kind). The context it returns is the operation's
 	// (for a span).

@@ -63,13 +63,13 @@ func makePlan(b Batch) (*plan, error) {
 	leasesOnly := true
 	for i := range p.ops {
 		o := &p.ops[i]
-		if o.Kind == Count && o.NoSum {
+		if o.Kind == OpCount && o.NoSum {
 			o.Kind = countQuiet
 		}
-		if o.Kind == Acquire && o.Lease == "" {
+		if o.Kind == OpAcquire && o.Lease == "" {
 			o.Lease = newLeaseID()
 		}
-		if o.Kind != Acquire && o.Kind != Refresh {
+		if o.Kind != OpAcquire && o.Kind != OpRefresh {
 			leasesOnly = false
 		}
 		if o.Store != nil && !isLease(o.Kind) {
@@ -159,12 +159,12 @@ func makePlan(b Batch) (*plan, error) {
 			continue
 		}
 		switch o.Kind {
-		case Count, countQuiet, Distinct, Read:
+		case OpCount, countQuiet, OpDistinct, OpRead:
 			if c.counted || c.limited {
 				return nil, bad("op %d: counter %q is in the batch twice", i, o.Key)
 			}
 			c.counted = true
-		case Limit:
+		case OpLimit:
 			if c.counted {
 				return nil, bad("op %d: counter %q is counted and limited in one batch", i, o.Key)
 			}
@@ -185,15 +185,15 @@ func makePlan(b Batch) (*plan, error) {
 			trk, _ := st.redisKey(o.Key, t.tag)
 			var it []string
 			switch o.Kind {
-			case Count:
+			case OpCount:
 				it = []string{backend.ItemCount, t.shape, d}
 			case countQuiet:
 				it = []string{backend.ItemQuiet, t.shape, d}
-			case Distinct:
+			case OpDistinct:
 				it = append([]string{backend.ItemDistinct, t.shape, strconv.Itoa(len(o.Members))}, o.Members...)
-			case Read:
+			case OpRead:
 				it = []string{backend.ItemRead, t.shape}
-			case Limit:
+			case OpLimit:
 				if ti != o.tier {
 					continue // added below, once per counter
 				}
@@ -203,11 +203,11 @@ func makePlan(b Batch) (*plan, error) {
 			p.names = append(p.names, trk)
 			if p.first == "" {
 				p.first = trk
-				if o.Kind == Distinct {
+				if o.Kind == OpDistinct {
 					p.first = trk + ":d" // its first key (distinctKeys)
 				}
 			}
-			if o.Kind == Distinct {
+			if o.Kind == OpDistinct {
 				if err := checkDistinct("apply", o.Key, t, st.futureMs); err != nil {
 					return nil, err
 				}
@@ -221,7 +221,7 @@ func makePlan(b Batch) (*plan, error) {
 	// The tiers of a limited counter that no limit names count the cost when
 	// the limits admit it.
 	for i, o := range p.ops {
-		if o.Kind != Limit {
+		if o.Kind != OpLimit {
 			continue
 		}
 		rk, _ := o.Store.redisKey(o.Key, o.Store.tiers[0].tag)

@@ -16,15 +16,15 @@ func (p *plan) result(g engine.Reply) (BatchResult, error) {
 		r.RetryAfter = 0
 	}
 	for i, o := range p.ops {
-		r.Values[i].Counted = !r.Duplicate && (o.Kind != Limit || r.Allowed) && o.Kind != Read &&
-			(o.Kind != Distinct || len(o.Members) > 0)
-		if o.Kind == Acquire {
+		r.Values[i].Counted = !r.Duplicate && (o.Kind != OpLimit || r.Allowed) && o.Kind != OpRead &&
+			(o.Kind != OpDistinct || len(o.Members) > 0)
+		if o.Kind == OpAcquire {
 			r.Values[i].Lease = o.Lease
 		}
 		if isLease(o.Kind) || isStat(o) {
 			continue // see below
 		}
-		if o.Kind != Limit {
+		if o.Kind != OpLimit {
 			r.Values[i].Sums = make([]int64, len(o.Store.tiers))
 			r.Values[i].CountedTiers = make([]bool, len(o.Store.tiers))
 			for t := range r.Values[i].CountedTiers {
@@ -94,7 +94,7 @@ func (p *plan) result(g engine.Reply) (BatchResult, error) {
 		var worst time.Duration
 		for i, o := range p.ops {
 			ra := r.Values[i].RetryAfter
-			if (o.Kind != Limit && o.Kind != Acquire) || !r.Values[i].Refused {
+			if (o.Kind != OpLimit && o.Kind != OpAcquire) || !r.Values[i].Refused {
 				continue
 			}
 			if r.RefusedBy < 0 || ra < 0 || (worst >= 0 && ra > worst) {
@@ -116,10 +116,10 @@ func (r *BatchResult) undone(p *plan) {
 	for i, o := range p.ops {
 		v := &r.Values[i]
 		switch o.Kind {
-		case Limit:
+		case OpLimit:
 			v.Sum -= o.Delta
 			v.Remaining, v.Counted = remaining(o.Limit, v.Sum), false
-		case Acquire:
+		case OpAcquire:
 			v.Sum = max(v.Sum-1, 0)
 			v.Remaining, v.Counted = remaining(o.Limit, v.Sum), false
 		}

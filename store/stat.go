@@ -31,98 +31,117 @@ import (
 // hash whole; a smaller one is read whole at every call (see
 // internal/backend/lua/extreme.lua).
 
-// Stat is a window statistic kept beside sums: see Observe.
+// Stat is a window statistic kept beside sums: see RecordStat.
 type Stat int
 
 const (
-	// Max is the greatest amount of the window's events.
-	Max Stat = iota + 1
-	// Min is the least amount of the window's events.
-	Min
-	// First is the time of the window's oldest event ("first seen"), as Unix
+	// StatMax is the greatest amount of the window's events.
+	StatMax Stat = iota + 1
+	// StatMin is the least amount of the window's events.
+	StatMin
+	// StatFirst is the time of the window's oldest event ("first seen"), as Unix
 	// ms: the least event time.
-	First
-	// Last is the time of the window's newest event ("last seen"), as Unix
+	StatFirst
+	// StatLast is the time of the window's newest event ("last seen"), as Unix
 	// ms: the greatest event time.
-	Last
-	// Avg is the average amount of the window's events: their sum and
+	StatLast
+	// StatAvg is the average amount of the window's events: their sum and
 	// their number, kept together.
-	Avg
-	// Recent is the window's most recent amounts with their times (the last
-	// K, K at most MaxRecent), newest first: StatValue.Recent.
-	Recent
+	StatAvg
+	// StatRecent is the window's most recent amounts with their times (the last
+	// K, K at most 16), newest first: StatValue.Recent.
+	StatRecent
+	// StatDistinct is the number of distinct members (cards, accounts,
+	// devices) of the window's events, StatEvent.Members: StatValue.Value.
+	// It is kept apart from the others, as a HyperLogLog per bucket, so the
+	// count is estimated, with a standard error of 0.81%, at most 12 KB per
+	// bucket whatever the number of members. Unlike the others it follows
+	// the store's tiers (RecordStat counts in every tier) and Over views
+	// (ReadStat reads the view's span), and it is read on the primary, by a
+	// script that writes (PFCOUNT caches its count). A window has at most
+	// 7,900 buckets (7,897 with no future tolerance, 3,948 whatever the
+	// tolerance); on a longer one every call fails with ErrInvalid.
+	StatDistinct
 )
 
-// MaxRecent is how many values Recent keeps: a window's 16 most recent.
-const MaxRecent = backend.MaxRecent
-
 // allStats lists every Stat, in order.
-var allStats = []Stat{Max, Min, First, Last, Avg, Recent}
+var allStats = []Stat{StatMax, StatMin, StatFirst, StatLast, StatAvg, StatRecent, StatDistinct}
 
 func (st Stat) String() string {
 	switch st {
-	case Max:
+	case StatMax:
 		return "max"
-	case Min:
+	case StatMin:
 		return "min"
-	case First:
+	case StatFirst:
 		return "first"
-	case Last:
+	case StatLast:
 		return "last"
-	case Avg:
+	case StatAvg:
 		return "avg"
-	case Recent:
+	case StatRecent:
 		return "recent"
+	case StatDistinct:
+		return "distinct"
 	}
 	return fmt.Sprintf("Stat(%d)", int(st))
 }
 
-// ParseStat returns the Stat that String names: "max", "min", "first",
-// "last", "avg" or "recent".
-func ParseStat(name string) (Stat, error) {
-	for _, st := range allStats {
-		if st.String() == name {
-			return st, nil
+// UnmarshalText sets st to the Stat that String names: "max", "min",
+// "first", "last", "avg", "recent" or "distinct" (so a Stat is a flag.TextVar
+// or a JSON string).
+func (st *Stat) UnmarshalText(name []byte) error {
+	for _, v := range allStats {
+		if v.String() == string(name) {
+			*st = v
+			return nil
 		}
 	}
-	return 0, fmt.Errorf("%w: %q is not a statistic (max, min, first, last, avg, recent)", ErrInvalid, name)
+	return fmt.Errorf("%w: %q is not a statistic (max, min, first, last, avg, recent, distinct)", ErrInvalid, name)
 }
+
+// MarshalText returns st's name, as String.
+func (st Stat) MarshalText() ([]byte, error) { return []byte(st.String()), nil }
 
 // dir is the direction of an extreme in the scripts, and the name in its key.
 func (st Stat) dir() (dir, name string, ok bool) {
 	switch st {
-	case Max:
+	case StatMax:
 		return backend.XMax, "max", true
-	case Min:
+	case StatMin:
 		return backend.XMin, "min", true
-	case First:
+	case StatFirst:
 		return backend.XMin, "first", true
-	case Last:
+	case StatLast:
 		return backend.XMax, "last", true
-	case Recent:
+	case StatRecent:
 		return backend.XRecent, "recent", true
 	}
 	return "", "", false
 }
 
-// An Observation is one event for a window statistic, for Observe.
-type Observation struct {
+// A StatEvent is one event for a window statistic, for RecordStat.
+type StatEvent struct {
 	// Key is the statistic's key.
 	Key string
 	// Stat is the statistic the event updates.
 	Stat Stat
-	// Value is the event's amount (any int64) for Max, Min, Avg and Recent.
-	// First and Last take the event's time instead, and ignore it.
+	// Value is the event's amount (any int64) for StatMax, StatMin, StatAvg
+	// and StatRecent. StatFirst and StatLast take the event's time instead,
+	// and StatDistinct its Members; they ignore it.
 	Value int64
+	// Members are StatDistinct's: the members the event adds to the distinct
+	// count, at least one.
+	Members []string
 	// Time, when not zero, is when the event happened: a late event counts in
 	// the bucket of its own time, as with Event.Time (too old: ErrTooOld;
 	// too far ahead: ErrFuture; nothing written). For First and Last it is the
 	// time kept; zero means now, on the store's clock.
 	Time time.Time
-	// ID, when not empty, makes the event count once (see Event.ID): Avg and
-	// Recent need it for a replayed event. The extremes need none (an event
-	// applied twice leaves the same extreme, as long as First and Last are
-	// given its Time), but take it too.
+	// ID, when not empty, makes the event count once (see Event.ID): StatAvg
+	// and StatRecent need it for a replayed event. The extremes and
+	// StatDistinct need none (an event applied twice leaves the same value,
+	// as long as StatFirst and StatLast are given its Time), but take it too.
 	ID string
 }
 
@@ -140,16 +159,16 @@ type StatValue struct {
 	// first or last event (First, Last), or Sum / Count truncated toward zero
 	// (Avg).
 	Value int64
-	// Sum and Count are Avg's: the window's sum of amounts and number of
-	// events (0 for the others).
+	// Sum and Count are StatAvg's: the window's sum of amounts and number
+	// of events (0 for the others).
 	Sum, Count int64
-	// Recent is Recent's: the window's most recent events (at most
-	// MaxRecent), newest first; Value is the newest's amount. Of two events
-	// of the same millisecond, the later recorded is the more recent.
+	// Recent is StatRecent's: the window's most recent events (at most
+	// 16), newest first; Value is the newest's amount. Of two events of the
+	// same millisecond, the later recorded is the more recent.
 	Recent []Sample
 }
 
-// A Sample is one event of Recent: its time (Unix ms) and amount.
+// A Sample is one event of StatRecent: its time (Unix ms) and amount.
 type Sample struct {
 	At    int64
 	Value int64
@@ -189,27 +208,37 @@ func (s *Store) statView(name string) *Store {
 	return &v
 }
 
-// Observe records one event in a window statistic of its key (see Stat) and
+// RecordStat records one event in a window statistic of its key (see Stat) and
 // returns the statistic's value over the window after it, in one script call.
 // It takes the Store's Window (tiers and Over views do not apply to
-// statistics). Its errors are those of Record: ErrInvalid, ErrTooOld,
-// ErrFuture, ErrOverflow (an Avg whose window sum would leave int64),
-// ErrWrongType (the key holds something else).
-func (s *Store) Observe(ctx context.Context, o Observation) (_ StatValue, err error) {
-	ctx, end := s.start(ctx, "observe")
+// statistics, save StatDistinct). Its errors are those of Record: ErrInvalid,
+// ErrTooOld, ErrFuture, ErrOverflow (a StatAvg whose window sum would leave
+// int64), ErrWrongType (the key holds something else).
+//
+// For example, the cards device d7 used in the last day, with a store of a
+// 24h window:
+//
+//	v, err := s.RecordStat(ctx, store.StatEvent{Key: "device:d7", Stat: store.StatDistinct, Members: []string{card}})
+//	// v.Value: about how many distinct cards, this one included
+func (s *Store) RecordStat(ctx context.Context, o StatEvent) (_ StatValue, err error) {
+	ctx, end := s.start(ctx, "record stat")
 	defer func() { end(err) }()
+	if o.Stat == StatDistinct {
+		return s.addDistinct(ctx, o)
+	}
 	return s.observeBatch(ctx, o)
 }
 
-// observeBatch is Observe as a batch of one op.
-func (s *Store) observeBatch(ctx context.Context, o Observation) (StatValue, error) {
-	if o.Stat < Max || o.Stat > Recent {
-		return StatValue{}, invalid("observe", o.Key, "no such statistic: "+o.Stat.String())
+// observeBatch is RecordStat of a statistic other than StatDistinct, as a
+// batch of one op.
+func (s *Store) observeBatch(ctx context.Context, o StatEvent) (StatValue, error) {
+	if o.Stat < StatMax || o.Stat > StatRecent {
+		return StatValue{}, invalid("record stat", o.Key, "no such statistic: "+o.Stat.String())
 	}
 	res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, resend: resendable(o),
-		Ops: []Op{{Store: s, Key: o.Key, Kind: Observe, Stat: o.Stat, Delta: o.Value}}}})
+		Ops: []Op{{Store: s, Key: o.Key, Kind: OpObserve, Stat: o.Stat, Delta: o.Value}}}})
 	if err != nil {
-		return StatValue{}, rename(first(err), "observe")
+		return StatValue{}, rename(first(err), "record stat")
 	}
 	return res[0].Values[0].Stat, nil
 }
@@ -221,9 +250,10 @@ func avgOf(sum, count int64) StatValue {
 	return StatValue{OK: true, Value: sum / count, Sum: sum, Count: count}
 }
 
-// ReadStat returns a window statistic of key (see Observe). Like Sum, it is a
-// read-only script: a replica can serve it, and rueidis retries it on
-// connection errors until ctx ends.
+// ReadStat returns a window statistic of key (see RecordStat). Like Sum, it
+// is a read-only script: a replica can serve it, and rueidis retries it on
+// connection errors until ctx ends; save StatDistinct, read on the primary
+// over the span of the store's Over view.
 func (s *Store) ReadStat(ctx context.Context, key string, st Stat) (StatValue, error) {
 	vs, err := s.ReadStatMany(ctx, []string{key}, st)
 	if err != nil {
@@ -241,15 +271,18 @@ func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []S
 	if len(keys) == 0 {
 		return out, nil
 	}
+	if st == StatDistinct {
+		return s.readDistinct(ctx, keys)
+	}
 	dir, name, ok := st.dir()
-	if !ok && st != Avg {
+	if !ok && st != StatAvg {
 		return nil, invalid("read stat", keys[0], "no such statistic: "+st.String())
 	}
 	// The Redis keys to read, per key: one, or Avg's two (sum, then count).
 	per := 1
 	views := []*Store{s.statView(name)}
 	arg := dir
-	if st == Avg {
+	if st == StatAvg {
 		per, views, arg = 2, []*Store{s.statView("avg.sum"), s.statView("avg.n")}, strconv.FormatInt(s.winMs, 10)
 	}
 	errs := make([]error, len(keys))
@@ -264,7 +297,7 @@ func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []S
 				errs[i], failed = rename(err, "read stat"), true
 				break
 			}
-			if st == Avg {
+			if st == StatAvg {
 				mine = append(mine, s.counterKeys(rk, s.tag)) // a counter: its keys
 			} else {
 				mine = append(mine, []string{rk})
@@ -280,7 +313,7 @@ func (s *Store) ReadStatMany(ctx context.Context, keys []string, st Stat) (_ []S
 		for j, i := range idx {
 			var v StatValue
 			var err error
-			if st == Avg {
+			if st == StatAvg {
 				var sum, n int64
 				if err = res[2*j].Err; err == nil {
 					sum, err = sumOf(res[2*j].Res)
@@ -321,7 +354,7 @@ func extremeFrom(st Stat, arr []rueidis.RedisMessage) (StatValue, error) {
 	if len(arr) == 0 {
 		return StatValue{}, nil
 	}
-	if st != Recent {
+	if st != StatRecent {
 		if len(arr) != 1 {
 			return StatValue{}, errors.New("unexpected statistic reply")
 		}
@@ -331,7 +364,7 @@ func extremeFrom(st Stat, arr []rueidis.RedisMessage) (StatValue, error) {
 		}
 		return StatValue{OK: true, Value: n}, nil
 	}
-	if len(arr)%2 != 0 || len(arr) > 2*MaxRecent {
+	if len(arr)%2 != 0 || len(arr) > 2*backend.MaxRecent {
 		return StatValue{}, errors.New("unexpected recent values reply")
 	}
 	v := StatValue{OK: true, Recent: make([]Sample, len(arr)/2)}
@@ -353,28 +386,28 @@ func extremeFrom(st Stat, arr []rueidis.RedisMessage) (StatValue, error) {
 // their event's time (a resent "now" is later); Recent never, since a second
 // write adds a second entry (give it an ID: that runs as a batch, counted
 // once).
-func resendable(o Observation) bool {
+func resendable(o StatEvent) bool {
 	switch o.Stat {
-	case Max, Min:
+	case StatMax, StatMin:
 		return true
-	case First, Last:
+	case StatFirst, StatLast:
 		return !o.Time.IsZero()
 	}
 	return false
 }
 
-// isStat reports whether op o is a statistic's: an Observe, or a Read of a
+// isStat reports whether op o is a statistic's: an OpObserve, or a Read of a
 // Stat.
-func isStat(o Op) bool { return o.Kind == Observe || (o.Kind == Read && o.Stat != 0) }
+func isStat(o Op) bool { return o.Kind == OpObserve || (o.Kind == OpRead && o.Stat != 0) }
 
-// observeItems are an Observe op's group items, their keys and the Redis key
+// observeItems are an OpObserve op's group items, their keys and the Redis key
 // that names each (redisKey), or a Read's of a statistic: one extreme, or
 // Avg's sum and count (counters: their keys are counterKeys).
 func observeItems(o Op) ([][]string, [][]string, []string, error) {
 	s := o.Store
 	t := s.tiers[0]
-	read := o.Kind == Read
-	if o.Stat == Avg {
+	read := o.Kind == OpRead
+	if o.Stat == StatAvg {
 		sk, err := s.statView("avg.sum").redisKey(o.Key, t.tag)
 		if err != nil {
 			return nil, nil, nil, err
@@ -399,13 +432,13 @@ func observeItems(o Op) ([][]string, [][]string, []string, error) {
 		return [][]string{{backend.ItemXRead, t.shape, dir}}, [][]string{{rk}}, []string{rk}, nil
 	}
 	val := strconv.FormatInt(o.Delta, 10)
-	if o.Stat == First || o.Stat == Last {
+	if o.Stat == StatFirst || o.Stat == StatLast {
 		val = ""
 	}
 	return [][]string{{backend.ItemExtreme, t.shape, dir, val}}, [][]string{{rk}}, []string{rk}, nil
 }
 
-// statAnswer reads an Observe's item answer into v.Stat: an extreme's
+// statAnswer reads an OpObserve's item answer into v.Stat: an extreme's
 // {counted, value} ({counted}: none), or Avg's sum and count (a sum, or
 // {sum} when not counted: a late event).
 func (v *Value) statAnswer(a engine.Answer, it planItem, st Stat) error {

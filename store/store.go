@@ -53,10 +53,10 @@ import (
 // Most callers need three methods: Add to count, Sum to read a window sum, and
 // Allow to count only under a limit. Record is the general write they
 // shorten: event ids (exactly once), event times (late events), no-sum
-// writes, and limits together. AddDistinct and CountDistinct keep distinct
-// counts; Observe and ReadStat keep window statistics (max, min, average,
-// first and last seen, recent values); SumMany, CountDistinctMany and
-// ReadStatMany read many keys in one round trip; Inspect shows a counter's
+// writes, and limits together. RecordStat and ReadStat keep window
+// statistics (max, min, average, first and last seen, recent values,
+// distinct counts); SumMany and ReadStatMany read many keys in one round
+// trip; Inspect shows a counter's
 // buckets to an operator. Four views change what the
 // methods act on, and combine: At (a client-clock instant), Over (a shorter
 // span, or another tier of WithTiers), Entity (an entity's counters in one
@@ -202,7 +202,7 @@ func (s *Store) Add(ctx context.Context, key string, delta int64) (n int64, err 
 
 func (s *Store) add(ctx context.Context, key string, delta int64) (int64, error) {
 	if len(s.tiers) > 1 {
-		a, err := s.addEvent(ctx, Event{Key: key, Delta: delta}, Count)
+		a, err := s.addEvent(ctx, Event{Key: key, Delta: delta}, OpCount)
 		return a.Sum, rename(err, "add")
 	}
 	rk, err := s.redisKey(key, s.tag)

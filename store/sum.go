@@ -34,9 +34,9 @@ func (s *Store) sum(ctx context.Context, key string, lookback int64) (n int64, e
 }
 
 // ManyError is the error of a call on several keys or batches when some of
-// them fail: SumMany, CountDistinctMany and Apply.
+// them fail: SumMany, ReadStatMany and Apply.
 type ManyError struct {
-	// Errs has one entry per key (SumMany, CountDistinctMany) or batch
+	// Errs has one entry per key (SumMany, ReadStatMany) or batch
 	// (Apply, ApplyAll), in order: nil where it succeeded, else why not. Of
 	// ApplyAll's, one event, only the batch that failed has an error.
 	Errs []error

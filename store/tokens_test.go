@@ -433,7 +433,7 @@ func TestTokensLink(t *testing.T) {
 		vals = append(append(vals, resptest.Int(0), resptest.Int(4000)), limit(5, 4000, 1)...)
 		return resptest.Arr(append([]string{resptest.Int(int64(len(vals)))}, vals...)...)
 	})
-	d, err := AllowAll(context.Background(), 1, Policy{Store: s, Key: "a", Limit: 5}, Policy{Store: s, Key: "b", Limit: 5})
+	d, err := AllowAll(context.Background(), 1, Quota{Store: s, Key: "a", Limit: 5}, Quota{Store: s, Key: "b", Limit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,15 +468,15 @@ func TestTokensObserve(t *testing.T) {
 		return resptest.Arr(resptest.Int(5), resptest.Int(1), resptest.Int(0), resptest.Int(2), resptest.Int(1), resptest.Str("9223372036854775807"))
 	}, WithPrefix("p:"))
 	ctx := context.Background()
-	v, err := s.Observe(ctx, Observation{Key: "card:1", Stat: Max, Value: math.MaxInt64})
+	v, err := s.RecordStat(ctx, StatEvent{Key: "card:1", Stat: StatMax, Value: math.MaxInt64})
 	if err != nil || !v.OK || v.Value != math.MaxInt64 || v.Recent != nil {
 		t.Fatal(v, err)
 	}
 	at := time.UnixMilli(1764000000000)
-	if _, err := s.Observe(ctx, Observation{Key: "card:1", Stat: First, Time: at}); err != nil {
+	if _, err := s.RecordStat(ctx, StatEvent{Key: "card:1", Stat: StatFirst, Time: at}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.ReadStat(ctx, "card:1", Recent)
+	r, err := s.ReadStat(ctx, "card:1", StatRecent)
 	if err != nil || len(r.Recent) != 1 || r.Recent[0] != (Sample{At: 1764000000000, Value: math.MinInt64}) || r.Value != math.MinInt64 {
 		t.Fatal(r, err)
 	}
@@ -504,15 +504,15 @@ func TestTokensObserve(t *testing.T) {
 func TestObserveResendable(t *testing.T) {
 	at := time.UnixMilli(1764000000000)
 	for _, c := range []struct {
-		o    Observation
+		o    StatEvent
 		want bool
 	}{
-		{Observation{Stat: Max}, true},
-		{Observation{Stat: Min, Time: at}, true},
-		{Observation{Stat: First}, false},
-		{Observation{Stat: Last, Time: at}, true},
-		{Observation{Stat: Recent}, false},
-		{Observation{Stat: Recent, Time: at}, false},
+		{StatEvent{Stat: StatMax}, true},
+		{StatEvent{Stat: StatMin, Time: at}, true},
+		{StatEvent{Stat: StatFirst}, false},
+		{StatEvent{Stat: StatLast, Time: at}, true},
+		{StatEvent{Stat: StatRecent}, false},
+		{StatEvent{Stat: StatRecent, Time: at}, false},
 	} {
 		if got := resendable(c.o); got != c.want {
 			t.Errorf("resendable(%v, time %v) = %v, want %v", c.o.Stat, !c.o.Time.IsZero(), got, c.want)
@@ -536,7 +536,7 @@ func TestTokensAllowAllOneKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := AllowAll(ctx, 1, Policy{Store: s, Key: "u", Limit: 5}, Policy{Store: s2, Key: "u", Limit: 50})
+	d, err := AllowAll(ctx, 1, Quota{Store: s, Key: "u", Limit: 5}, Quota{Store: s2, Key: "u", Limit: 50})
 	if err != nil || !d.Allowed || d.Policies[1].Sum != 1 || d.Policies[1].Remaining != 49 {
 		t.Fatalf("%+v %v", d, err)
 	}

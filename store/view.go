@@ -26,7 +26,7 @@ func (s *Store) At(t time.Time) *Store {
 // the finest one whose window reaches d and whose bucket divides d. With 10 s
 // buckets for 10 minutes, 1 min for an hour and 1 h for a day, Over(30 *
 // time.Minute).Sum reads the hour tier's last 30 buckets. Sum, SumMany,
-// CountDistinct and CountDistinctMany read that span; Allow, Record with a
+// and ReadStat and ReadStatMany of StatDistinct read that span; Allow, Record with a
 // Limit, and AllowAll limit the tier whose window is exactly d. Writes
 // without a limit count in every tier, as on the store. When no tier
 // answers d, the view's calls fail with ErrInvalid.

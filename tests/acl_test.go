@@ -131,19 +131,19 @@ func TestACLMinimal(t *testing.T) {
 		require.True(t, ar.Allowed)
 		require.EqualValues(t, 4, ar.Sum)
 		for i := 0; i < 2; i++ {
-			d, err := s.AddDistinct(ctx, k+"d", "card-1", "card-2")
+			d, err := addDistinct(ctx, s, k+"d", "card-1", "card-2")
 			require.NoError(t, err)
 			require.EqualValues(t, 2, d)
 		}
-		d, err := s.CountDistinct(ctx, k+"d")
+		d, err := countDistinct(ctx, s, k+"d")
 		require.NoError(t, err)
 		require.EqualValues(t, 2, d)
 		// A linked decision with an event id, refused by one entity: the
 		// other's reservation is taken back and its id deleted (event ids).
 		setUser(rule + " " + aclRule("event ids"))
 		res0, err := store.ApplyAll(ctx,
-			store.Batch{ID: "acl-link", Ops: []store.Op{{Store: s.Entity("a"), Key: k, Kind: store.Limit, Limit: 5, Delta: 1}}},
-			store.Batch{ID: "acl-link", Ops: []store.Op{{Store: s.Entity("b"), Key: k, Kind: store.Limit, Limit: 0, Delta: 1}}})
+			store.Batch{ID: "acl-link", Ops: []store.Op{{Store: s.Entity("a"), Key: k, Kind: store.OpLimit, Limit: 5, Delta: 1}}},
+			store.Batch{ID: "acl-link", Ops: []store.Op{{Store: s.Entity("b"), Key: k, Kind: store.OpLimit, Limit: 0, Delta: 1}}})
 		require.NoError(t, err)
 		require.False(t, res0[0].Allowed)
 		// Leases, with their rule (and a rate limit decided with one).
@@ -156,7 +156,7 @@ func TestACLMinimal(t *testing.T) {
 		ok, err := cc.Refresh(ctx, k, l.ID)
 		require.NoError(t, err)
 		require.True(t, ok)
-		res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{cc.Op(k, ""), {Store: s, Key: k, Kind: store.Limit, Limit: 5, Delta: 1}}})
+		res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{cc.Op(k, ""), {Store: s, Key: k, Kind: store.OpLimit, Limit: 5, Delta: 1}}})
 		require.NoError(t, err)
 		require.False(t, res[0].Allowed, "the lease is held")
 		ok, err = cc.Release(ctx, k, l.ID)
@@ -202,7 +202,7 @@ func TestACLLimiters(t *testing.T) {
 			return limit.NewGCRA(c, "gcra", 2, time.Minute, 2, limit.WithPrefix("acl:"))
 		}},
 		{"windows", aclRule("windows"), func(c rueidis.Client) (limit.Limiter, error) {
-			return limit.NewWindows(c, "windows", []limit.Rule{
+			return limit.NewWindows(c, "windows", []limit.WindowLimit{
 				{Name: "persec", Limit: 5, Window: store.Window{Length: time.Second, Bucket: 100 * time.Millisecond}},
 				{Name: "permin", Limit: 2, Window: store.Window{Length: time.Minute, Bucket: time.Second}},
 			}, limit.WithPrefix("acl:"))

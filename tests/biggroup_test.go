@@ -102,13 +102,13 @@ func bigGroupWalk(t *testing.T, shape string, ss []*store.Store, tiered *store.S
 	for _, w := range ws {
 		models = append(models, newExactModel(mustCodec(t, w.Bucket), w))
 	}
-	policies := func(limits []int64) []store.Policy {
-		ps := make([]store.Policy, len(ws))
+	policies := func(limits []int64) []store.Quota {
+		ps := make([]store.Quota, len(ws))
 		for i := range ws {
 			if shape == "stores" {
-				ps[i] = store.Policy{Store: ss[i], Key: key, Limit: limits[i]}
+				ps[i] = store.Quota{Store: ss[i], Key: key, Limit: limits[i]}
 			} else {
-				ps[i] = store.Policy{Store: tiered.Over(ws[i].Length), Key: key, Limit: limits[i]}
+				ps[i] = store.Quota{Store: tiered.Over(ws[i].Length), Key: key, Limit: limits[i]}
 			}
 		}
 		return ps

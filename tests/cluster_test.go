@@ -395,7 +395,7 @@ func holds(t *testing.T, n *harness.Server, rk string) bool {
 // three masters, each checked against an exact model computed here: Allow,
 // AllowAll (a minute and an hour policy on one key), AddEvent and AllowEvent
 // with ids (a resend answers Duplicate and counts nothing; a refused
-// AllowEvent keeps no id), AddDistinct and CountDistinct(Many), a
+// AllowEvent keeps no id), RecordStat and ReadStat(Many) of StatDistinct, a
 // multi-resolution store (WithTiers: every tier's SumOver, an event id and a
 // distinct count on tiers), features.Set.Record with entities in different
 // slots (and its resend), and Inspect. It also checks where the keys the
@@ -463,8 +463,8 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 			require.NoError(t, err)
 			var allowed int64
 			for j := 0; j < 4; j++ {
-				r, err := store.AllowAll(ctx, 1, store.Policy{Store: perMin, Key: k, Limit: 2},
-					store.Policy{Store: perHour, Key: k, Limit: 3})
+				r, err := store.AllowAll(ctx, 1, store.Quota{Store: perMin, Key: k, Limit: 2},
+					store.Quota{Store: perHour, Key: k, Limit: 3})
 				require.NoError(t, err)
 				fits := allowed+1 <= 2 && pre+allowed+1 <= 3
 				require.Equal(t, fits, r.Allowed, "%s call %d", k, j)
@@ -551,14 +551,14 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 			for j := 0; j < m; j++ {
 				members = append(members, "m"+strconv.Itoa(j))
 			}
-			got, err := s.AddDistinct(ctx, k, members[:(m+1)/2]...)
+			got, err := addDistinct(ctx, s, k, members[:(m+1)/2]...)
 			require.NoError(t, err)
 			require.EqualValues(t, (m+1)/2, got, k)
-			got, err = s.AddDistinct(ctx, k, members...) // half of them again
+			got, err = addDistinct(ctx, s, k, members...) // half of them again
 			require.NoError(t, err)
 			require.EqualValues(t, m, got, k)
 			want[i] = int64(m)
-			got, err = s.CountDistinct(ctx, k)
+			got, err = countDistinct(ctx, s, k)
 			require.NoError(t, err)
 			require.EqualValues(t, m, got, k)
 			rk, _ := hook.RedisKey(s, k)
@@ -572,7 +572,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 				require.True(t, holds(t, master, bk) || bk == rk+":d:u", bk)
 			}
 		}
-		got, err := s.CountDistinctMany(ctx, keys)
+		got, err := countDistinctMany(ctx, s, keys)
 		require.NoError(t, err)
 		require.Equal(t, want, got)
 	})
@@ -606,10 +606,10 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 				require.NoError(t, err)
 				require.Equal(t, sum, got, "%s over %v", k, w.Length)
 			}
-			got, err := st.AddDistinct(ctx, k, "x", "y", "x")
+			got, err := addDistinct(ctx, st, k, "x", "y", "x")
 			require.NoError(t, err)
 			require.EqualValues(t, 2, got, k)
-			got, err = st.Over(time.Hour).CountDistinct(ctx, k)
+			got, err = countDistinct(ctx, st.Over(time.Hour), k)
 			require.NoError(t, err)
 			require.EqualValues(t, 2, got, "%s: the hour tier's distinct count", k)
 			// Every tier's keys are in the key's slot, on its master (with a
@@ -723,16 +723,16 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 		spans(t, s, keys)
 		for i, k := range keys {
 			for _, v := range []int64{int64(i), -int64(i), 2 * int64(i)} {
-				for _, st := range []store.Stat{store.Max, store.Min, store.Avg, store.Recent} {
-					_, err := s.Observe(ctx, store.Observation{Key: k, Stat: st, Value: v, ID: "e" + strconv.FormatInt(v, 10)})
+				for _, st := range []store.Stat{store.StatMax, store.StatMin, store.StatAvg, store.StatRecent} {
+					_, err := s.RecordStat(ctx, store.StatEvent{Key: k, Stat: st, Value: v, ID: "e" + strconv.FormatInt(v, 10)})
 					require.NoError(t, err)
 				}
 			}
 		}
 		for st, want := range map[store.Stat]func(i int64) store.StatValue{
-			store.Max: func(i int64) store.StatValue { return store.StatValue{OK: true, Value: 2 * i} },
-			store.Min: func(i int64) store.StatValue { return store.StatValue{OK: true, Value: -i} },
-			store.Avg: func(i int64) store.StatValue {
+			store.StatMax: func(i int64) store.StatValue { return store.StatValue{OK: true, Value: 2 * i} },
+			store.StatMin: func(i int64) store.StatValue { return store.StatValue{OK: true, Value: -i} },
+			store.StatAvg: func(i int64) store.StatValue {
 				if i == 0 { // 0 and -0 are one id: counted once
 					return store.StatValue{OK: true, Count: 1}
 				}
@@ -745,7 +745,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 				require.Equal(t, want(int64(i)), v, "%v of %s", st, keys[i])
 			}
 		}
-		vs, err := s.ReadStatMany(ctx, keys, store.Recent)
+		vs, err := s.ReadStatMany(ctx, keys, store.StatRecent)
 		require.NoError(t, err)
 		require.Len(t, vs[5].Recent, 3)
 		require.EqualValues(t, 10, vs[5].Value)
@@ -774,7 +774,7 @@ func clusterOps(t *testing.T, cl *harness.Cluster, c rueidis.Client) {
 // writers record events with ids and a distinct count against that entity
 // (features.Set.Record: a count over two windows and distinct cards, one
 // script per event), another adds members to the entity's store-level
-// distinct count (AddDistinct) and a reader counts them (CountDistinct);
+// distinct count (RecordStat of StatDistinct) and a reader counts them (ReadStat of StatDistinct);
 // a write that failed is resent, as a client would. It proves:
 //   - the migration itself goes through: no write reaches the target under
 //     a key name the source still holds (MIGRATE would refuse it, BUSYKEY);
@@ -834,8 +834,8 @@ func TestClusterSlotMigration(t *testing.T) {
 		require.NoError(t, record(event("pre-"+strconv.Itoa(i), i)))
 	}
 
-	// The same entity's store-level distinct count: AddDistinct (no id: a
-	// member added twice is still one) and CountDistinct, all at one instant
+	// The same entity's store-level distinct count: RecordStat of StatDistinct (no id: a
+	// member added twice is still one) and ReadStat of StatDistinct, all at one instant
 	// t0 of the client's clock, so that every write goes to one HyperLogLog
 	// bucket, which the source holds when the migration starts (the preload)
 	// and MigrateSlot moves last (its name sorts after the features' keys).
@@ -849,7 +849,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	members, ackedMembers := map[string]bool{}, map[string]bool{}
 	for i := 0; i < 10; i++ {
 		m := "m" + strconv.Itoa(i)
-		_, err := ent.At(t0).AddDistinct(ctx, "seen", m)
+		_, err := addDistinct(ctx, ent.At(t0), "seen", m)
 		require.NoError(t, err)
 		members[m], ackedMembers[m] = true, true
 	}
@@ -871,7 +871,7 @@ func TestClusterSlotMigration(t *testing.T) {
 		}
 	})
 	wg.Add(2)
-	go func() { // AddDistinct, resent after a failure
+	go func() { // RecordStat of StatDistinct, resent after a failure
 		defer wg.Done()
 		for i := 10; ; i++ {
 			m := "m" + strconv.Itoa(i%60)
@@ -884,7 +884,7 @@ func TestClusterSlotMigration(t *testing.T) {
 				attempts.Add(1)
 				inflight.Add(1)
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				_, err := ent.At(t0).AddDistinct(cctx, "seen", m)
+				_, err := addDistinct(cctx, ent.At(t0), "seen", m)
 				cancel()
 				inflight.Add(-1)
 				mu.Lock()
@@ -903,7 +903,7 @@ func TestClusterSlotMigration(t *testing.T) {
 			}
 		}
 	}()
-	go func() { // CountDistinct never goes down: a read that missed buckets would
+	go func() { // ReadStat of StatDistinct never goes down: a read that missed buckets would
 		defer wg.Done()
 		var last int64
 		for {
@@ -915,7 +915,7 @@ func TestClusterSlotMigration(t *testing.T) {
 			attempts.Add(1)
 			inflight.Add(1)
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			n, err := ent.At(t0).CountDistinct(cctx, "seen")
+			n, err := countDistinct(cctx, ent.At(t0), "seen")
 			cancel()
 			inflight.Add(-1)
 			if err != nil {
@@ -927,7 +927,7 @@ func TestClusterSlotMigration(t *testing.T) {
 				continue
 			}
 			if n < last {
-				t.Errorf("CountDistinct went down from %d to %d during the migration", last, n)
+				t.Errorf("ReadStat of StatDistinct went down from %d to %d during the migration", last, n)
 			}
 			last = n
 		}
@@ -1032,7 +1032,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	require.GreaterOrEqual(t, cards, int64(len(certainCards)), "acknowledged cards were lost")
 	require.LessOrEqual(t, cards, int64(len(allCards)), "cards that were never sent")
 
-	n, err := ent.At(t0).CountDistinct(ctx, "seen")
+	n, err := countDistinct(ctx, ent.At(t0), "seen")
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, int64(len(ackedMembers)), "acknowledged members were lost")
 	require.LessOrEqual(t, n, int64(len(members)), "members that were never sent")
@@ -1050,17 +1050,17 @@ func TestClusterSlotMigration(t *testing.T) {
 		"after resending every event (%d acknowledged, %d uncertain): some counted twice or not at all", certain, uncertain)
 	require.EqualValues(t, len(allCards), cards, "distinct cards after resending every event")
 	for m := range members {
-		_, err := ent.At(t0).AddDistinct(ctx, "seen", m)
+		_, err := addDistinct(ctx, ent.At(t0), "seen", m)
 		require.NoError(t, err)
 	}
-	n, err = ent.At(t0).CountDistinct(ctx, "seen")
+	n, err = countDistinct(ctx, ent.At(t0), "seen")
 	require.NoError(t, err)
 	require.EqualValues(t, len(members), n, "distinct members after resending every member")
 }
 
 // TestClusterTryAgainResent: an operation that meets a slot on the move
 // (TRYAGAIN: nothing ran) is sent again by the store, within its retries,
-// id or not: an AddDistinct without an id, held up while the slot is split
+// id or not: a RecordStat of StatDistinct without an id, held up while the slot is split
 // between two nodes, succeeds once the slot has moved, after the server
 // refused it at least once; with no retries it fails with TRYAGAIN.
 func TestClusterTryAgainResent(t *testing.T) {
@@ -1077,7 +1077,7 @@ func TestClusterTryAgainResent(t *testing.T) {
 		ent := st.Entity("dev:1")
 		_, err = ent.Add(ctx, "a", 1) // a second key in the slot, so that it can be split
 		require.NoError(t, err)
-		_, err = ent.AddDistinct(ctx, "cards", "c0")
+		_, err = addDistinct(ctx, ent, "cards", "c0")
 		require.NoError(t, err)
 		rk, err := hook.RedisKey(ent, "a")
 		require.NoError(t, err)
@@ -1095,7 +1095,7 @@ func TestClusterTryAgainResent(t *testing.T) {
 			started = true
 			go func() {
 				defer close(done)
-				n, addErr = ent.AddDistinct(ctx, "cards", "c1")
+				n, addErr = addDistinct(ctx, ent, "cards", "c1")
 			}()
 			// Hold the slot split until the server has refused the call.
 			for i := 0; i < 200 && refused.n.Load() == 0; i++ {

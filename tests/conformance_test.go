@@ -262,7 +262,7 @@ func TestConformanceWrongType(t *testing.T) {
 			require.ErrorIs(t, err, store.ErrWrongType, k)
 			// Decided with a counter of another key (linked, all or
 			// nothing): refused, and the other counter is not written.
-			_, err = store.AllowAll(ctx, 1, store.Policy{Store: s, Key: "fine", Limit: 10}, store.Policy{Store: s, Key: k, Limit: 10})
+			_, err = store.AllowAll(ctx, 1, store.Quota{Store: s, Key: "fine", Limit: 10}, store.Quota{Store: s, Key: k, Limit: 10})
 			require.ErrorIs(t, err, store.ErrWrongType, k)
 			n, err := s.Sum(ctx, "fine")
 			require.NoError(t, err)

@@ -43,7 +43,7 @@ func TestUndoTakesFromTheReservedBucket(t *testing.T) {
 		require.NoError(t, err)
 		ctx := context.WithValue(ctxT(t), slowUndoKey{}, 450*time.Millisecond) // two buckets and more
 		for i := range 3 {
-			d, err := store.AllowAll(ctx, 2, store.Policy{Store: a, Key: "user", Limit: 100}, store.Policy{Store: b, Key: "ip", Limit: 1})
+			d, err := store.AllowAll(ctx, 2, store.Quota{Store: a, Key: "user", Limit: 100}, store.Quota{Store: b, Key: "ip", Limit: 1})
 			require.NoError(t, err)
 			require.False(t, d.Allowed, "round %d", i)
 			snap, err := a.Inspect(ctxT(t), "user")
@@ -76,8 +76,8 @@ func TestAllowAllOneKeyTwiceAcrossKeys(t *testing.T) {
 		for range 40 {
 			wg.Go(func() {
 				for range 3 {
-					d, err := store.AllowAll(ctx, 1, store.Policy{Store: minute, Key: "k", Limit: 3},
-						store.Policy{Store: hour, Key: "k", Limit: 50}, store.Policy{Store: minute, Key: "ip", Limit: 100})
+					d, err := store.AllowAll(ctx, 1, store.Quota{Store: minute, Key: "k", Limit: 3},
+						store.Quota{Store: hour, Key: "k", Limit: 50}, store.Quota{Store: minute, Key: "ip", Limit: 100})
 					if err != nil {
 						t.Error(err)
 						return

@@ -85,7 +85,7 @@ func TestDistinctModel(t *testing.T) {
 			switch rng.IntN(4) {
 			case 0: // a late event, perhaps too late
 				e := at.Add(-time.Duration(rng.IntN(75000)) * time.Millisecond)
-				res, err := store.Apply(ctx, store.Batch{Time: e, Ops: []store.Op{{Store: s.At(at), Key: "dev", Kind: store.Distinct, Members: ms}}})
+				res, err := store.Apply(ctx, store.Batch{Time: e, Ops: []store.Op{{Store: s.At(at), Key: "dev", Kind: store.OpDistinct, Members: ms}}})
 				if !m.bounds(e).After(at.Add(-w.Length)) {
 					require.ErrorIs(t, err, store.ErrTooOld, "step %d: an event at %v, at %v", step, e, at)
 					continue
@@ -99,7 +99,7 @@ func TestDistinctModel(t *testing.T) {
 					checked++
 				}
 			default:
-				n, err := s.At(at).AddDistinct(ctx, "dev", ms...)
+				n, err := addDistinct(ctx, s.At(at), "dev", ms...)
 				require.NoError(t, err, "step %d", step)
 				m.add(at, ms)
 				want, alt := m.count(at, w.Length, future, gone), m.count(at, w.Length, future, time.Time{})
@@ -110,10 +110,10 @@ func TestDistinctModel(t *testing.T) {
 			}
 			if step%5 == 0 {
 				// Counts at the latest instant: nothing live there was deleted.
-				n, err := s.At(latest).CountDistinct(ctx, "dev")
+				n, err := countDistinct(ctx, s.At(latest), "dev")
 				require.NoError(t, err)
 				require.EqualValues(t, m.count(latest, w.Length, future, time.Time{}), n, "step %d: count at %v", step, latest)
-				n, err = s.At(latest).Over(20*time.Second).CountDistinct(ctx, "dev")
+				n, err = countDistinct(ctx, s.At(latest).Over(20*time.Second), "dev")
 				require.NoError(t, err)
 				require.EqualValues(t, m.count(latest, 20*time.Second, future, time.Time{}), n, "step %d: count over 20s at %v", step, latest)
 				checked += 2
@@ -145,7 +145,7 @@ func TestDistinctRace(t *testing.T) {
 				defer wg.Done()
 				<-start
 				at := t0.Add(time.Duration(i) * 600 * time.Millisecond) // 0 .. 23.4 s: three buckets
-				got[i], errs[i] = s.At(at).AddDistinct(ctx, "dev", "m"+strconv.Itoa(i))
+				got[i], errs[i] = addDistinct(ctx, s.At(at), "dev", "m"+strconv.Itoa(i))
 			}()
 		}
 		close(start)
@@ -155,17 +155,17 @@ func TestDistinctRace(t *testing.T) {
 			require.GreaterOrEqual(t, got[i], int64(1), "caller %d", i)
 			require.LessOrEqual(t, got[i], int64(callers), "caller %d", i)
 		}
-		n, err := s.At(t0.Add(24*time.Second)).CountDistinct(ctx, "dev")
+		n, err := countDistinct(ctx, s.At(t0.Add(24*time.Second)), "dev")
 		require.NoError(t, err)
 		require.EqualValues(t, callers, n)
 		// And once more after a write there, which builds the union.
-		n, err = s.At(t0.Add(24*time.Second)).AddDistinct(ctx, "dev", "m0")
+		n, err = addDistinct(ctx, s.At(t0.Add(24*time.Second)), "dev", "m0")
 		require.NoError(t, err)
 		require.EqualValues(t, callers, n)
 	})
 }
 
-// TestDistinctManyMembers: one AddDistinct of 20,000 members, on one window
+// TestDistinctManyMembers: one RecordStat of StatDistinct of 20,000 members, on one window
 // (its own operation) and on a tiered store (a group's distinct item),
 // counts them all: Lua's unpack fails at some 8,000 values ("too many
 // results to unpack"), so the scripts take members in slices.
@@ -181,11 +181,11 @@ func TestDistinctManyMembers(t *testing.T) {
 			m[i] = "card-" + strconv.Itoa(i)
 		}
 		for name, s := range map[string]*store.Store{"one window": one, "tiered": tiered} {
-			got, err := s.AddDistinct(ctx, "many", m...)
+			got, err := addDistinct(ctx, s, "many", m...)
 			require.NoError(t, err, name)
 			// HyperLogLog's standard error is 0.81%: 2.5% is three of them.
 			require.InEpsilon(t, n, got, 0.025, name)
-			again, err := s.AddDistinct(ctx, "many", m[:10]...)
+			again, err := addDistinct(ctx, s, "many", m[:10]...)
 			require.NoError(t, err, name)
 			require.Equal(t, got, again, "%s: members seen before change nothing", name)
 		}
@@ -197,7 +197,7 @@ func TestDistinctManyMembers(t *testing.T) {
 // unpack must pass), and adds; one bucket more is refused with ErrInvalid
 // by every distinct call, before anything is sent. Redis 7.0 only. The ring
 // is written directly (one member per bucket, and the hash of which key
-// each bucket holds, as distinct.lua keeps them): 7,897 AddDistinct calls,
+// each bucket holds, as distinct.lua keeps them): 7,897 RecordStat of StatDistinct calls,
 // each reading the growing hash whole, took a minute.
 func TestDistinctRingCap(t *testing.T) {
 	t.Parallel()
@@ -233,25 +233,25 @@ func TestDistinctRingCap(t *testing.T) {
 	last := s.At(t0.Add((n - 1) * time.Second).Add(500 * time.Millisecond))
 	// A count over a span shorter than the window merges the live ring keys,
 	// and so does a count over the window until an add rebuilds the union.
-	got, err := last.Over(time.Duration(n-1)*time.Second).CountDistinct(ctx, "wide")
+	got, err := countDistinct(ctx, last.Over(time.Duration(n-1)*time.Second), "wide")
 	require.NoError(t, err)
 	require.InEpsilon(t, n-1, got, 0.025)
-	got, err = last.CountDistinct(ctx, "wide")
+	got, err = countDistinct(ctx, last, "wide")
 	require.NoError(t, err)
 	require.InEpsilon(t, n, got, 0.025)
 	for range 2 { // the second add rebuilds the union from the whole ring
-		again, err := last.AddDistinct(ctx, "wide", "m0")
+		again, err := addDistinct(ctx, last, "wide", "m0")
 		require.NoError(t, err)
 		require.Equal(t, got, again)
 	}
 
 	over := mk(n + 1)
-	_, err = over.AddDistinct(ctx, "wide", "m")
+	_, err = addDistinct(ctx, over, "wide", "m")
 	require.ErrorIs(t, err, store.ErrInvalid)
 	require.ErrorContains(t, err, "7901 keys, at most 7900")
-	_, err = over.CountDistinct(ctx, "wide")
+	_, err = countDistinct(ctx, over, "wide")
 	require.ErrorIs(t, err, store.ErrInvalid)
-	_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: over, Key: "wide", Kind: store.Distinct, Members: []string{"m"}}}})
+	_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: over, Key: "wide", Kind: store.OpDistinct, Members: []string{"m"}}}})
 	require.ErrorIs(t, err, store.ErrInvalid)
 }
 
@@ -285,7 +285,7 @@ func TestRecordOneCall(t *testing.T) {
 		var batches []store.Batch
 		for _, e := range []string{"a", "b", "c"} {
 			u := s.Entity(e)
-			batches = append(batches, store.Batch{Ops: []store.Op{{Store: u, Key: "n", Delta: 1}, {Store: u, Key: "d", Kind: store.Distinct, Members: []string{e}}}})
+			batches = append(batches, store.Batch{Ops: []store.Op{{Store: u, Key: "n", Delta: 1}, {Store: u, Key: "d", Kind: store.OpDistinct, Members: []string{e}}}})
 		}
 		res, err := store.Apply(ctx, batches...)
 		require.NoError(t, err)
@@ -295,5 +295,39 @@ func TestRecordOneCall(t *testing.T) {
 			require.EqualValues(t, 1, r.Values[1].Sum)
 		}
 		require.Equal(t, []int{3}, log.takeCalls(), "one script call of three batches")
+	})
+}
+
+// TestRecordStatDistinctTimeAndID: RecordStat of StatDistinct honours the
+// event's Time (a late member counts in its own bucket and leaves the window
+// with it; one too old fails with ErrTooOld and writes nothing) and its ID
+// (a replay answers the count and writes nothing), on every backend.
+func TestRecordStatDistinctTimeAndID(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		ctx := ctxT(t)
+		s, srv := newStore(t, tg, store.Window{Length: 10 * time.Second, Bucket: time.Second})
+		c, prefix := srv.Client(t), harness.Prefix(t)
+		t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+		now := s.At(t0)
+		ev := func(id string, at time.Time, m string) store.StatEvent {
+			return store.StatEvent{Key: "dev", Stat: store.StatDistinct, Members: []string{m}, ID: id, Time: at}
+		}
+		v, err := now.RecordStat(ctx, ev("", t0.Add(-5*time.Second), "late"))
+		require.NoError(t, err)
+		require.Equal(t, store.StatValue{OK: true, Value: 1}, v)
+		v, err = now.RecordStat(ctx, ev("e1", time.Time{}, "now"))
+		require.NoError(t, err)
+		require.EqualValues(t, 2, v.Value)
+		before := dump(t, c, scanKeys(t, c, prefix)...)
+		_, err = now.RecordStat(ctx, ev("", t0.Add(-time.Minute), "old"))
+		require.ErrorIs(t, err, store.ErrTooOld)
+		v, err = now.RecordStat(ctx, ev("e1", time.Time{}, "other"))
+		require.NoError(t, err, "a replay answers")
+		require.EqualValues(t, 2, v.Value, "a replay adds nothing")
+		require.Equal(t, before, dump(t, c, scanKeys(t, c, prefix)...), "a failure and a replay write nothing")
+		// The late member's bucket leaves 5 s before the other's.
+		v, err = s.At(t0.Add(5500*time.Millisecond)).ReadStat(ctx, "dev", store.StatDistinct)
+		require.NoError(t, err)
+		require.EqualValues(t, 1, v.Value, "the late member left the window with its bucket")
 	})
 }

@@ -356,7 +356,7 @@ func TestHotPathBigBuckets(t *testing.T) {
 				return d.Sum
 			},
 			"allowall": func(at time.Time, key string) int64 {
-				d, err := allowAllAt(ctx, at, 3, store.Policy{Store: s, Key: key, Limit: 100}, store.Policy{Store: ss[1], Key: key, Limit: 100})
+				d, err := allowAllAt(ctx, at, 3, store.Quota{Store: s, Key: key, Limit: 100}, store.Quota{Store: ss[1], Key: key, Limit: 100})
 				require.NoError(t, err)
 				require.True(t, d.Allowed)
 				return d.Policies[0].Sum
@@ -400,10 +400,10 @@ func TestRetryAtTwoToThe53(t *testing.T) {
 		calls := map[string]func(key string) (store.Decision, error){
 			"Allow": func(key string) (store.Decision, error) { return s.At(at).Allow(ctx, key, max, max) },
 			"AllowAll of two limits": func(key string) (store.Decision, error) {
-				return allowAllAt(ctx, at, max, store.Policy{Store: s, Key: key, Limit: max}, store.Policy{Store: ss[1], Key: key, Limit: max})
+				return allowAllAt(ctx, at, max, store.Quota{Store: s, Key: key, Limit: max}, store.Quota{Store: ss[1], Key: key, Limit: max})
 			},
 			"AllowAll of one limit": func(key string) (store.Decision, error) {
-				return allowAllAt(ctx, at, max, store.Policy{Store: s, Key: key, Limit: max})
+				return allowAllAt(ctx, at, max, store.Quota{Store: s, Key: key, Limit: max})
 			},
 		}
 		for _, c := range []struct {

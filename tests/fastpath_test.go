@@ -102,15 +102,15 @@ func TestFastPathDifferential(t *testing.T) {
 						out, err = ss[0].At(at).Allow(ctx, k, rng.Int64N(60), rng.Int64N(4))
 					case "allow3":
 						perm := rng.Perm(3)
-						var ps []store.Policy
+						var ps []store.Quota
 						for _, i := range perm {
-							ps = append(ps, store.Policy{Store: ss[i], Key: k, Limit: 10 + rng.Int64N(200)})
+							ps = append(ps, store.Quota{Store: ss[i], Key: k, Limit: 10 + rng.Int64N(200)})
 						}
 						out, err = allowAllAt(ctx, at, rng.Int64N(3), ps...)
 					case "across":
-						out, err = allowAllAt(ctx, at, 1+rng.Int64N(2), store.Policy{Store: ss[0], Key: k, Limit: 5 + rng.Int64N(60)},
-							store.Policy{Store: ss[1], Key: k, Limit: 5 + rng.Int64N(60)},
-							store.Policy{Store: ss[0], Key: "ip:" + k, Limit: 5 + rng.Int64N(60)})
+						out, err = allowAllAt(ctx, at, 1+rng.Int64N(2), store.Quota{Store: ss[0], Key: k, Limit: 5 + rng.Int64N(60)},
+							store.Quota{Store: ss[1], Key: k, Limit: 5 + rng.Int64N(60)},
+							store.Quota{Store: ss[0], Key: "ip:" + k, Limit: 5 + rng.Int64N(60)})
 					case "batch":
 						var res []store.BatchResult
 						res, err = applyAt(ctx, at, store.Batch{Ops: []store.Op{{Store: ss[0], Key: k, Delta: amount()},
@@ -196,12 +196,12 @@ func TestFastPathTaken(t *testing.T) {
 			want(1, 0, "allow", func() error { _, err := ss[0].At(at).Allow(ctx, "k", 100, 1); return err })
 			want(0, 1, "a refusal", func() error { _, err := ss[0].At(at).Allow(ctx, "k", 3, 1); return err })
 			want(1, 0, "allow all of a key's windows", func() error {
-				_, err := allowAllAt(ctx, at, 1, store.Policy{Store: ss[0], Key: "k", Limit: 100}, store.Policy{Store: ss[1], Key: "k", Limit: 100},
-					store.Policy{Store: ss[2], Key: "k", Limit: 100})
+				_, err := allowAllAt(ctx, at, 1, store.Quota{Store: ss[0], Key: "k", Limit: 100}, store.Quota{Store: ss[1], Key: "k", Limit: 100},
+					store.Quota{Store: ss[2], Key: "k", Limit: 100})
 				return err
 			})
 			want(1, 0, "allow all across keys", func() error {
-				_, err := allowAllAt(ctx, at, 1, store.Policy{Store: ss[0], Key: "k", Limit: 100}, store.Policy{Store: ss[0], Key: "ip", Limit: 100})
+				_, err := allowAllAt(ctx, at, 1, store.Quota{Store: ss[0], Key: "k", Limit: 100}, store.Quota{Store: ss[0], Key: "ip", Limit: 100})
 				return err
 			})
 			want(0, 1, "an event id", func() error {

@@ -332,8 +332,8 @@ var idlessWrites = []idless{
 		s2, d2 := e.stores(t, minuteWin)
 		write := func(ctx context.Context) error {
 			_, err := store.Apply(ctx,
-				store.Batch{Ops: []store.Op{{Store: s1, Key: "a", Kind: store.Count, Delta: 1}, {Store: s2, Key: "a", Kind: store.Count, Delta: 1}}},
-				store.Batch{Ops: []store.Op{{Store: s1, Key: "b", Kind: store.Count, Delta: 1}}})
+				store.Batch{Ops: []store.Op{{Store: s1, Key: "a", Kind: store.OpCount, Delta: 1}, {Store: s2, Key: "a", Kind: store.OpCount, Delta: 1}}},
+				store.Batch{Ops: []store.Op{{Store: s1, Key: "b", Kind: store.OpCount, Delta: 1}}})
 			return err
 		}
 		return write, func(ctx context.Context) []int64 {
@@ -344,7 +344,7 @@ var idlessWrites = []idless{
 		s1, d1 := e.stores(t, hourWin)
 		s2, d2 := e.stores(t, minuteWin)
 		write := func(ctx context.Context) error {
-			r, err := store.AllowAll(ctx, 1, store.Policy{Store: s1, Key: "k", Limit: 1 << 40}, store.Policy{Store: s2, Key: "k", Limit: 1 << 40})
+			r, err := store.AllowAll(ctx, 1, store.Quota{Store: s1, Key: "k", Limit: 1 << 40}, store.Quota{Store: s2, Key: "k", Limit: 1 << 40})
 			if err == nil && !r.Allowed {
 				return errors.New("refused under a limit of 2^40")
 			}
@@ -490,7 +490,7 @@ func TestFaultBatchIdlessNeverResent(t *testing.T) {
 // succeeds, the observer saw exactly one failed script call, the server's
 // counters (read directly, while the store's call still waited and at the
 // end) hold the write once. Covered: Record with an id (AddEvent), with an
-// id and a limit (AllowEvent), Apply with a Batch ID, and Observe (Avg and
+// id and a limit (AllowEvent), Apply with a Batch ID, and RecordStat (StatAvg and
 // Recent with an id, Max without one; Avg without an id is not resent: its
 // error reaches the caller), on every target; then 8 writers of 25 Records with ids while 3 (at most the store's default
 // retries) writes are cut: every call succeeds, the sum is
@@ -566,9 +566,9 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			s1, d1 := e.stores(t, hourWin, store.WithObserver(obs))
 			s2, d2 := e.stores(t, minuteWin, store.WithObserver(obs))
 			batch := func(id string) store.Batch {
-				return store.Batch{ID: id, Ops: []store.Op{{Store: s1, Key: "k", Kind: store.Count, Delta: 4}, {Store: s2, Key: "k", Kind: store.Count, Delta: 5}}}
+				return store.Batch{ID: id, Ops: []store.Op{{Store: s1, Key: "k", Kind: store.OpCount, Delta: 4}, {Store: s2, Key: "k", Kind: store.OpCount, Delta: 5}}}
 			}
-			_, err := store.Apply(ctx, store.Batch{ID: "warm", Ops: []store.Op{{Store: s1, Key: "warm", Kind: store.Count, Delta: 1}}})
+			_, err := store.Apply(ctx, store.Batch{ID: "warm", Ops: []store.Op{{Store: s1, Key: "warm", Kind: store.OpCount, Delta: 1}}})
 			require.NoError(t, err)
 			seen := once(t, e, func() []int64 {
 				a, _ := d1.Sum(context.Background(), "k")
@@ -590,7 +590,7 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			require.False(t, res[0].Duplicate)
 			require.EqualValues(t, 8, res[0].Values[0].Sum)
 		})
-		t.Run("Observe", func(t *testing.T) {
+		t.Run("RecordStat", func(t *testing.T) {
 			// Statistics: Avg and Recent with an event id are resent and
 			// answer the state with the event once; Max needs no id (applied
 			// twice it leaves the same max) and is resent too; Avg without
@@ -602,17 +602,17 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 			}
 			for _, tt := range []struct {
 				name   string
-				o      store.Observation
+				o      store.StatEvent
 				resent bool
 				want   store.StatValue // the server's value after the cut write
 			}{
-				{"AvgID", store.Observation{Key: "avg", Stat: store.Avg, Value: 7, ID: "o1"}, true,
+				{"AvgID", store.StatEvent{Key: "avg", Stat: store.StatAvg, Value: 7, ID: "o1"}, true,
 					store.StatValue{OK: true, Value: 7, Sum: 7, Count: 1}},
-				{"RecentID", store.Observation{Key: "recent", Stat: store.Recent, Value: -5, ID: "o2"}, true,
+				{"RecentID", store.StatEvent{Key: "recent", Stat: store.StatRecent, Value: -5, ID: "o2"}, true,
 					store.StatValue{OK: true, Value: -5}},
-				{"Max", store.Observation{Key: "max", Stat: store.Max, Value: 9}, true,
+				{"Max", store.StatEvent{Key: "max", Stat: store.StatMax, Value: 9}, true,
 					store.StatValue{OK: true, Value: 9}},
-				{"AvgNoID", store.Observation{Key: "avg", Stat: store.Avg, Value: 7}, false,
+				{"AvgNoID", store.StatEvent{Key: "avg", Stat: store.StatAvg, Value: 7}, false,
 					store.StatValue{OK: true, Value: 7, Sum: 7, Count: 1}},
 			} {
 				t.Run(tt.name, func(t *testing.T) {
@@ -620,12 +620,12 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 					ctx := ctxT(t)
 					obs := &callErrors{}
 					s, d := e.stores(t, hourWin, store.WithObserver(obs))
-					_, err := s.Observe(ctx, store.Observation{Key: "warm", Stat: tt.o.Stat, Value: 1, ID: tt.o.ID})
+					_, err := s.RecordStat(ctx, store.StatEvent{Key: "warm", Stat: tt.o.Stat, Value: 1, ID: tt.o.ID})
 					require.NoError(t, err)
 					// What a direct read shows, without Recent's sample times.
 					read := func() store.StatValue {
 						v := statOf(d, tt.o.Key, tt.o.Stat)
-						if tt.o.Stat == store.Recent {
+						if tt.o.Stat == store.StatRecent {
 							require.Len(t, v.Recent, 1, "Recent holds the event once")
 							require.EqualValues(t, tt.o.Value, v.Recent[0].Value)
 							v.Recent = nil
@@ -636,9 +636,9 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 						v := statOf(d, tt.o.Key, tt.o.Stat)
 						return []int64{v.Value, v.Sum, v.Count, int64(len(v.Recent))}
 					})
-					got, err := s.Observe(ctx, tt.o)
+					got, err := s.RecordStat(ctx, tt.o)
 					want := []int64{tt.want.Value, tt.want.Sum, tt.want.Count, 0}
-					if tt.o.Stat == store.Recent {
+					if tt.o.Stat == store.StatRecent {
 						want[3] = 1
 					}
 					require.Equal(t, want, seen(), "the first send had not run on the server before the cut")
@@ -649,7 +649,7 @@ func TestFaultExactlyOnceObserved(t *testing.T) {
 						return
 					}
 					require.NoError(t, err, "the store did not resend the observation")
-					if tt.o.Stat == store.Recent {
+					if tt.o.Stat == store.StatRecent {
 						require.Len(t, got.Recent, 1, "the resend's answer holds the event once")
 						got.Recent = nil
 					}

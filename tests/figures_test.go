@@ -205,10 +205,10 @@ func TestDistinctError(t *testing.T) {
 			for i := first; i < first+batch && i < n; i++ {
 				members = append(members, "member-"+strconv.Itoa(i))
 			}
-			_, err := s.At(now.Add(-time.Duration(b)*time.Minute)).AddDistinct(ctx, "k", members...)
+			_, err := addDistinct(ctx, s.At(now.Add(-time.Duration(b)*time.Minute)), "k", members...)
 			return err
 		})
-		got, err := s.At(now).CountDistinct(ctx, "k")
+		got, err := countDistinct(ctx, s.At(now), "k")
 		require.NoError(t, err)
 		rel := math.Abs(float64(got)-float64(n)) / float64(n) * 100
 		t.Logf("%d distinct: counted %d, error %.3f%%", n, got, rel)
@@ -218,7 +218,7 @@ func TestDistinctError(t *testing.T) {
 		// HyperLogLogs, the hash of which bucket each holds, and the union),
 		// brought to now by one more add of a member the current bucket has,
 		// against one SET of the members.
-		_, err = s.At(now).AddDistinct(ctx, "k", "member-0")
+		_, err = addDistinct(ctx, s.At(now), "k", "member-0")
 		require.NoError(t, err)
 		rk, err := hook.RedisKey(s, "k")
 		require.NoError(t, err)

@@ -61,7 +61,7 @@ func TestAllowAllConcurrent(t *testing.T) {
 		ss := policyStores(t, tg, store.Window{Length: time.Minute, Bucket: time.Second},
 			store.Window{Length: time.Hour, Bucket: time.Minute}, store.Window{Length: 24 * time.Hour, Bucket: time.Hour})
 		ctx := ctxT(t)
-		policies := []store.Policy{{Store: ss[0], Key: "u", Limit: 12}, {Store: ss[1], Key: "u", Limit: 7}, {Store: ss[2], Key: "u", Limit: 30}}
+		policies := []store.Quota{{Store: ss[0], Key: "u", Limit: 12}, {Store: ss[1], Key: "u", Limit: 7}, {Store: ss[2], Key: "u", Limit: 30}}
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
 		for i := 0; i < 40; i++ {
@@ -100,7 +100,7 @@ func TestAllowAllRefusalWritesNothing(t *testing.T) {
 		t0 := time.Now().Truncate(time.Minute).Add(-2 * time.Minute)
 		for i := 0; i < 3; i++ {
 			r, err := allowAllAt(ctx, t0.Add(time.Duration(i)*time.Second), 1,
-				store.Policy{Store: ss[0], Key: "k", Limit: 3}, store.Policy{Store: ss[1], Key: "k", Limit: 100})
+				store.Quota{Store: ss[0], Key: "k", Limit: 3}, store.Quota{Store: ss[1], Key: "k", Limit: 100})
 			require.NoError(t, err)
 			require.True(t, r.Allowed)
 		}
@@ -109,7 +109,7 @@ func TestAllowAllRefusalWritesNothing(t *testing.T) {
 		before := dump(t, c, ks...)
 		for i := 0; i < 20; i++ {
 			r, err := allowAllAt(ctx, t0.Add(3*time.Second+time.Duration(i)*100*time.Millisecond), 1,
-				store.Policy{Store: ss[0], Key: "k", Limit: 3}, store.Policy{Store: ss[1], Key: "k", Limit: 100})
+				store.Quota{Store: ss[0], Key: "k", Limit: 3}, store.Quota{Store: ss[1], Key: "k", Limit: 100})
 			require.NoError(t, err)
 			require.False(t, r.Allowed)
 			require.Equal(t, 0, refusedBy(r))
@@ -187,9 +187,9 @@ func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]st
 		at = at.Add(time.Duration(rng.Int64N(int64(3 * time.Second))))
 		limits := []int64{(4 + rng.Int64N(4)) * scale, (10 + rng.Int64N(8)) * scale, min((25+rng.Int64N(10))*scale, 1<<53)}
 		cost := rng.Int64N(4) * scale
-		var ps []store.Policy
+		var ps []store.Quota
 		for i, s := range ss {
-			ps = append(ps, store.Policy{Store: s, Key: keys[i], Limit: limits[i]})
+			ps = append(ps, store.Quota{Store: s, Key: keys[i], Limit: limits[i]})
 		}
 		want := m.fits(at, cost, limits)
 		r, err := allowAllAt(ctx, at, cost, ps...)
@@ -468,7 +468,7 @@ func TestDistinct(t *testing.T) {
 		for i := 0; i < 12; i++ {
 			at := t0.Add(time.Duration(i) * 10 * time.Second)
 			members := []string{"card-" + strconv.Itoa(i%7), "card-" + strconv.Itoa(i%5+20)}
-			n, err := s.At(at).AddDistinct(ctx, "dev", members...)
+			n, err := addDistinct(ctx, s.At(at), "dev", members...)
 			require.NoError(t, err)
 			exact[at] = members
 			want := map[string]bool{}
@@ -482,16 +482,16 @@ func TestDistinct(t *testing.T) {
 			require.EqualValues(t, len(want), n, "at %v", at)
 		}
 		last := t0.Add(110 * time.Second)
-		within, err := s.At(last).Over(20*time.Second).CountDistinct(ctx, "dev")
+		within, err := countDistinct(ctx, s.At(last).Over(20*time.Second), "dev")
 		require.NoError(t, err)
 		require.EqualValues(t, 4, within) // the last two buckets: cards 3, 4, 23, 24
-		many, err := s.CountDistinctMany(ctx, []string{"dev", "nobody"})
+		many, err := countDistinctMany(ctx, s, []string{"dev", "nobody"})
 		require.NoError(t, err)
 		require.EqualValues(t, 0, many[1])
-		later, err := s.At(last.Add(w.Length+w.Bucket)).CountDistinct(ctx, "dev")
+		later, err := countDistinct(ctx, s.At(last.Add(w.Length+w.Bucket)), "dev")
 		require.NoError(t, err)
 		require.Zero(t, later)
-		_, err = s.AddDistinct(ctx, "dev")
+		_, err = addDistinct(ctx, s, "dev")
 		require.ErrorIs(t, err, store.ErrInvalid, "no members")
 	})
 }
@@ -503,10 +503,10 @@ func TestApplyRules(t *testing.T) {
 	ctx := ctxT(t)
 	_, err := store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s, Key: "a"}, {Store: s, Key: "b"}}})
 	require.ErrorIs(t, err, store.ErrInvalid, "two keys, two slots")
-	_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s, Key: "a"}, {Store: s, Key: "a", Kind: store.Limit, Limit: 5, Delta: 1}}})
+	_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s, Key: "a"}, {Store: s, Key: "a", Kind: store.OpLimit, Limit: 5, Delta: 1}}})
 	require.ErrorIs(t, err, store.ErrInvalid, "counted and limited")
 	u := s.Entity("user:1")
-	res, err := store.Apply(ctx, store.Batch{ID: "e", Ops: []store.Op{{Store: u, Key: "logins", Delta: 1}, {Store: u, Key: "cards", Kind: store.Distinct, Members: []string{"c1"}}}},
+	res, err := store.Apply(ctx, store.Batch{ID: "e", Ops: []store.Op{{Store: u, Key: "logins", Delta: 1}, {Store: u, Key: "cards", Kind: store.OpDistinct, Members: []string{"c1"}}}},
 		store.Batch{Ops: []store.Op{{Store: s, Key: "other", Delta: 2}}})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res[0].Values[0].Sum)
@@ -577,8 +577,8 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 		require.NoError(t, err)
 		keys = append(keys, counterKeys(t, u, "edge")...)
 		before = dump(t, c, keys...)
-		_, err = store.AllowAll(ctx, 1, store.Policy{Store: u.At(at), Key: "a", Limit: 100},
-			store.Policy{Store: u.At(at), Key: "edge", Limit: 100})
+		_, err = store.AllowAll(ctx, 1, store.Quota{Store: u.At(at), Key: "a", Limit: 100},
+			store.Quota{Store: u.At(at), Key: "edge", Limit: 100})
 		require.ErrorIs(t, err, store.ErrOverflow, "overflow of a limit's bucket")
 		require.Equal(t, before, dump(t, c, keys...), "a failed AllowAll wrote")
 		// Counts, a limit and a distinct add without an id or event time (the
@@ -589,10 +589,10 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 		require.NoError(t, err)
 		keys = append(keys, cards+":d", cards+":d:u")
 		before = dump(t, c, keys...)
-		for _, last := range []store.Op{{Store: u, Key: "sum", Delta: 1}, {Store: u, Key: "edge", Kind: store.Limit, Limit: 100, Delta: 1}} {
+		for _, last := range []store.Op{{Store: u, Key: "sum", Delta: 1}, {Store: u, Key: "edge", Kind: store.OpLimit, Limit: 100, Delta: 1}} {
 			_, err = applyAt(ctx, at, store.Batch{Ops: []store.Op{{Store: u, Key: "a", Delta: 1},
-				{Store: u, Key: "cards", Kind: store.Distinct, Members: []string{"c1"}},
-				{Store: u, Key: "b", Kind: store.Limit, Limit: 100, Delta: 1}, last}})
+				{Store: u, Key: "cards", Kind: store.OpDistinct, Members: []string{"c1"}},
+				{Store: u, Key: "b", Kind: store.OpLimit, Limit: 100, Delta: 1}, last}})
 			require.ErrorIs(t, err, store.ErrOverflow, "overflow of %q beside a count, a limit and a distinct add", last.Key)
 			require.Equal(t, before, dump(t, c, keys...), "a failed batch without an id (overflow of %q) wrote", last.Key)
 		}
@@ -614,9 +614,9 @@ func TestHeadLivesForItsLongestWindow(t *testing.T) {
 		ctx := ctxT(t)
 		both := func(order ...int) {
 			t.Helper()
-			var ps []store.Policy
+			var ps []store.Quota
 			for _, i := range order {
-				ps = append(ps, store.Policy{Store: ss[i], Key: "k", Limit: 100})
+				ps = append(ps, store.Quota{Store: ss[i], Key: "k", Limit: 100})
 			}
 			d, err := store.AllowAll(ctx, 1, ps...)
 			require.NoError(t, err)
@@ -663,8 +663,8 @@ func TestAllowAllEdges(t *testing.T) {
 		ss := policyStores(t, tg, ws...)
 		ctx := ctxT(t)
 		c := clientOf(ss[0])
-		ps := func(key string, l0, l1 int64) []store.Policy {
-			return []store.Policy{{Store: ss[0], Key: key, Limit: l0}, {Store: ss[1], Key: key, Limit: l1}}
+		ps := func(key string, l0, l1 int64) []store.Quota {
+			return []store.Quota{{Store: ss[0], Key: key, Limit: l0}, {Store: ss[1], Key: key, Limit: l1}}
 		}
 
 		// Expiry, on the server's clock.
@@ -754,7 +754,7 @@ func TestAllowAllEdges(t *testing.T) {
 		require.NoError(t, err)
 		_, err = gs[1].At(t0.Add(13*time.Second)).Add(ctx, "gr", 5)
 		require.NoError(t, err)
-		gp := []store.Policy{{Store: gs[0], Key: "gr", Limit: 5}, {Store: gs[1], Key: "gr", Limit: 5}}
+		gp := []store.Quota{{Store: gs[0], Key: "gr", Limit: 5}, {Store: gs[1], Key: "gr", Limit: 5}}
 		d, err = allowAllAt(ctx, t0.Add(14*time.Second), 1, gp...)
 		require.NoError(t, err)
 		require.False(t, d.Allowed)
@@ -824,13 +824,13 @@ func TestAllowAllRefusalWalk(t *testing.T) {
 				}
 				cost := rng.Int64N(3)
 				limits := make([]int64, len(ws))
-				var ps []store.Policy
+				var ps []store.Quota
 				for i, mm := range m.models {
 					limits[i] = max(0, min(1<<53, mm.sum(at, ws[i].Length).Int64()-cost+rng.Int64N(5)-2))
 					if rng.IntN(3) == 0 {
 						limits[i] = 1 << 40 // a policy far from its limit
 					}
-					ps = append(ps, store.Policy{Store: ss[i], Key: key, Limit: limits[i]})
+					ps = append(ps, store.Quota{Store: ss[i], Key: key, Limit: limits[i]})
 				}
 				r, err := allowAllAt(ctx, at, cost, ps...)
 				require.NoError(t, err, where)
@@ -921,8 +921,8 @@ func TestAllowAllPeekCredits(t *testing.T) {
 				}
 			}
 			require.Equal(t, c.retry, groupRetry(models, now, 1, c.limits), c.name)
-			d, err := allowAllAt(ctx, now, 1, store.Policy{Store: ss[0], Key: c.name, Limit: c.limits[0]},
-				store.Policy{Store: ss[c.other], Key: c.name, Limit: c.limits[1]})
+			d, err := allowAllAt(ctx, now, 1, store.Quota{Store: ss[0], Key: c.name, Limit: c.limits[0]},
+				store.Quota{Store: ss[c.other], Key: c.name, Limit: c.limits[1]})
 			require.NoError(t, err, c.name)
 			require.False(t, d.Allowed, c.name)
 			require.Equal(t, c.retry, d.RetryAfter, c.name)

@@ -214,7 +214,7 @@ func TestLeaseWithLimits(t *testing.T) {
 		require.NoError(t, err)
 		batch := func(id string, rate int64) store.BatchResult {
 			res, err := store.Apply(ctx, store.Batch{ID: id, Ops: []store.Op{
-				{Store: s, Key: "u", Kind: store.Limit, Limit: rate, Delta: 1},
+				{Store: s, Key: "u", Kind: store.OpLimit, Limit: rate, Delta: 1},
 				c.Op("u", ""),
 			}})
 			require.NoError(t, err)
@@ -252,7 +252,7 @@ func TestLeaseWithLimits(t *testing.T) {
 		require.NoError(t, err)
 		for i := range 2 {
 			res, err := store.Apply(ctx, store.Batch{ID: "e1", Ops: []store.Op{d.Op("v", "lease-e1"),
-				{Store: s, Key: "v", Kind: store.Limit, Limit: 10, Delta: 1}}})
+				{Store: s, Key: "v", Kind: store.OpLimit, Limit: 10, Delta: 1}}})
 			require.NoError(t, err)
 			require.Equal(t, i == 1, res[0].Duplicate)
 			require.True(t, res[0].Allowed)
@@ -262,10 +262,10 @@ func TestLeaseWithLimits(t *testing.T) {
 		}
 		// Bad lease ops are refused before anything is sent.
 		for _, op := range []store.Op{
-			{Store: s, Key: "v", Kind: store.Release},
-			{Store: s, Key: "v", Kind: store.Refresh, Lease: "x"},
-			{Store: s, Key: "v", Kind: store.Acquire, Lease: "a b", TTL: time.Second, Limit: 1},
-			{Store: s, Key: "v", Kind: store.Acquire, TTL: time.Second, Limit: -1},
+			{Store: s, Key: "v", Kind: store.OpRelease},
+			{Store: s, Key: "v", Kind: store.OpRefresh, Lease: "x"},
+			{Store: s, Key: "v", Kind: store.OpAcquire, Lease: "a b", TTL: time.Second, Limit: 1},
+			{Store: s, Key: "v", Kind: store.OpAcquire, TTL: time.Second, Limit: -1},
 		} {
 			_, err := store.Apply(ctx, store.Batch{Ops: []store.Op{op}})
 			require.ErrorIs(t, err, store.ErrInvalid, "%+v", op)
@@ -290,7 +290,7 @@ func TestLeaseCluster(t *testing.T) {
 	for _, key := range []string{"a", "b", "c"} {
 		leaseRace(t, ctx, c, key, 3)
 	}
-	res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{c.Op("a", ""), {Store: s.Sub("inflight"), Key: "a", Kind: store.Limit, Limit: 5, Delta: 1}}})
+	res, err := store.Apply(ctx, store.Batch{Ops: []store.Op{c.Op("a", ""), {Store: s.Sub("inflight"), Key: "a", Kind: store.OpLimit, Limit: 5, Delta: 1}}})
 	require.NoError(t, err)
 	require.True(t, res[0].Allowed)
 
@@ -311,7 +311,7 @@ func TestLeaseCluster(t *testing.T) {
 	n, err := s.Sub("permin").Sum(ctx, "api:h:cl")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
-	held, err := store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s.Sub("inflight"), Key: "api:h:cl", Kind: store.Acquire, Limit: 0, TTL: time.Minute}}})
+	held, err := store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s.Sub("inflight"), Key: "api:h:cl", Kind: store.OpAcquire, Limit: 0, TTL: time.Minute}}})
 	require.NoError(t, err)
 	require.EqualValues(t, 0, held[0].Values[0].Sum, "no lease held: the served released theirs, the refused took none")
 }

@@ -38,8 +38,8 @@ func linkStores(t *testing.T, tg target, w store.Window, opts ...store.Option) (
 // admitted.
 func checkLinked(t *testing.T, a, b *store.Store) {
 	ctx := ctxT(t)
-	pol := func(user, ip string) []store.Policy {
-		return []store.Policy{{Store: a, Key: user, Limit: 3}, {Store: b, Key: ip, Limit: 5}}
+	pol := func(user, ip string) []store.Quota {
+		return []store.Quota{{Store: a, Key: user, Limit: 3}, {Store: b, Key: ip, Limit: 5}}
 	}
 	sum := func(s *store.Store, key string) int64 {
 		n, err := s.Sum(ctx, key)
@@ -108,9 +108,9 @@ func linkRace(t *testing.T, ctx context.Context, stores [3]*store.Store, tag str
 		wg.Go(func() {
 			<-start
 			d, err := store.AllowAll(ctx, 2,
-				store.Policy{Store: stores[0], Key: keys[0], Limit: 1000},
-				store.Policy{Store: stores[1], Key: keys[1], Limit: int64(2 * max)},
-				store.Policy{Store: stores[2], Key: keys[2], Limit: 1000})
+				store.Quota{Store: stores[0], Key: keys[0], Limit: 1000},
+				store.Quota{Store: stores[1], Key: keys[1], Limit: int64(2 * max)},
+				store.Quota{Store: stores[2], Key: keys[2], Limit: 1000})
 			require.NoError(t, err)
 			if d.Allowed {
 				admitted.Add(1)
@@ -252,7 +252,7 @@ func TestLinkLease(t *testing.T) {
 			apply := func(ipLimit int64) []store.BatchResult {
 				res, err := store.ApplyAll(ctx,
 					store.Batch{Ops: []store.Op{cc.Op("user:1", "")}},
-					store.Batch{Ops: []store.Op{{Store: other, Key: "ip:" + name, Kind: store.Limit, Limit: ipLimit, Delta: 1}}})
+					store.Batch{Ops: []store.Op{{Store: other, Key: "ip:" + name, Kind: store.OpLimit, Limit: ipLimit, Delta: 1}}})
 				require.NoError(t, err)
 				return res
 			}
@@ -524,7 +524,7 @@ func TestLinkFailure(t *testing.T) {
 			bad := "bad:" + strings.ReplaceAll(name, " ", "")
 			srv.Cmd(t, "SET", counterKey(t, other, bad), "not a counter")
 			user := "user:" + bad
-			_, err := store.AllowAll(ctx, 1, store.Policy{Store: a, Key: user, Limit: 5}, store.Policy{Store: other, Key: bad, Limit: 5})
+			_, err := store.AllowAll(ctx, 1, store.Quota{Store: a, Key: user, Limit: 5}, store.Quota{Store: other, Key: bad, Limit: 5})
 			require.ErrorIs(t, err, store.ErrWrongType, name)
 			n, err := a.Sum(ctx, user)
 			require.NoError(t, err)
@@ -559,8 +559,8 @@ func TestFaultLink(t *testing.T) {
 			e.px.skip.Store(tc.skip)
 			e.px.arm(1, nil)
 			res, err := store.ApplyAll(ctx,
-				store.Batch{Ops: []store.Op{{Store: px, Key: key, Kind: store.Limit, Limit: 5, Delta: 1}}},
-				store.Batch{Ops: []store.Op{{Store: direct, Key: "ip:" + key, Kind: store.Limit, Limit: 0, Delta: 1}}})
+				store.Batch{Ops: []store.Op{{Store: px, Key: key, Kind: store.OpLimit, Limit: 5, Delta: 1}}},
+				store.Batch{Ops: []store.Op{{Store: direct, Key: "ip:" + key, Kind: store.OpLimit, Limit: 0, Delta: 1}}})
 			if tc.retries == 0 {
 				require.Error(t, err, tc.name)
 				require.ErrorContains(t, err, "nothing was written", tc.name)

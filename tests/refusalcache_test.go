@@ -47,7 +47,7 @@ var cachedKinds = []struct {
 		return l
 	}},
 	{"windows", func(t *testing.T, cl rueidis.Client, prefix string, c *limit.RefusalCache, obs store.Observer) limit.Limiter {
-		l, err := limit.NewWindows(cl, "win", []limit.Rule{
+		l, err := limit.NewWindows(cl, "win", []limit.WindowLimit{
 			{Name: "short", Limit: 5, Window: store.Window{Length: 2 * time.Second, Bucket: 200 * time.Millisecond}},
 			{Name: "long", Limit: 100, Window: store.Window{Length: time.Minute, Bucket: time.Second}},
 		}, limit.WithPrefix(prefix), limit.WithObserver(obs), limit.WithRefusalCache(c))

@@ -260,7 +260,7 @@ func TestDistinctKeysExpire(t *testing.T) {
 		for i := 0; i < 12; i++ {
 			at := time.Now()
 			t0 := time.Now()
-			_, err := s.At(at).AddDistinct(ctx, "dev", "m"+strconv.Itoa(i))
+			_, err := addDistinct(ctx, s.At(at), "dev", "m"+strconv.Itoa(i))
 			require.NoError(t, err)
 			longest = max(longest, time.Since(t0).Milliseconds())
 			for ti, w := range []store.Window{short, long} {
@@ -364,15 +364,15 @@ func TestObserverOncePerCall(t *testing.T) {
 			return err
 		}},
 		{"allow", func() error {
-			_, err := store.AllowAll(ctx, 1, store.Policy{Store: s, Key: "k", Limit: 100}, store.Policy{Store: s.Over(time.Hour), Key: "k", Limit: 100})
+			_, err := store.AllowAll(ctx, 1, store.Quota{Store: s, Key: "k", Limit: 100}, store.Quota{Store: s.Over(time.Hour), Key: "k", Limit: 100})
 			return err
 		}},
 		{"apply", func() error {
 			_, err := store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s, Key: "k", Delta: 1}}})
 			return err
 		}},
-		{"add distinct", func() error { _, err := s.AddDistinct(ctx, "d", "m"); return err }},
-		{"count distinct", func() error { _, err := s.CountDistinct(ctx, "d"); return err }},
+		{"record stat", func() error { _, err := addDistinct(ctx, s, "d", "m"); return err }},
+		{"read stat", func() error { _, err := countDistinct(ctx, s, "d"); return err }},
 		{"sum", func() error { _, err := s.Sum(ctx, "k"); return err }},
 	} {
 		require.NoError(t, c.call())

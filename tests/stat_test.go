@@ -23,8 +23,11 @@ import (
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
+// maxRecent is how many events StatRecent keeps (the store's documented 16).
+const maxRecent = 16
+
 // allStats is every window statistic.
-var allStats = []store.Stat{store.Max, store.Min, store.First, store.Last, store.Avg, store.Recent}
+var allStats = []store.Stat{store.StatMax, store.StatMin, store.StatFirst, store.StatLast, store.StatAvg, store.StatRecent}
 
 // statEvent is one event of a statistic's model: its time (the bucket it
 // counts in) and its value.
@@ -53,19 +56,19 @@ func statModel(st store.Stat, live []statEvent) store.StatValue {
 		return store.StatValue{}
 	}
 	switch st {
-	case store.Recent: // newest first; of two at the same ms, the later recorded
+	case store.StatRecent: // newest first; of two at the same ms, the later recorded
 		idx := make([]int, len(live))
 		for i := range idx {
 			idx[i] = len(live) - 1 - i
 		}
 		sort.SliceStable(idx, func(a, b int) bool { return live[idx[a]].at.UnixMilli() > live[idx[b]].at.UnixMilli() })
 		out := store.StatValue{OK: true}
-		for _, i := range idx[:min(len(idx), store.MaxRecent)] {
+		for _, i := range idx[:min(len(idx), maxRecent)] {
 			out.Recent = append(out.Recent, store.Sample{At: live[i].at.UnixMilli(), Value: live[i].v})
 		}
 		out.Value = out.Recent[0].Value
 		return out
-	case store.Avg:
+	case store.StatAvg:
 		sum := new(big.Int)
 		for _, e := range live {
 			sum.Add(sum, big.NewInt(e.v))
@@ -75,7 +78,7 @@ func statModel(st store.Stat, live []statEvent) store.StatValue {
 	}
 	best := live[0].v
 	for _, e := range live[1:] {
-		if (st == store.Max || st == store.Last) == (e.v > best) && e.v != best {
+		if (st == store.StatMax || st == store.StatLast) == (e.v > best) && e.v != best {
 			best = e.v
 		}
 	}
@@ -150,23 +153,23 @@ func TestStatRandomWalk(t *testing.T) {
 						require.Equal(t, statModel(st, statLive(c, evs[st], at, wk.w.Length)), got, "read %v at %v (step %d)", st, at, i)
 						continue
 					}
-					o := store.Observation{Key: key, Stat: st, Value: statValue(rng)}
+					o := store.StatEvent{Key: key, Stat: st, Value: statValue(rng)}
 					et := at
 					if rng.IntN(3) == 0 { // late, sometimes too late
 						et = at.Add(-time.Duration(rng.Int64N(int64(wk.w.Length + 2*wk.w.Bucket))))
 						o.Time = et
 					}
-					if st == store.First || st == store.Last {
+					if st == store.StatFirst || st == store.StatLast {
 						o.Value = et.UnixMilli()
 					}
 					_, bstart, _ := c.Bounds(et)
 					tooOld := !bstart.After(at.Add(-wk.w.Length))
 					next := append(append([]statEvent(nil), evs[st]...), statEvent{et, o.Value})
 					overflow := false
-					if st == store.Avg && !tooOld {
+					if st == store.StatAvg && !tooOld {
 						overflow = avgOverflows(c, next, et, at, wk.w.Length)
 					}
-					got, err := s.At(at).Observe(ctx, o)
+					got, err := s.At(at).RecordStat(ctx, o)
 					switch {
 					case tooOld:
 						require.ErrorIs(t, err, store.ErrTooOld, "observe %v of %v at %v (step %d)", st, et, at, i)
@@ -208,40 +211,40 @@ func TestStatManyAndErrors(t *testing.T) {
 		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix(p))
 		ctx := ctxT(t)
 		for i, v := range []int64{5, -7, 12} {
-			_, err := s.Observe(ctx, store.Observation{Key: "a", Stat: store.Max, Value: v + int64(i)})
+			_, err := s.RecordStat(ctx, store.StatEvent{Key: "a", Stat: store.StatMax, Value: v + int64(i)})
 			require.NoError(t, err)
-			_, err = s.Observe(ctx, store.Observation{Key: "c", Stat: store.Avg, Value: v})
+			_, err = s.RecordStat(ctx, store.StatEvent{Key: "c", Stat: store.StatAvg, Value: v})
 			require.NoError(t, err)
 		}
-		got, err := s.ReadStatMany(ctx, []string{"a", "b", "a"}, store.Max)
+		got, err := s.ReadStatMany(ctx, []string{"a", "b", "a"}, store.StatMax)
 		require.NoError(t, err)
 		require.Equal(t, []store.StatValue{{OK: true, Value: 14}, {}, {OK: true, Value: 14}}, got)
-		avg, err := s.ReadStat(ctx, "c", store.Avg)
+		avg, err := s.ReadStat(ctx, "c", store.StatAvg)
 		require.NoError(t, err)
 		require.Equal(t, store.StatValue{OK: true, Value: 3, Sum: 10, Count: 3}, avg)
 		require.Equal(t, "3.333", avg.Mean(3))
 
-		_, err = s.ReadStatMany(ctx, []string{"a", ""}, store.Max)
+		_, err = s.ReadStatMany(ctx, []string{"a", ""}, store.StatMax)
 		var me *store.ManyError
 		require.ErrorAs(t, err, &me)
 		require.NoError(t, me.Errs[0])
 		require.ErrorIs(t, me.Errs[1], store.ErrInvalid)
 
-		_, err = s.Observe(ctx, store.Observation{Key: "a", Stat: store.Stat(99)})
+		_, err = s.RecordStat(ctx, store.StatEvent{Key: "a", Stat: store.Stat(99)})
 		require.ErrorIs(t, err, store.ErrInvalid)
-		_, err = s.Observe(ctx, store.Observation{Key: "a", Stat: store.Stat(99), ID: "x"})
+		_, err = s.RecordStat(ctx, store.StatEvent{Key: "a", Stat: store.Stat(99), ID: "x"})
 		require.ErrorIs(t, err, store.ErrInvalid)
 
 		// Recent: of events of the same millisecond the later recorded is
-		// the newer; the window keeps its MaxRecent newest.
+		// the newer; the window keeps its maxRecent newest.
 		at := s.At(time.Now())
 		for v := int64(1); v <= 20; v++ {
-			_, err := at.Observe(ctx, store.Observation{Key: "r", Stat: store.Recent, Value: v})
+			_, err := at.RecordStat(ctx, store.StatEvent{Key: "r", Stat: store.StatRecent, Value: v})
 			require.NoError(t, err)
 		}
-		r, err := s.ReadStat(ctx, "r", store.Recent)
+		r, err := s.ReadStat(ctx, "r", store.StatRecent)
 		require.NoError(t, err)
-		require.Len(t, r.Recent, store.MaxRecent)
+		require.Len(t, r.Recent, maxRecent)
 		for i, x := range r.Recent {
 			require.Equal(t, int64(20-i), x.Value)
 		}
@@ -258,7 +261,7 @@ func TestStatManyAndErrors(t *testing.T) {
 		require.NotEmpty(t, maxKey, "keys: %v", keys)
 		require.NoError(t, c.Do(ctx, c.B().Del().Key(maxKey).Build()).Error())
 		require.NoError(t, c.Do(ctx, c.B().Set().Key(maxKey).Value("x").Build()).Error())
-		_, err = s.Observe(ctx, store.Observation{Key: "a", Stat: store.Max, Value: 1})
+		_, err = s.RecordStat(ctx, store.StatEvent{Key: "a", Stat: store.StatMax, Value: 1})
 		require.True(t, errors.Is(err, store.ErrWrongType), "%v", err)
 		v, err := c.Do(ctx, c.B().Get().Key(maxKey).Build()).ToString()
 		require.NoError(t, err)
@@ -277,10 +280,10 @@ func TestStatFieldExpiry(t *testing.T) {
 		s, srv := newStore(t, tg, w, store.WithPrefix(p))
 		ctx := ctxT(t)
 		for _, v := range []int64{1, 5, 9} { // each overwrites the bucket's max
-			_, err := s.Observe(ctx, store.Observation{Key: "e", Stat: store.Max, Value: v})
+			_, err := s.RecordStat(ctx, store.StatEvent{Key: "e", Stat: store.StatMax, Value: v})
 			require.NoError(t, err)
 		}
-		got, err := s.ReadStat(ctx, "e", store.Max)
+		got, err := s.ReadStat(ctx, "e", store.StatMax)
 		require.NoError(t, err)
 		require.Equal(t, store.StatValue{OK: true, Value: 9}, got)
 		c := srv.Client(t)
@@ -310,7 +313,7 @@ func TestStatFieldExpiry(t *testing.T) {
 			require.True(t, ttl > 0 && ttl <= (w.Length+w.Bucket).Milliseconds(), "field TTLs %v", ttls)
 		}
 		require.Eventually(t, func() bool {
-			got, err := s.ReadStat(ctx, "e", store.Max)
+			got, err := s.ReadStat(ctx, "e", store.StatMax)
 			return err == nil && !got.OK
 		}, 5*time.Second, 50*time.Millisecond, "the max outlived its window")
 		// And the data is gone from the server, not only out of the window.
@@ -380,8 +383,8 @@ func TestFeatureStats(t *testing.T) {
 			rd, err := set.At(at).Read(ctx, map[string]string{"card": "c1"})
 			require.NoError(t, err)
 			for _, k := range kinds {
-				st := map[features.Kind]store.Stat{features.Max: store.Max, features.Min: store.Min, features.Avg: store.Avg,
-					features.First: store.First, features.Last: store.Last, features.Recent: store.Recent}[k]
+				st := map[features.Kind]store.Stat{features.Max: store.StatMax, features.Min: store.StatMin, features.Avg: store.StatAvg,
+					features.First: store.StatFirst, features.Last: store.StatLast, features.Recent: store.StatRecent}[k]
 				var want []store.StatValue
 				for wi, w := range []store.Window{short, long} {
 					var live []statEvent
@@ -492,23 +495,23 @@ func TestStatConcurrent(t *testing.T) {
 		errs := make(chan error, 6*n)
 		for i := range n {
 			v := int64(i*7919%n) - n/2 // distinct amounts, in no order
-			for _, st := range []store.Stat{store.Max, store.Min} {
+			for _, st := range []store.Stat{store.StatMax, store.StatMin} {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					got, err := s.Observe(ctx, store.Observation{Key: "c", Stat: st, Value: v})
-					if err == nil && (!got.OK || (st == store.Max && got.Value < v) || (st == store.Min && got.Value > v)) {
+					got, err := s.RecordStat(ctx, store.StatEvent{Key: "c", Stat: st, Value: v})
+					if err == nil && (!got.OK || (st == store.StatMax && got.Value < v) || (st == store.StatMin && got.Value > v)) {
 						err = fmt.Errorf("%v answered %+v after observing %d", st, got, v)
 					}
 					errs <- err
 				}()
 			}
 			for range 2 {
-				for _, st := range []store.Stat{store.Avg, store.Recent} {
+				for _, st := range []store.Stat{store.StatAvg, store.StatRecent} {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						_, err := s.Observe(ctx, store.Observation{Key: "c", Stat: st, Value: v, ID: "e" + strconv.Itoa(i)})
+						_, err := s.RecordStat(ctx, store.StatEvent{Key: "c", Stat: st, Value: v, ID: "e" + strconv.Itoa(i)})
 						errs <- err
 					}()
 				}
@@ -520,17 +523,17 @@ func TestStatConcurrent(t *testing.T) {
 			require.NoError(t, err)
 		}
 		for st, want := range map[store.Stat]store.StatValue{
-			store.Max: {OK: true, Value: n/2 - 1}, store.Min: {OK: true, Value: -n / 2},
-			store.Avg: {OK: true, Value: 0, Sum: -n / 2, Count: n}} { // -20 / 40 truncates to 0
+			store.StatMax: {OK: true, Value: n/2 - 1}, store.StatMin: {OK: true, Value: -n / 2},
+			store.StatAvg: {OK: true, Value: 0, Sum: -n / 2, Count: n}} { // -20 / 40 truncates to 0
 			got, err := s.ReadStat(ctx, "c", st)
 			require.NoError(t, err)
 			require.Equal(t, want, got, "%v", st)
 		}
 		// Recent: its newest, each event once (the replays by id counted
 		// nothing).
-		got, err := s.ReadStat(ctx, "c", store.Recent)
+		got, err := s.ReadStat(ctx, "c", store.StatRecent)
 		require.NoError(t, err)
-		require.Len(t, got.Recent, store.MaxRecent)
+		require.Len(t, got.Recent, maxRecent)
 		seen := map[int64]bool{}
 		for _, x := range got.Recent {
 			require.False(t, seen[x.Value], "%d twice in %v", x.Value, got.Recent)
@@ -562,7 +565,7 @@ func TestStatMemory(t *testing.T) {
 		ctx := ctxT(t)
 		server := srv.Version(t)
 		w := store.Window{Length: buckets * time.Minute, Bucket: time.Minute}
-		for i, st := range []store.Stat{store.Max, store.Last, store.Avg, store.Recent} {
+		for i, st := range []store.Stat{store.StatMax, store.StatLast, store.StatAvg, store.StatRecent} {
 			p := harness.Prefix(t) + strconv.Itoa(i) + ":"
 			s, err := store.New(ctx, c, w, store.WithBackend(tg.backend), store.WithPrefix(p))
 			require.NoError(t, err)
@@ -570,7 +573,7 @@ func TestStatMemory(t *testing.T) {
 			// The scripts loaded before the baseline, by a write under another prefix.
 			warm, err := store.New(ctx, c, w, store.WithBackend(tg.backend), store.WithPrefix("warm:"+p))
 			require.NoError(t, err)
-			_, err = warm.Observe(ctx, store.Observation{Key: "warm", Stat: st, Value: 1})
+			_, err = warm.RecordStat(ctx, store.StatEvent{Key: "warm", Stat: st, Value: 1})
 			require.NoError(t, err)
 			before := memoryInfo(t, c)
 			for b := buckets - 1; b >= 0; b-- {
@@ -611,7 +614,7 @@ func TestStatMemory(t *testing.T) {
 func fillStat(t *testing.T, s *store.Store, st store.Stat, n int, v int64) {
 	t.Helper()
 	fillKeys(t, n, func(ctx context.Context, k string) error {
-		_, err := s.Observe(ctx, store.Observation{Key: k, Stat: st, Value: v})
+		_, err := s.RecordStat(ctx, store.StatEvent{Key: k, Stat: st, Value: v})
 		return err
 	})
 }
@@ -627,15 +630,15 @@ func TestStatBatchAllOrNothing(t *testing.T) {
 		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithPrefix(p))
 		ctx := ctxT(t)
 		c := srv.Client(t)
-		_, err := s.Observe(ctx, store.Observation{Key: "k", Stat: store.Min, Value: 1})
+		_, err := s.RecordStat(ctx, store.StatEvent{Key: "k", Stat: store.StatMin, Value: 1})
 		require.NoError(t, err)
 		keys := scanKeys(t, c, p)
 		require.Len(t, keys, 1)
 		require.NoError(t, c.Do(ctx, c.B().Del().Key(keys[0]).Build()).Error())
 		require.NoError(t, c.Do(ctx, c.B().Set().Key(keys[0]).Value("x").Build()).Error())
 		_, err = store.Apply(ctx, store.Batch{ID: "e1", Ops: []store.Op{
-			{Store: s, Key: "k", Kind: store.Count, Delta: 5},
-			{Store: s, Key: "k", Kind: store.Observe, Stat: store.Min, Delta: 3},
+			{Store: s, Key: "k", Kind: store.OpCount, Delta: 5},
+			{Store: s, Key: "k", Kind: store.OpObserve, Stat: store.StatMin, Delta: 3},
 		}})
 		require.ErrorIs(t, err, store.ErrWrongType)
 		require.Equal(t, keys, scanKeys(t, c, p), "the failed batch wrote a key")
@@ -649,8 +652,8 @@ func TestStatBatchAllOrNothing(t *testing.T) {
 		require.NoError(t, err)
 		keys = scanKeys(t, c, p)
 		_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{
-			{Store: u, Key: "hi", Kind: store.Observe, Stat: store.Max, Delta: 3},
-			{Store: u, Key: "big", Kind: store.Count, Delta: 1},
+			{Store: u, Key: "hi", Kind: store.OpObserve, Stat: store.StatMax, Delta: 3},
+			{Store: u, Key: "big", Kind: store.OpCount, Delta: 1},
 		}})
 		require.ErrorIs(t, err, store.ErrOverflow)
 		require.Equal(t, keys, scanKeys(t, c, p), "the failed batch without an id wrote a key")

@@ -10,8 +10,8 @@ import (
 )
 
 // allowAllAt is store.AllowAll at instant at: its policies' stores as At views.
-func allowAllAt(ctx context.Context, at time.Time, cost int64, ps ...store.Policy) (store.Decision, error) {
-	vs := make([]store.Policy, len(ps))
+func allowAllAt(ctx context.Context, at time.Time, cost int64, ps ...store.Quota) (store.Decision, error) {
+	vs := make([]store.Quota, len(ps))
 	for i, p := range ps {
 		vs[i] = p
 		vs[i].Store = p.Store.At(at)
@@ -49,3 +49,29 @@ func refusedBy(d store.Decision) int {
 
 // clientOf is the client a store was made with.
 func clientOf(st *store.Store) rueidis.Client { return hook.Client(st).(rueidis.Client) }
+
+// addDistinct adds members to key's distinct count and answers the count
+// (RecordStat of StatDistinct).
+func addDistinct(ctx context.Context, s *store.Store, key string, members ...string) (int64, error) {
+	v, err := s.RecordStat(ctx, store.StatEvent{Key: key, Stat: store.StatDistinct, Members: members})
+	return v.Value, err
+}
+
+// countDistinct reads key's distinct count (ReadStat of StatDistinct).
+func countDistinct(ctx context.Context, s *store.Store, key string) (int64, error) {
+	v, err := s.ReadStat(ctx, key, store.StatDistinct)
+	return v.Value, err
+}
+
+// countDistinctMany reads the distinct counts of keys, in order.
+func countDistinctMany(ctx context.Context, s *store.Store, keys []string) ([]int64, error) {
+	vs, err := s.ReadStatMany(ctx, keys, store.StatDistinct)
+	if vs == nil {
+		return nil, err
+	}
+	ns := make([]int64, len(vs))
+	for i, v := range vs {
+		ns[i] = v.Value
+	}
+	return ns, err
+}

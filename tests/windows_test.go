@@ -33,7 +33,7 @@ var windowsServers = []harness.Kind{harness.Redis70, harness.Redis80, harness.Va
 // (Its figures stay within int64: limits and costs are at most 2^51, so a
 // window's sum is at most 2^51 and a sum plus a cost at most 2^52.)
 type windowsModel struct {
-	rules  []limit.Rule
+	rules  []limit.WindowLimit
 	events []modelEvent // admitted costs over 0, in time order
 }
 
@@ -156,9 +156,9 @@ func retryDuration(ms int64) time.Duration {
 }
 
 // windowsRules is a random walk's rules: 1 to 4 windows of distinct shapes.
-func windowsRules(rng *rand.Rand, big bool) []limit.Rule {
+func windowsRules(rng *rand.Rand, big bool) []limit.WindowLimit {
 	buckets := []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, time.Second, 3 * time.Second, 7 * time.Second}
-	var rules []limit.Rule
+	var rules []limit.WindowLimit
 	seen := map[store.Window]bool{}
 	for n := 1 + rng.IntN(4); len(rules) < n; {
 		w := store.Window{Bucket: buckets[rng.IntN(len(buckets))]}
@@ -171,7 +171,7 @@ func windowsRules(rng *rand.Rand, big bool) []limit.Rule {
 		if big {
 			lim = 1<<51 - rng.Int64N(1<<20)
 		}
-		rules = append(rules, limit.Rule{Name: fmt.Sprintf("r%d", len(rules)), Limit: lim, Window: w})
+		rules = append(rules, limit.WindowLimit{Name: fmt.Sprintf("r%d", len(rules)), Limit: lim, Window: w})
 	}
 	return rules
 }
@@ -239,7 +239,7 @@ func TestWindowsModel(t *testing.T) {
 func TestWindowsExact(t *testing.T) {
 	t.Parallel()
 	run := func(t *testing.T, c rueidis.Client) {
-		l, err := limit.NewWindows(c, "exact", []limit.Rule{
+		l, err := limit.NewWindows(c, "exact", []limit.WindowLimit{
 			{Name: "per10s", Limit: 6, Window: store.Window{Length: 10 * time.Second, Bucket: time.Second}},
 			{Name: "permin", Limit: 4, Window: store.Window{Length: time.Minute, Bucket: 5 * time.Second}},
 			{Name: "perhour", Limit: 50, Window: store.Window{Length: time.Hour, Bucket: time.Minute}},
@@ -278,7 +278,7 @@ func TestWindowsKeys(t *testing.T) {
 	c := harness.Shared(t, harness.Redis70).Client(t)
 	ctx := ctxT(t)
 	prefix := harness.Prefix(t)
-	l, err := limit.NewWindows(c, "keys", []limit.Rule{
+	l, err := limit.NewWindows(c, "keys", []limit.WindowLimit{
 		{Name: "slow", Limit: 100, Window: store.Window{Length: 2 * time.Second, Bucket: 500 * time.Millisecond}},
 		{Name: "fast", Limit: 100, Window: store.Window{Length: 300 * time.Millisecond, Bucket: 100 * time.Millisecond}},
 	}, limit.WithPrefix(prefix))
@@ -350,12 +350,12 @@ func TestWindowsMemory(t *testing.T) {
 	prefix := harness.Prefix(t)
 	shapes := []store.Window{{Length: time.Minute, Bucket: time.Second}, {Length: time.Hour, Bucket: time.Minute},
 		{Length: 24 * time.Hour, Bucket: time.Hour}}
-	var rules []limit.Rule
+	var rules []limit.WindowLimit
 	var parts []limit.Limiter
-	var policies []store.Policy
+	var policies []store.Quota
 	for i, w := range shapes {
 		name := []string{"persec", "permin", "perday"}[i]
-		rules = append(rules, limit.Rule{Name: name, Limit: 1 << 40, Window: w})
+		rules = append(rules, limit.WindowLimit{Name: name, Limit: 1 << 40, Window: w})
 		st, err := store.New(ctx, c, w, store.WithPrefix(prefix+"sw:"))
 		require.NoError(t, err)
 		l, err := limit.NewSlidingWindow(st, name, 1<<40)
@@ -363,7 +363,7 @@ func TestWindowsMemory(t *testing.T) {
 		parts = append(parts, l)
 		ps, err := store.New(ctx, c, w, store.WithPrefix(prefix+"all:"))
 		require.NoError(t, err)
-		policies = append(policies, store.Policy{Store: ps, Key: "k", Limit: 1 << 40})
+		policies = append(policies, store.Quota{Store: ps, Key: "k", Limit: 1 << 40})
 	}
 	win, err := limit.NewWindows(c, "three", rules, limit.WithPrefix(prefix+"win:"))
 	require.NoError(t, err)
@@ -376,9 +376,9 @@ func TestWindowsMemory(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, d.Allowed)
 		}
-		pol := make([]store.Policy, len(policies))
+		pol := make([]store.Quota, len(policies))
 		for i, p := range policies {
-			pol[i] = store.Policy{Store: p.Store.At(ts), Key: p.Key, Limit: p.Limit}
+			pol[i] = store.Quota{Store: p.Store.At(ts), Key: p.Key, Limit: p.Limit}
 		}
 		d, err := store.AllowAll(ctx, 1, pol...)
 		require.NoError(t, err)
@@ -417,7 +417,7 @@ func TestWindowsMemory(t *testing.T) {
 func TestWindowsMiddleware(t *testing.T) {
 	t.Parallel()
 	c := harness.Shared(t, harness.Redis70).Client(t)
-	l, err := limit.NewWindows(c, "api", []limit.Rule{
+	l, err := limit.NewWindows(c, "api", []limit.WindowLimit{
 		{Name: "persec", Limit: 3, Window: store.Window{Length: 10 * time.Second, Bucket: time.Second}},
 		{Name: "perhour", Limit: 100, Window: store.Window{Length: time.Hour, Bucket: time.Minute}},
 	}, limit.WithPrefix(harness.Prefix(t)))
@@ -448,7 +448,7 @@ func TestWindowsLongWindow(t *testing.T) {
 	t.Parallel()
 	c := harness.Shared(t, harness.Redis70).Client(t)
 	ctx := ctxLong(t)
-	rules := []limit.Rule{
+	rules := []limit.WindowLimit{
 		{Name: "long", Limit: 1 << 51, Window: store.Window{Length: 1000 * time.Second, Bucket: 100 * time.Millisecond}},
 		{Name: "short", Limit: 1 << 51, Window: store.Window{Length: 10 * time.Second, Bucket: time.Second}},
 	}
@@ -523,7 +523,7 @@ func TestWindowsMarkFarBehind(t *testing.T) {
 	c := srv.Client(t)
 	ctx := ctxT(t)
 	prefix := harness.Prefix(t)
-	l, err := limit.NewWindows(c, "far", []limit.Rule{
+	l, err := limit.NewWindows(c, "far", []limit.WindowLimit{
 		{Name: "persec", Limit: 100, Window: store.Window{Length: 10 * time.Second, Bucket: time.Second}},
 	}, limit.WithPrefix(prefix))
 	require.NoError(t, err)

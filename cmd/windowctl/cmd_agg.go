@@ -35,8 +35,9 @@ var aggCmd = &command{
 			if *kind == "" {
 				return nil, cmdUsagef("agg", "agg: --kind is required (max, min, avg, first, last or recent)")
 			}
-			st, err := store.ParseStat(*kind)
-			if err != nil {
+			var st store.Stat
+			var err error
+			if err := st.UnmarshalText([]byte(*kind)); err != nil || st == store.StatDistinct {
 				return nil, cmdUsagef("agg", "agg: --kind %q is not max, min, avg, first, last or recent", *kind)
 			}
 			switch {
@@ -44,11 +45,11 @@ var aggCmd = &command{
 				if err := checkKeys("agg", pos[1:2]); err != nil {
 					return nil, err
 				}
-				o := store.Observation{Key: pos[1], Stat: st}
+				o := store.StatEvent{Key: pos[1], Stat: st}
 				switch {
-				case (st == store.First || st == store.Last) && len(pos) != 2:
+				case (st == store.StatFirst || st == store.StatLast) && len(pos) != 2:
 					return nil, cmdUsagef("agg", "agg add --kind %s takes no VALUE: it keeps the event's time", st)
-				case st != store.First && st != store.Last && len(pos) != 3:
+				case st != store.StatFirst && st != store.StatLast && len(pos) != 3:
 					return nil, cmdUsagef("agg", "agg add --kind %s takes one VALUE, an integer", st)
 				case len(pos) == 3:
 					v, err := strconv.ParseInt(pos[2], 10, 64)
@@ -99,12 +100,12 @@ func aggValue(st store.Stat, v store.StatValue) (any, string) {
 	s := strconv.FormatInt(v.Value, 10)
 	text := s
 	switch st {
-	case store.Avg:
+	case store.StatAvg:
 		s = v.Mean(6)
 		text = s
-	case store.First, store.Last:
+	case store.StatFirst, store.StatLast:
 		text = s + "\t" + time.UnixMilli(v.Value).UTC().Format(time.RFC3339Nano)
-	case store.Recent:
+	case store.StatRecent:
 		out, words := make([]sampleOut, len(v.Recent)), make([]string, len(v.Recent))
 		for i, x := range v.Recent {
 			out[i], words[i] = sampleOut(x), strconv.FormatInt(x.Value, 10)+"@"+strconv.FormatInt(x.At, 10)
@@ -114,8 +115,8 @@ func aggValue(st store.Stat, v store.StatValue) (any, string) {
 	return json.Number(s), text
 }
 
-func (c *cli) aggAdd(ctx context.Context, o store.Observation) error {
-	v, err := c.st.Observe(ctx, o)
+func (c *cli) aggAdd(ctx context.Context, o store.StatEvent) error {
+	v, err := c.st.RecordStat(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -186,14 +186,14 @@ func (c *cli) allow(ctx context.Context, key string, limit, cost int64) error {
 // allowAll is allow with several --limit N/WINDOW: every policy admits COST,
 // or none counts it.
 func (c *cli) allowAll(ctx context.Context, key string, cost int64, limits []limitFlag, bucket time.Duration) error {
-	var ps []store.Policy
+	var ps []store.Quota
 	for _, l := range limits {
 		st, err := store.New(ctx, c.client, store.Window{Length: l.window, Bucket: bucket},
 			store.WithPrefix(c.prefix), store.WithBackend(c.backend))
 		if err != nil {
 			return err
 		}
-		ps = append(ps, store.Policy{Store: st, Key: key, Limit: l.limit})
+		ps = append(ps, store.Quota{Store: st, Key: key, Limit: l.limit})
 	}
 	r, err := store.AllowAll(ctx, cost, ps...)
 	if err != nil {
@@ -214,7 +214,7 @@ func (c *cli) allowAll(ctx context.Context, key string, cost int64, limits []lim
 // allowPolicies is allow with --policy: every key's policy admits COST, or
 // none counts it, across cluster slots.
 func (c *cli) allowPolicies(ctx context.Context, cost int64, policies []limitFlag, bucket time.Duration) error {
-	var ps []store.Policy
+	var ps []store.Quota
 	stores := map[time.Duration]*store.Store{}
 	for _, l := range policies {
 		st := stores[l.window]
@@ -227,7 +227,7 @@ func (c *cli) allowPolicies(ctx context.Context, cost int64, policies []limitFla
 			}
 			stores[l.window] = st
 		}
-		ps = append(ps, store.Policy{Store: st, Key: l.key, Limit: l.limit})
+		ps = append(ps, store.Quota{Store: st, Key: l.key, Limit: l.limit})
 	}
 	r, err := store.AllowAll(ctx, cost, ps...)
 	if err != nil {

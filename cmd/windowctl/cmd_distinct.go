@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+
+	"github.com/windowstore/windowstore/store"
 )
 
 var distinctCmd = &command{
@@ -36,16 +38,24 @@ var distinctCmd = &command{
 }
 
 func (c *cli) distinctAdd(ctx context.Context, key string, members []string) error {
-	n, err := c.st.AddDistinct(ctx, key, members...)
+	v, err := c.st.RecordStat(ctx, store.StatEvent{Key: key, Stat: store.StatDistinct, Members: members})
 	if err != nil {
 		return err
 	}
+	n := v.Value
 	return c.p.emit(distinctOut{Key: key, Distinct: &n}, fmt.Sprintf("%s\t%d", key, n))
 }
 
 // distinctCount prints one line per key, as sum does.
 func (c *cli) distinctCount(ctx context.Context, keys []string) error {
-	counts, err := c.st.CountDistinctMany(ctx, keys)
+	vs, err := c.st.ReadStatMany(ctx, keys, store.StatDistinct)
+	var counts []int64
+	if vs != nil {
+		counts = make([]int64, len(vs))
+		for i, v := range vs {
+			counts[i] = v.Value
+		}
+	}
 	return c.perKey(keys, counts, err, "distinct count", func(k string, v *int64, e string) any {
 		return distinctOut{Key: k, Distinct: v, Error: e}
 	})

@@ -47,15 +47,15 @@ var leaseCmd = &command{
 				if err != nil || n < 0 || n > maxAmount {
 					return nil, cmdUsagef("lease", "lease: --max %q is not an integer from 0 to 2^53", *maxFlag)
 				}
-				op = store.Op{Kind: store.Acquire, Limit: n}
+				op = store.Op{Kind: store.OpAcquire, Limit: n}
 			case len(pos) == 3 && pos[0] == "refresh":
-				op = store.Op{Kind: store.Refresh, Lease: pos[2]}
+				op = store.Op{Kind: store.OpRefresh, Lease: pos[2]}
 			case len(pos) == 3 && pos[0] == "release":
-				op = store.Op{Kind: store.Release, Lease: pos[2]}
+				op = store.Op{Kind: store.OpRelease, Lease: pos[2]}
 			default:
 				return nil, synopsisError("lease")
 			}
-			if op.Kind != store.Release {
+			if op.Kind != store.OpRelease {
 				d, err := ttl()
 				if err != nil {
 					return nil, err
@@ -95,7 +95,7 @@ func (c *cli) lease(ctx context.Context, key string, op store.Op) error {
 	v := res[0].Values[0]
 	ok := v.Counted
 	switch op.Kind {
-	case store.Acquire:
+	case store.OpAcquire:
 		retry := msOf(v.RetryAfter)
 		text := fmt.Sprintf("%s\tacquired %s\theld %d", key, v.Lease, v.Sum)
 		out := leaseOut{Key: key, Acquired: &ok, Held: &v.Sum, RetryAfterMs: &retry}
@@ -117,7 +117,7 @@ func (c *cli) lease(ctx context.Context, key string, op store.Op) error {
 			return errRefused
 		}
 		return nil
-	case store.Refresh:
+	case store.OpRefresh:
 		return c.p.emit(leaseOut{Key: key, Refreshed: &ok}, fmt.Sprintf("%s\trefreshed %t", key, ok))
 	}
 	return c.p.emit(leaseOut{Key: key, Released: &ok}, fmt.Sprintf("%s\treleased %t", key, ok))

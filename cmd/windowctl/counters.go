@@ -72,7 +72,7 @@ func keyError(key string, err error) string {
 		return strings.TrimPrefix(store.ErrWrongType.Error(), "store: ")
 	}
 	msg := strings.TrimPrefix(err.Error(), "store: ")
-	for _, op := range []string{"sum", "count distinct"} {
+	for _, op := range []string{"sum", "read stat"} {
 		msg = strings.TrimPrefix(msg, fmt.Sprintf("%s %q: ", op, key))
 	}
 	return msg

@@ -230,10 +230,10 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 			}
 			p.cum = p.cost
 		}
-		op := store.Op{Store: p.st, Key: p.key, Kind: store.Limit, Delta: p.cost, Limit: p.rule.limit}
+		op := store.Op{Store: p.st, Key: p.key, Kind: store.OpLimit, Delta: p.cost, Limit: p.rule.limit}
 		switch {
 		case p.refund:
-			op = store.Op{Store: p.st, Key: p.key, Kind: store.Count, Delta: -p.cost}
+			op = store.Op{Store: p.st, Key: p.key, Kind: store.OpCount, Delta: -p.cost}
 		case refused:
 			op.Delta, p.cum = 0, 0 // a GCRA limit refused: only ask
 		case p.rule.shadow || rt.cfg.settings.shadow:

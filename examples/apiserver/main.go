@@ -95,7 +95,7 @@ func handler(ctx context.Context, c rueidis.Client, proxies []netip.Prefix) (htt
 		return nil, err
 	}
 	logErr := func(r *http.Request, rule string, err error) { log.Printf("apiserver: rule %s: %v", rule, err) }
-	opts := []httplimit.Option{httplimit.WithOnError(logErr), httplimit.WithLegacyHeaders(), httplimit.WithLocalTier(httplimit.NewLocalTier(0))}
+	opts := []httplimit.Option{httplimit.WithOnError(logErr), httplimit.WithLegacyHeaders(), httplimit.WithLocalTier(0)}
 
 	hello, err := httplimit.New([]httplimit.Rule{{Name: "hello", Key: httplimit.ClientIP(proxies...), Limiters: []limit.Limiter{per10s, perHour}}}, opts...)
 	if err != nil {

@@ -226,7 +226,7 @@ const (
 	OpAdd      = "a" // shape delta: Add
 	OpAddNoSum = "n" // shape delta: AddNoSum
 	OpAllow    = "w" // shape limit cost: Allow
-	OpDAdd     = "D" // shape n member...: AddDistinct, add and count
+	OpDAdd     = "D" // shape n member...: RecordStat of StatDistinct, add and count
 	OpGroup    = "g" // a group: the items of one slot, with an event id and time
 	OpLink     = "L" // n group...: the groups of one event on one server, all or nothing
 	OpCheck    = "C" // a group's arguments: a cluster's phase one, every check and no write

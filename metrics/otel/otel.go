@@ -26,7 +26,7 @@
 //	windowstore.script.batch_size    histogram        {script}       operations per script call
 //
 // op is the operation's name ("add", "sum", "sum many", "allow", "apply",
-// "inspect", "add distinct", "count distinct"); script is the script's
+// "inspect", "record stat", "read stat"); script is the script's
 // ("write", "sum", and a limiter's "log", "fixed-window" or "gcra"). Several
 // operations can share one script call, as coalesced writes do, so the
 // batch size says how well writes coalesce, and operations.active is what

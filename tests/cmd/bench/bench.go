@@ -93,8 +93,8 @@ The operations:
   record8     the same, with a max (of the amount) and a last seen besides
   record6x    record6 with a limit on the IP too: the two entities' batches are
               linked (all or nothing), admitted
-  observe     Store.Observe of a Max
-  distinct    Store.AddDistinct of one member
+  observe     Store.RecordStat of a Max
+  distinct    Store.RecordStat of StatDistinct, one member
   distincthot the same on 100 keys, hundreds of adds per key and bucket: the
               four-command path (a new bucket's and the union's rebuilds are rare)
   lease       limit.Concurrency: Acquire, then Release (two script calls)
@@ -551,9 +551,9 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 	}
 	// windows and windows3: the windows limiter (limit.NewWindows) of allow's
 	// window alone, and of allow3's three.
-	var rules []limit.Rule
+	var rules []limit.WindowLimit
 	for i, p := range policies {
-		rules = append(rules, limit.Rule{Name: "w" + strconv.Itoa(i), Limit: 1 << 40, Window: p.Window()})
+		rules = append(rules, limit.WindowLimit{Name: "w" + strconv.Itoa(i), Limit: 1 << 40, Window: p.Window()})
 	}
 	win1, err := limit.NewWindows(client, "w1", rules[:1], limit.WithPrefix(prefix+"win:"))
 	if err != nil {
@@ -611,8 +611,8 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 		"sum100": func(ctx context.Context, _ string) error { _, err := st.SumMany(ctx, sum100); return err },
 		"allow":  func(ctx context.Context, k string) error { _, err := st.Allow(ctx, k, 1<<40, 1); return err },
 		"allow3": func(ctx context.Context, k string) error {
-			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: 1 << 40},
-				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: policies[2], Key: k, Limit: 1 << 40})
+			_, err := store.AllowAll(ctx, 1, store.Quota{Store: policies[0], Key: k, Limit: 1 << 40},
+				store.Quota{Store: policies[1], Key: k, Limit: 1 << 40}, store.Quota{Store: policies[2], Key: k, Limit: 1 << 40})
 			return err
 		},
 		"windows":  func(ctx context.Context, k string) error { _, err := win1.Allow(ctx, k, 1); return err },
@@ -635,26 +635,26 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 			return err
 		},
 		"refuse3at": func(ctx context.Context, k string) error {
-			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: 1 << 40},
-				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: atLimit, Key: k, Limit: int64(nb)})
+			_, err := store.AllowAll(ctx, 1, store.Quota{Store: policies[0], Key: k, Limit: 1 << 40},
+				store.Quota{Store: policies[1], Key: k, Limit: 1 << 40}, store.Quota{Store: atLimit, Key: k, Limit: int64(nb)})
 			return err
 		},
 		"refuse3": func(ctx context.Context, k string) error {
-			d, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: 1 << 40},
-				store.Policy{Store: policies[1], Key: k, Limit: 1 << 40}, store.Policy{Store: policies[2], Key: k, Limit: 1})
+			d, err := store.AllowAll(ctx, 1, store.Quota{Store: policies[0], Key: k, Limit: 1 << 40},
+				store.Quota{Store: policies[1], Key: k, Limit: 1 << 40}, store.Quota{Store: policies[2], Key: k, Limit: 1})
 			if err == nil && d.Allowed {
 				err = errors.New("refuse3: admitted")
 			}
 			return err
 		},
 		"allow3x": func(ctx context.Context, k string) error {
-			_, err := store.AllowAll(ctx, 1, store.Policy{Store: st, Key: k, Limit: 1 << 40},
-				store.Policy{Store: st, Key: "ip" + k, Limit: 1 << 40}, store.Policy{Store: st, Key: "dev" + k, Limit: 1 << 40})
+			_, err := store.AllowAll(ctx, 1, store.Quota{Store: st, Key: k, Limit: 1 << 40},
+				store.Quota{Store: st, Key: "ip" + k, Limit: 1 << 40}, store.Quota{Store: st, Key: "dev" + k, Limit: 1 << 40})
 			return err
 		},
 		"refuse3x": func(ctx context.Context, k string) error {
-			d, err := store.AllowAll(ctx, 1, store.Policy{Store: st, Key: k, Limit: 1 << 40},
-				store.Policy{Store: st, Key: "ip" + k, Limit: 1 << 40}, store.Policy{Store: st, Key: "dev" + k, Limit: 0})
+			d, err := store.AllowAll(ctx, 1, store.Quota{Store: st, Key: k, Limit: 1 << 40},
+				store.Quota{Store: st, Key: "ip" + k, Limit: 1 << 40}, store.Quota{Store: st, Key: "dev" + k, Limit: 0})
 			if err == nil && d.Allowed {
 				err = errors.New("refuse3x: admitted")
 			}
@@ -687,7 +687,7 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 			return err
 		},
 		"observe": func(ctx context.Context, k string) error {
-			_, err := st.Observe(ctx, store.Observation{Key: k, Stat: store.Max, Value: rand.Int64N(1000)})
+			_, err := st.RecordStat(ctx, store.StatEvent{Key: k, Stat: store.StatMax, Value: rand.Int64N(1000)})
 			return err
 		},
 		"lease": func(ctx context.Context, k string) error {
@@ -699,12 +699,12 @@ func benchSetupOps(ctx context.Context, client rueidis.Client, gr *goredis.Clien
 			return err
 		},
 		"distinct": func(ctx context.Context, k string) error {
-			_, err := st.AddDistinct(ctx, k, strconv.Itoa(rand.IntN(1000)))
+			_, err := st.RecordStat(ctx, store.StatEvent{Key: k, Stat: store.StatDistinct, Members: []string{strconv.Itoa(rand.IntN(1000))}})
 			return err
 		},
 		"distincthot": func(ctx context.Context, k string) error {
 			n, _ := strconv.Atoi(k)
-			_, err := st.AddDistinct(ctx, "hot:"+strconv.Itoa(n%100), strconv.Itoa(rand.IntN(1000)))
+			_, err := st.RecordStat(ctx, store.StatEvent{Key: "hot:" + strconv.Itoa(n%100), Stat: store.StatDistinct, Members: []string{strconv.Itoa(rand.IntN(1000))}})
 			return err
 		},
 		"naive": func(ctx context.Context, k string) error {
@@ -744,7 +744,7 @@ func benchFill(ctx context.Context, c rueidis.Client, stores []*store.Store, pre
 
 // benchFillWindows fills every key of l as benchFill fills the stores: a
 // count in each bucket of each of its rules' windows, oldest first.
-func benchFillWindows(ctx context.Context, l *limit.Windows, rules []limit.Rule, keys int) error {
+func benchFillWindows(ctx context.Context, l *limit.Windows, rules []limit.WindowLimit, keys int) error {
 	now := time.Now()
 	var at []time.Time
 	for _, r := range rules {

@@ -41,7 +41,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "the server")
-	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), allow3x (the bench's: AllowAll of the 1 s store on three keys, linked), refuse3x (allow3x refused by its third key's limit of 0), sum, summany (SumMany of all --keys keys), distinct (AddDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
+	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), allow3x (the bench's: AllowAll of the 1 s store on three keys, linked), refuse3x (allow3x refused by its third key's limit of 0), sum, summany (SumMany of all --keys keys), distinct (RecordStat of StatDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
 	n := flag.Int("n", 6000, "operations measured")
 	keys := flag.Int("keys", 100, "keys")
 	conc := flag.Int("conc", 32, "callers")
@@ -86,15 +86,15 @@ func main() {
 		case "allow":
 			_, err = st[0].Allow(ctx, k, 1<<40, 1)
 		case "allow3":
-			_, err = store.AllowAll(ctx, 1, store.Policy{Store: st[0], Key: k, Limit: 1 << 40},
-				store.Policy{Store: st[1], Key: k, Limit: 1 << 40}, store.Policy{Store: st[2], Key: k, Limit: 1 << 40})
+			_, err = store.AllowAll(ctx, 1, store.Quota{Store: st[0], Key: k, Limit: 1 << 40},
+				store.Quota{Store: st[1], Key: k, Limit: 1 << 40}, store.Quota{Store: st[2], Key: k, Limit: 1 << 40})
 		case "allow3x":
-			_, err = store.AllowAll(ctx, 1, store.Policy{Store: st[0], Key: k, Limit: 1 << 40},
-				store.Policy{Store: st[0], Key: "ip" + k, Limit: 1 << 40}, store.Policy{Store: st[0], Key: "dev" + k, Limit: 1 << 40})
+			_, err = store.AllowAll(ctx, 1, store.Quota{Store: st[0], Key: k, Limit: 1 << 40},
+				store.Quota{Store: st[0], Key: "ip" + k, Limit: 1 << 40}, store.Quota{Store: st[0], Key: "dev" + k, Limit: 1 << 40})
 		case "refuse3x":
 			var d store.Decision
-			d, err = store.AllowAll(ctx, 1, store.Policy{Store: st[0], Key: k, Limit: 1 << 40},
-				store.Policy{Store: st[0], Key: "ip" + k, Limit: 1 << 40}, store.Policy{Store: st[0], Key: "dev" + k, Limit: 0})
+			d, err = store.AllowAll(ctx, 1, store.Quota{Store: st[0], Key: k, Limit: 1 << 40},
+				store.Quota{Store: st[0], Key: "ip" + k, Limit: 1 << 40}, store.Quota{Store: st[0], Key: "dev" + k, Limit: 0})
 			if err == nil && d.Allowed {
 				err = fmt.Errorf("refuse3x: admitted")
 			}
@@ -112,7 +112,7 @@ func main() {
 			}
 			_, err = st[0].SumMany(ctx, ks)
 		case "distinct":
-			_, err = st[0].AddDistinct(ctx, k, strconv.Itoa(i*7919%1000))
+			_, err = st[0].RecordStat(ctx, store.StatEvent{Key: k, Stat: store.StatDistinct, Members: []string{strconv.Itoa(i * 7919 % 1000)}})
 		case "naive":
 			now := time.Now()
 			if *step >= 0 {

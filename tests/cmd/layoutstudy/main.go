@@ -310,8 +310,8 @@ func main() {
 	ops := []study{
 		{"allow", func(ctx context.Context, k string) error { _, err := policies[0].Allow(ctx, k, lim, 1); return err }},
 		{"allow3", func(ctx context.Context, k string) error {
-			_, err := store.AllowAll(ctx, 1, store.Policy{Store: policies[0], Key: k, Limit: lim},
-				store.Policy{Store: policies[1], Key: k, Limit: lim}, store.Policy{Store: policies[2], Key: k, Limit: lim})
+			_, err := store.AllowAll(ctx, 1, store.Quota{Store: policies[0], Key: k, Limit: lim},
+				store.Quota{Store: policies[1], Key: k, Limit: lim}, store.Quota{Store: policies[2], Key: k, Limit: lim})
 			return err
 		}},
 		{"onehash1", proto(1)},
