@@ -72,7 +72,8 @@ type Op struct {
 	Limit int64
 	// Members are the members a Distinct op adds: at least one.
 	Members []string
-	// Stat is the statistic an Observe op records in, or a Read reads.
+	// Stat is the statistic an OpObserve op records in, or an OpRead reads
+	// (any but StatDistinct, which is an OpDistinct op).
 	Stat Stat
 	// Lease is the lease id of an Acquire, Refresh or Release: at most 128
 	// bytes, with no spaces.

@@ -421,6 +421,9 @@ func observeItems(o Op) ([][]string, [][]string, []string, error) {
 			ks, names, nil
 	}
 	dir, name, ok := o.Stat.dir()
+	if o.Stat == StatDistinct {
+		return nil, nil, nil, errors.New("StatDistinct is not an OpObserve or OpRead statistic: in a batch, a distinct count is an OpDistinct op")
+	}
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("no such statistic: %v", o.Stat)
 	}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -963,8 +964,8 @@ func TestWindowstoredListenTLS(t *testing.T) {
 
 // TestWindowstoredTimeoutSlowServer: --timeout bounds a request of several
 // round trips, each within the connection's own timeout: through a proxy
-// that delays every reply by 2.5 s, a request with a GCRA limit (one call)
-// and a window limit (another) takes 5 s, so with --timeout 4s it answers
+// that delays every reply by 3 s, a request with a GCRA limit (one call)
+// and a window limit (another) takes 6 s, so with --timeout 5.5s it answers
 // UNAVAILABLE, at the bound, where a single round trip's timeout alone
 // would let it answer OK.
 func TestWindowstoredTimeoutSlowServer(t *testing.T) {
@@ -1017,22 +1018,36 @@ func TestWindowstoredTimeoutSlowServer(t *testing.T) {
 		}
 	}()
 	// (The GCRA's call alone must answer within the timeout, so that its
-	// reservation is known and given back: 1.5 s of slack on a loaded machine.)
-	d := startWSD(t, "redis://"+lis.Addr().String(), wsdConfig, "--timeout", "4s")
+	// reservation is known and given back: 2.5 s of slack on a loaded machine;
+	// the two calls take at least 6 s, past the timeout, however fast the machine.)
+	d := startWSD(t, "redis://"+lis.Addr().String(), wsdConfig, "--timeout", "5.5s")
 	require.Equal(t, ok, d.ask(t, "shop", 1, desc("gburst=w"), desc("user=w")).OverallCode)
-	delay.Store(int64(2500 * time.Millisecond))
-	start := time.Now()
-	_, err = d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop",
-		Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("gburst=s"), desc("user=s")}})
-	took := time.Since(start)
-	t.Logf("two round trips of 2.5 s each answered after %v: %v", took, err)
-	require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
-	require.Less(t, took, 5500*time.Millisecond, "the answer waited past --timeout (for the give-back?)")
+	// On a loaded machine the GCRA's own call can miss the timeout too; its
+	// cost then stays counted (it is unknown whether the server ran it), so
+	// the scenario runs again on new keys, at most three times.
+	var v string
+	for attempt := 0; ; attempt++ {
+		v = "s" + strconv.Itoa(attempt)
+		delay.Store(int64(3 * time.Second))
+		start := time.Now()
+		_, err = d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop",
+			Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("gburst=" + v), desc("user=" + v)}})
+		took := time.Since(start)
+		t.Logf("two round trips of 3 s each answered after %v: %v", took, err)
+		require.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+		require.Less(t, took, 7500*time.Millisecond, "the answer waited past --timeout (for the give-back?)")
+		if attempt < 2 && strings.Contains(err.Error(), "limit: gcra") {
+			delay.Store(0)
+			continue
+		}
+		require.Contains(t, err.Error(), "apply \"shop|user="+v, "the window limit's call is the one that timed out")
+		break
+	}
 	// The GCRA's reserved cost is given back after the answer: its burst of
 	// 10 is whole again.
 	delay.Store(0)
 	require.Eventually(t, func() bool {
-		dd := desc("gburst=s")
+		dd := desc("gburst=" + v)
 		dd.HitsAddend = wrapperspb.UInt64(0)
 		r, err := d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{dd}})
 		return err == nil && r.Statuses[0].LimitRemaining == 10
