@@ -120,7 +120,8 @@ func raceAllow(t *testing.T, l limit.Limiter, n int, refused func(d store.Decisi
 
 // TestCombineAcrossServers: a Multi whose policies live on two servers
 // (Redis 7.0 and Redis 8) is still all or nothing: of 40 concurrent callers
-// exactly the tighter limit is admitted, each counted on both servers, and a
+// at most the tighter limit is admitted, and then callers one by one to
+// exactly that limit, each counted on both servers, and a
 // refusal on one server leaves the other's counter as it was; no refusal is
 // remembered in process (RefusalCache).
 func TestCombineAcrossServers(t *testing.T) {
@@ -149,6 +150,19 @@ func TestCombineAcrossServers(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// Across clients a reservation another server refuses is taken back, so
+	// under contention a caller can be refused by a reservation that did not
+	// last (documented on store.ApplyAll): never more than the limit, and the
+	// rest is admitted afterwards, to exactly the tighter limit.
+	require.LessOrEqual(t, admitted.Load(), int64(7), "never more than the tighter limit")
+	for {
+		d, err := m.Allow(ctx, "k", 1)
+		require.NoError(t, err)
+		if !d.Allowed {
+			break
+		}
+		admitted.Add(1)
+	}
 	require.EqualValues(t, 7, admitted.Load(), "the tighter limit, exactly")
 	for _, s := range []*store.Store{a.Sub("a"), b.Sub("b")} {
 		n, err := s.Sum(ctx, "k")
