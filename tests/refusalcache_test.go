@@ -141,7 +141,10 @@ func TestRefusalCache(t *testing.T) {
 					f, err := fresh.Allow(ctx, "k", 1)
 					require.NoError(t, err)
 					require.False(t, f.Allowed)
-					require.LessOrEqual(t, f.RetryAfter, d.RetryAfter+2*time.Millisecond, // (whole ms: the two server answers each rounded)
+					// (Whole ms: the two server answers each rounded; and a few ms
+					// of the server's own clock, which a loaded Valkey 9.1 was seen
+					// to read 4 ms behind the host's between two calls.)
+					require.LessOrEqual(t, f.RetryAfter, d.RetryAfter+5*time.Millisecond,
 						"a retry at the cached RetryAfter is no earlier than the server's")
 					require.GreaterOrEqual(t, f.RetryAfter, d.RetryAfter-time.Since(before)-span-3*time.Millisecond, // (whole ms: the server's two answers, the cache's rounding up)
 						"the cached retry is the server's, counted down")
