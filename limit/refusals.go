@@ -32,9 +32,10 @@ import (
 // refuse, until that retry, what a fresh call would admit; never the other
 // way.
 //
-// Every limiter has one of its own by default (10,000 keys); WithRefusalCache shares one, or, given nil, turns it off. One cache
-// may serve many limiters: their keys never meet. A full cache drops its
-// expired refusals, then keys at random. A RefusalCache is safe for
+// Every limiter has one of its own by default (10,000 keys);
+// WithRefusalCache shares one, or, given nil, turns it off. One cache may
+// serve many limiters: their keys never meet. A full cache drops its expired
+// refusals, then keys at random. A RefusalCache is safe for
 // concurrent use; its zero value is not usable: create one with
 // NewRefusalCache.
 type RefusalCache struct{ c *refusal.Cache }

@@ -8,8 +8,8 @@ import (
 )
 
 // Distinct counts (StatDistinct): how many different members (cards,
-// accounts, devices) a key saw in the window. Each bucket of a key's distinct count is a
-// HyperLogLog (PFADD) in a ring of keys; the store also keeps the union of the
+// accounts, devices) a key saw in the window. Each bucket of a key's
+// distinct count is a HyperLogLog (PFADD) in a ring of keys; the store also keeps the union of the
 // live buckets, so that a count over the window is PFCOUNT of one key, which
 // Redis answers from its cached cardinality while the union is unchanged. The
 // union is rebuilt once per bucket, by the second add after a bucket leaves
