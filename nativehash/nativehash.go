@@ -92,20 +92,11 @@ var lua embed.FS
 
 func frag(name string) backend.Fragment { return backend.Embedded(lua, "nativehash", name) }
 
-// The names of the family's two backends, for store.WithBackend (the family
-// itself is "nativehash": field TTL where the server has it, else plain).
-const (
-	// Plain names the backend for any Redis or Valkey.
-	Plain = "nativehash-plain"
-	// FieldTTL names the backend for servers with hash-field TTL.
-	FieldTTL = "nativehash-fieldttl"
-)
-
 // plain is the backend for servers without hash-field TTL (see the package
 // doc for its fields).
 var plain = backend.Register(backend.New(backend.Spec{
-	Name:     Plain,
-	Family:   "nativehash",
+	Name:     backend.NamePlain,
+	Family:   backend.FamilyNativeHash,
 	Requires: []string{"hincrby"},
 	Head:     true,
 	Reserved: []string{"m", "t"},
@@ -120,8 +111,8 @@ var plain = backend.Register(backend.New(backend.Spec{
 // running total would need the buckets to outlive the window, which is what
 // field TTLs are there to prevent.
 var fieldTTL = backend.Register(backend.New(backend.Spec{
-	Name:     FieldTTL,
-	Family:   "nativehash",
+	Name:     backend.NameFieldTTL,
+	Family:   backend.FamilyNativeHash,
 	Requires: []string{"hincrby", "hpexpireat"},
 	FieldTTL: true,
 	Why:      "the server has hash-field TTL (HPEXPIREAT): buckets expire per field",

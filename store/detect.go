@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/backend"
-	"github.com/windowstore/windowstore/nativehash"
-	"github.com/windowstore/windowstore/tairhash"
+	_ "github.com/windowstore/windowstore/nativehash" // registers its backends
+	_ "github.com/windowstore/windowstore/tairhash"   // registers its backend
 )
 
 // registry lists every backend, best first: "auto" picks the first one whose
@@ -17,9 +17,9 @@ import (
 // choice when the server will not say what it has. Adding a backend is one
 // package of its own and one line here.
 var registry = []*backend.Backend{
-	backend.Named(tairhash.Name),
-	backend.Named(nativehash.FieldTTL),
-	backend.Named(nativehash.Plain),
+	backend.Named(BackendTairHash),
+	backend.Named(BackendFieldTTL),
+	backend.Named(BackendPlain),
 }
 
 // Backends returns every name WithBackend accepts: "auto", then each backend

@@ -47,14 +47,19 @@ func defaults() config {
 // not (New fails with ErrInvalid), since a brace would make a hash tag.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
-// WithBackend forces a backend, or a family of backends, by name, instead of
-// "auto", the default, which picks the best the server offers (see the
-// package doc): "tairhash" (tairhash.Name), "nativehash" (the family: with
-// hash-field TTL where the server has it, else plain), "nativehash-fieldttl"
-// (nativehash.FieldTTL) or "nativehash-plain" (nativehash.Plain: the plain
-// hash even where the server has field TTL; its counters and those of
-// nativehash-fieldttl can be read by each other). New
-// fails with ErrUnavailable when the server does not offer it, and with
+// The names WithBackend takes besides "auto", the default, which picks the
+// best backend the server offers (see the package doc). Backends lists them all.
+const (
+	BackendTairHash   = backend.NameTairHash     // TairHash: buckets expire per field (package tairhash)
+	BackendNativeHash = backend.FamilyNativeHash // the native hash: field TTL where the server has it, else plain
+	BackendFieldTTL   = backend.NameFieldTTL     // the native hash with hash-field TTL (Redis >= 7.4, Valkey >= 9)
+	BackendPlain      = backend.NamePlain        // the plain native hash, on any Redis or Valkey, even one with field TTL
+)
+
+// WithBackend forces a backend, or a family of backends, by name (one of the
+// Backend constants), instead of "auto", the default. The counters of
+// BackendPlain and BackendFieldTTL can be read by each other. New fails with
+// ErrUnavailable when the server does not offer the backend, and with
 // ErrInvalid for an unknown name.
 func WithBackend(name string) Option { return func(c *config) { c.backend = name } }
 

@@ -14,7 +14,7 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/resptest"
-	"github.com/windowstore/windowstore/nativehash"
+	_ "github.com/windowstore/windowstore/nativehash"
 )
 
 // These tests check the exact command tokens the store sends, without a
@@ -103,7 +103,7 @@ func TestTokensAddServerClock(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatal(n, err)
 	}
-	want := append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "2", "p:{user:42}:10s/1s:b", "p:{user:42}:h", ""}, years(time.Now())...)
+	want := append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "2", "p:{user:42}:10s/1s:b", "p:{user:42}:h", ""}, years(time.Now())...)
 	want = append(want, "5000", "", backend.OpAdd, "1000:10000", "-7")
 	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
@@ -123,7 +123,7 @@ func TestTokensAllowClientClock(t *testing.T) {
 		r.ResetAfter != 9*time.Second || r.Duplicate || r.Policies != nil {
 		t.Fatalf("%+v", r)
 	}
-	want := append([]string{"EVALSHA", backend.Named(nativehash.FieldTTL).Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
+	want := append([]string{"EVALSHA", backend.Named(backend.NameFieldTTL).Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
 	want = append(want, "1000", "", backend.OpAllow, "1000:10000", "5", "2")
 	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
@@ -184,7 +184,7 @@ func TestTokensBatch(t *testing.T) {
 	got := scriptCalls(rec)
 	hdr := append([]string{""}, years(time.Now())...)
 	hdr = append(hdr, "5000", "")
-	want := append(append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4", "ws:{b}:10s/1s:b", "ws:{b}:h",
+	want := append(append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "4", "ws:{b}:10s/1s:b", "ws:{b}:h",
 		"ws:{c}:10s/1s:b", "ws:{c}:h"}, hdr...),
 		backend.OpAddNoSum, "1000:10000", "2", backend.OpAllow, "1000:10000", "10", "3")
 	if len(got) != 2 || !slices.Equal(got[1], want) {
@@ -333,7 +333,7 @@ func TestTokensSumManyLoad(t *testing.T) {
 		switch {
 		case cmd[0] == "FUNCTION":
 			loaded = true
-			return resptest.Str(backend.Named(nativehash.Plain).Library.Name())
+			return resptest.Str(backend.Named(backend.NamePlain).Library.Name())
 		case cmd[0] == "FCALL_RO" && !loaded:
 			return resptest.Err("ERR Function not found")
 		}
@@ -346,8 +346,8 @@ func TestTokensSumManyLoad(t *testing.T) {
 	}
 	args := append([]string{strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
 	args = append(args, "5000", "", "1000:10000", "10000", "1000:10000", "10000")
-	call := append(append([]string{"FCALL_RO", backend.Named(nativehash.Plain).Sum.Function(), "4"}, append(ck("a"), ck("b")...)...), args...)
-	want := [][]string{call, {"FUNCTION", "LOAD", backend.Named(nativehash.Plain).Library.Source()}, call}
+	call := append(append([]string{"FCALL_RO", backend.Named(backend.NamePlain).Sum.Function(), "4"}, append(ck("a"), ck("b")...)...), args...)
+	want := [][]string{call, {"FUNCTION", "LOAD", backend.Named(backend.NamePlain).Library.Source()}, call}
 	if got := scriptCalls(rec); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("sent %q", got)
 	}
@@ -387,16 +387,16 @@ func TestTokensFunctionsRefused(t *testing.T) {
 // TestTokensErrorsLeakNothing: a script's error reply reaches the caller as
 // one clean sentence; its SHA and Lua line stay reachable with errors.As.
 func TestTokensErrorsLeakNothing(t *testing.T) {
-	lib := backend.Named(nativehash.Plain).Library
+	lib := backend.Named(backend.NamePlain).Library
 	line := strings.Count(lib.Source()[:strings.Index(lib.Source(), "-- @file backend/lua/decide.lua")], "\n") + 5
 	for _, tc := range []struct {
 		name, reply string
 		opts        []Option
 	}{
 		{"function", "ERR user_function:" + strconv.Itoa(line) + ": attempt to compare nil with number script: " +
-			backend.Named(nativehash.Plain).Write.Function() + ", on @user_function:" + strconv.Itoa(line) + ".", nil},
+			backend.Named(backend.NamePlain).Write.Function() + ", on @user_function:" + strconv.Itoa(line) + ".", nil},
 		{"script", "ERR user_script:200: attempt to compare nil with number script: " +
-			backend.Named(nativehash.Plain).Write.SHA1() + ", on @user_script:200.", []Option{withFunctions(false)}},
+			backend.Named(backend.NamePlain).Write.SHA1() + ", on @user_script:200.", []Option{withFunctions(false)}},
 	} {
 		s, _ := tokenStore(t, false, func([]string) string { return resptest.Err(tc.reply) }, tc.opts...)
 		_, err := s.Add(context.Background(), "k", 1)
@@ -407,10 +407,10 @@ func TestTokensErrorsLeakNothing(t *testing.T) {
 		if !errors.As(err, &se) || se.Line == 0 || se.File == "" {
 			t.Fatalf("%s: %+v", tc.name, se)
 		}
-		if tc.name == "function" && (se.Func != backend.Named(nativehash.Plain).Write.Function() || se.File != "backend/lua/decide.lua" || se.Line != 4) {
+		if tc.name == "function" && (se.Func != backend.Named(backend.NamePlain).Write.Function() || se.File != "backend/lua/decide.lua" || se.Line != 4) {
 			t.Fatalf("%s: %+v", tc.name, se)
 		}
-		if tc.name == "script" && se.SHA != backend.Named(nativehash.Plain).Write.SHA1() {
+		if tc.name == "script" && se.SHA != backend.Named(backend.NamePlain).Write.SHA1() {
 			t.Fatalf("%s: %+v", tc.name, se)
 		}
 	}
@@ -447,7 +447,7 @@ func TestTokensLink(t *testing.T) {
 	hdr := append([]string{""}, years(time.Now())...)
 	hdr = append(hdr, "5000", "")
 	group := []string{"1", "", "11000", "", backend.ItemLimit, "1000:10000", "5", "1"}
-	want := append(append(append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4"}, append(ck("a"), ck("b")...)...), hdr...),
+	want := append(append(append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "4"}, append(ck("a"), ck("b")...)...), hdr...),
 		backend.OpLink, "2")
 	want = append(append(want, group...), group...)
 	if len(got) != 1 || !slices.Equal(got[0], want) {
@@ -542,7 +542,7 @@ func TestTokensAllowAllOneKey(t *testing.T) {
 	}
 	hdr := append([]string{""}, years(time.Now())...)
 	hdr = append(hdr, "5000", "")
-	want := append([]string{"FCALL", backend.Named(nativehash.Plain).Write.Function(), "4",
+	want := append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "4",
 		"ws:{u}:10s/1s:b", "ws:{u}:h", "ws:{u}:100s/10s:b", "ws:{u}:h"}, hdr...)
 	want = append(want, backend.OpGroup, "2", "", "110000", "", backend.ItemLimit, "1000:10000", "5", "1",
 		backend.ItemLimit, "10000:100000", "50", "1")

@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/windowstore/windowstore/store"
-	"github.com/windowstore/windowstore/tairhash"
 )
 
 // The backend's name, for store.WithBackend. Most callers need not force it:
@@ -12,9 +11,9 @@ import (
 // EXHPEXPIREAT; forcing it makes New fail with store.ErrUnavailable on a
 // server without them, instead of falling back to a native hash.
 func Example() {
-	opt := store.WithBackend(tairhash.Name) // for store.New(ctx, client, w, opt)
+	opt := store.WithBackend(store.BackendTairHash) // for store.New(ctx, client, w, opt)
 	_ = opt
-	fmt.Println(tairhash.Name)
+	fmt.Println(store.BackendTairHash)
 	// Output:
 	// tairhash
 }

@@ -46,13 +46,10 @@ import (
 //go:embed lua/*.lua
 var lua embed.FS
 
-// Name names the TairHash backend, for store.WithBackend.
-const Name = "tairhash"
-
 // tair is the TairHash backend.
 var tair = backend.Register(backend.New(backend.Spec{
-	Name:     Name,
-	Family:   "tairhash",
+	Name:     backend.NameTairHash,
+	Family:   backend.NameTairHash,
 	Requires: []string{"exhincrby", "exhpexpireat"},
 	FieldTTL: true,
 	Why:      "the server has TairHash (EXHINCRBY): buckets expire per field",

@@ -13,16 +13,16 @@ import (
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/limitlua"
 	"github.com/windowstore/windowstore/limit"
-	"github.com/windowstore/windowstore/nativehash"
+	_ "github.com/windowstore/windowstore/nativehash"
 	"github.com/windowstore/windowstore/store"
-	"github.com/windowstore/windowstore/tairhash"
+	_ "github.com/windowstore/windowstore/tairhash"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
 // ACL rules: the least each backend and limiter needs, as the packages
 // declare them (docs/acl.md documents them; package acldoc's tests check it).
-var aclRules = acldoc.Parse(append(append(append(backend.Named(nativehash.Plain).ACLRules(), backend.Named(nativehash.FieldTTL).ACLRules()...),
-	backend.Named(tairhash.Name).ACLRules()...), limitlua.ACL...)...)
+var aclRules = acldoc.Parse(append(append(append(backend.Named(backend.NamePlain).ACLRules(), backend.Named(backend.NameFieldTTL).ACLRules()...),
+	backend.Named(backend.NameTairHash).ACLRules()...), limitlua.ACL...)...)
 
 func aclRule(label string) string { return acldoc.Rule(aclRules, label) }
 

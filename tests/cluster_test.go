@@ -282,12 +282,12 @@ func TestCluster(t *testing.T) {
 				resumed = time.Since(killed)
 				break
 			}
-			if time.Since(killed) > 30*time.Second {
+			if time.Since(killed) > 60*time.Second {
 				t.Fatalf("no recovery after the master was killed: %v", err)
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		const resumeBound = 10 * time.Second
+		const resumeBound = 4 * harness.ClusterNodeTimeout // detection, then the replica's election
 		t.Logf("FAILOVER: operations on the killed master's slots resumed %v after the kill (cluster-node-timeout %v; bound %v)",
 			resumed, harness.ClusterNodeTimeout, resumeBound)
 		require.Less(t, resumed, resumeBound, "failover took too long")

@@ -11,8 +11,8 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/limitlua"
 	_ "github.com/windowstore/windowstore/limit" // declares the limiters' rules
-	"github.com/windowstore/windowstore/nativehash"
-	"github.com/windowstore/windowstore/tairhash"
+	_ "github.com/windowstore/windowstore/nativehash"
+	_ "github.com/windowstore/windowstore/tairhash"
 )
 
 func TestParse(t *testing.T) {
@@ -49,8 +49,8 @@ func TestDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	var declared []backend.ACLRule
-	for _, rs := range [][]backend.ACLRule{backend.Named(nativehash.Plain).ACLRules(), backend.Named(nativehash.FieldTTL).ACLRules(),
-		backend.Named(tairhash.Name).ACLRules(), limitlua.ACL} {
+	for _, rs := range [][]backend.ACLRule{backend.Named(backend.NamePlain).ACLRules(), backend.Named(backend.NameFieldTTL).ACLRules(),
+		backend.Named(backend.NameTairHash).ACLRules(), limitlua.ACL} {
 		for _, r := range rs {
 			if !slices.ContainsFunc(declared, func(d backend.ACLRule) bool { return d.Label == r.Label }) {
 				declared = append(declared, r)

@@ -98,6 +98,15 @@ var (
 	ScanOps = shared("scanops.lua")
 )
 
+// The backends' names and the native hash's family name, which
+// store.WithBackend takes (store exports them as Backend*).
+const (
+	NameTairHash     = "tairhash"
+	FamilyNativeHash = "nativehash"
+	NameFieldTTL     = "nativehash-fieldttl"
+	NamePlain        = "nativehash-plain"
+)
+
 // Spec declares a backend.
 type Spec struct {
 	// Name is the backend's name, unique among backends: "nativehash-plain".

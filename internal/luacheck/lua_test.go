@@ -14,12 +14,12 @@ import (
 	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/limitlua"
-	"github.com/windowstore/windowstore/nativehash"
-	"github.com/windowstore/windowstore/tairhash"
+	_ "github.com/windowstore/windowstore/nativehash"
+	_ "github.com/windowstore/windowstore/tairhash"
 	lua "github.com/yuin/gopher-lua"
 )
 
-var backends = []*backend.Backend{backend.Named(tairhash.Name), backend.Named(nativehash.FieldTTL), backend.Named(nativehash.Plain)}
+var backends = []*backend.Backend{backend.Named(backend.NameTairHash), backend.Named(backend.NameFieldTTL), backend.Named(backend.NamePlain)}
 
 func allScripts() []*backend.Script {
 	var out []*backend.Script
@@ -128,7 +128,7 @@ func num(v lua.LValue) int64 { return int64(v.(lua.LNumber)) }
 // buckets that do and do not divide the year, on the client's clock and on
 // the server's.
 func TestLiveMatchesCodec(t *testing.T) {
-	L, fns := lib(t, backend.Named(nativehash.Plain), 0)
+	L, fns := lib(t, backend.Named(backend.NamePlain), 0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	anchors := []string{"2024-12-31T23:59:50Z", "2025-01-01T00:00:03Z", "2024-02-29T12:00:00Z", "2024-03-01T00:00:00Z",
 		"2025-12-31T23:58:30Z", "2026-01-01T00:00:00Z", "2026-07-01T08:00:00Z", "2023-12-31T23:00:00Z"}
@@ -260,7 +260,7 @@ func asBig(t *testing.T, v lua.LValue) *big.Int {
 // edges: exact in every case, a double only below 2^53, and the int64 check
 // right.
 func TestExactArithmetic(t *testing.T) {
-	L, fns := lib(t, backend.Named(nativehash.Plain), 0)
+	L, fns := lib(t, backend.Named(backend.NamePlain), 0)
 	rng := rand.New(rand.NewPCG(7, 11))
 	n := 200000
 	if testing.Short() {

@@ -15,8 +15,10 @@ import (
 )
 
 // ClusterNodeTimeout is the cluster-node-timeout of every cluster NewCluster
-// makes: a master unreachable this long is failed over.
-const ClusterNodeTimeout = time.Second
+// makes: a master unreachable this long is failed over. It is long enough that
+// a master stalled by a loaded machine (a dozen containers on two cores) is
+// not failed over by mistake, which would take the cluster down mid-test.
+const ClusterNodeTimeout = 5 * time.Second
 
 // Cluster is a real Redis Cluster: 3 masters and 3 replicas, each a container
 // of the Redis 7.0 image on the host's network, on ports of its own.
