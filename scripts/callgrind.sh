@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Server instructions per operation, counted by valgrind's callgrind: runs a
 # Redis 7.0 built with symbols (as profile.sh does) under callgrind, drives
-# one operation of the store at it with tests/cmd/cgprobe (its doc says
+# one operation of the store at it with tools/cgprobe (its doc says
 # what each operation and flag is), zeroes the counts after the warm-up and
 # prints the instructions per operation. Unlike the server's CPU time,
 # which varies by up to 3x on a shared machine, the count is the same from
@@ -35,7 +35,7 @@ need_tools callgrind "on Debian: apt-get install valgrind gcc make curl" valgrin
 symbolized_redis
 
 dir=$(mktemp -d)
-(cd tests && go build -o "$dir/cgprobe" ./cmd/cgprobe)
+(cd tools && go build -o "$dir/cgprobe" ./cgprobe)
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p" "$server" --port "$port" --bind 127.0.0.1 \
   --save '' --appendonly no >"$dir/valgrind.log" 2>&1 &
 vg=$!

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Where the server's time goes, per operation: runs tests/cmd/bench for each
+# Where the server's time goes, per operation: runs tools/bench for each
 # operation against a Redis 7.0 built with symbols and frame pointers, records
 # the server with `perf record -g` over the middle of the run, and sorts the
-# samples with tests/cmd/perfcat (the script's own Lua, the commands it calls,
+# samples with tools/perfcat (the script's own Lua, the commands it calls,
 # redis.call's costs, the FCALL's tables, the garbage collector, and the
 # reading, writing and waiting every request pays), in µs per operation.
 #
 #   ./scripts/profile.sh                     add allow allow3 record6 distinct
-#   ./scripts/profile.sh add naive           any of tests/cmd/bench's operations
+#   ./scripts/profile.sh add naive           any of tools/bench's operations
 #
 # Unlike the test and bench scripts it runs the server on the host, not in a
 # container (perf needs its symbols), so it needs more than Go and Docker:
@@ -36,7 +36,7 @@ trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$d
 for _ in $(seq 50); do [ -s "$dir/redis.pid" ] && break; sleep 0.1; done
 pid=$(cat "$dir/redis.pid")
 
-(cd tests && go build -o "$dir/bench" ./cmd/bench && go build -o "$dir/perfcat" ./cmd/perfcat)
+(cd tools && go build -o "$dir/bench" ./bench && go build -o "$dir/perfcat" ./perfcat)
 for op in "${ops[@]}"; do
   # The bench fills 2,000 keys, then runs op for 10 s; perf records 5 s of it.
   taskset -c "$client_cpus" "$dir/bench" --addr "127.0.0.1:$port" --json --keys 2000 --buckets 10 \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # windowstored beside envoyproxy/ratelimit: the same config and load of Envoy
 # rate-limit calls against one Redis 7.0 server, pinned to a core of its own
-# (tests/cmd/rlsbench). Prints decisions per second and the Redis server's CPU
+# (tools/rlsbench). Prints decisions per second and the Redis server's CPU
 # time per decision, medians of RUNS runs with their range.
 #
 #   ENVOY_RATELIMIT_BIN=/path/to/ratelimit ./scripts/rls-bench.sh
@@ -28,7 +28,7 @@ trap 'docker rm -f "$name" >/dev/null 2>&1 || true; rm -rf "$bin"' EXIT
 pinned_redis "$name" "$port"
 
 (cd cmd/windowstored && go build -o "$bin/windowstored" .)
-(cd tests && go build -o "$bin/rlsbench" ./cmd/rlsbench)
+(cd tools && go build -o "$bin/rlsbench" ./rlsbench)
 echo "rls-bench: Redis $version pinned to core $((cpus - 1)), $runs runs of $duration per service, $(date -u +%Y-%m-%d)" >&2
 "${client_pin[@]}" "$bin/rlsbench" --redis "127.0.0.1:$port" --windowstored "$bin/windowstored" \
   --envoy "$ENVOY_RATELIMIT_BIN" --runs "$runs" --duration "$duration"

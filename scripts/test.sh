@@ -194,13 +194,13 @@ $quick && say "extra go test arguments ($*): vet, fuzzing, the benchmark check a
 # ---- the library ------------------------------------------------------------
 section "unit tests (every module but tests/: no server)"
 # The modules of go.work: the library (rueidis alone), windowctl, the Lua
-# checks, metrics/prom, metrics/otel; tests/ is the integration suite, below.
+# checks, metrics/prom, metrics/otel, the measuring tools; tests/ is the integration suite, below.
 mapfile -t modules < <(go list -m -f '{{.Dir}}' | sed "s|^$PWD|.|")
 if ! $quick; then
   for m in "${modules[@]}"; do (cd "$m" && go vet ./...); done
   gofmt_out=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
   [ -z "$gofmt_out" ] || { echo "gofmt would change:"; echo "$gofmt_out"; exit 1; }
-  (cd tests && go run ./cmd/figures -check)
+  (cd tools && go run ./figures -check)
 fi
 for m in "${modules[@]}"; do
   [ "$m" = ./tests ] && continue
@@ -241,7 +241,7 @@ if s=$(SERVE_OPTS="${pin[*]:-}" serve "$REDIS70_IMAGE" redis-server --port PORT 
   # HINCRBY: the figures that matter; the server runs on a core of its own
   # where the machine has two. The targets' pairs are three (one pair's
   # ratio moves by a fifth from run to run).
-  (cd tests && go run ./cmd/bench --addr "redis://127.0.0.1:${s##* }" --keys 2000 --duration 300ms --runs 1 --pairs 3 --buckets 10) ||
+  (cd tools && go run ./bench --addr "redis://127.0.0.1:${s##* }" --keys 2000 --duration 300ms --runs 1 --pairs 3 --buckets 10) ||
     say "the benchmark did not run (not a failure: it is a printed check)"
   docker rm -f "${s%% *}" >/dev/null 2>&1 || true
 else

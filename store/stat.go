@@ -147,17 +147,18 @@ type StatEvent struct {
 
 // StatValue is a window statistic's value.
 //
-// For example, with a window of 10m and the events 7, -3 and 12 in it, Max
-// answers {OK: true, Value: 12}; Avg answers {OK: true, Value: 5, Sum: 16,
-// Count: 3} (Value truncated, Mean 5.33...). A window with no event answers
-// OK false and zeros.
+// For example, with a window of 10m and the events 7, -3 and 12 in it,
+// StatMax answers {OK: true, Value: 12}; StatAvg answers {OK: true, Value: 5,
+// Sum: 16, Count: 3} (Value truncated from 5.33...). A window with no event
+// answers OK false and zeros.
 type StatValue struct {
 	// OK reports whether the window has an event: without one there is no
 	// max, min, first, last or average.
 	OK bool
-	// Value is the greatest or least amount (Max, Min), the Unix ms of the
-	// first or last event (First, Last), or Sum / Count truncated toward zero
-	// (Avg).
+	// Value is the greatest or least amount (StatMax, StatMin), the Unix ms
+	// of the first or last event (StatFirst, StatLast), Sum / Count truncated
+	// toward zero (StatAvg), the newest amount (StatRecent) or the number of
+	// distinct members (StatDistinct).
 	Value int64
 	// Sum and Count are StatAvg's: the window's sum of amounts and number
 	// of events (0 for the others).
@@ -174,7 +175,7 @@ type Sample struct {
 	Value int64
 }
 
-// Mean returns Avg's Sum / Count as a decimal string, computed exactly and
+// Mean returns StatAvg's Sum / Count as a decimal string, computed exactly and
 // rounded to digits places after the point, trailing zeros trimmed ("5.333",
 // "-2", "7.5"); "" when the window has no event. It is for display; Value is
 // the quotient truncated toward zero.

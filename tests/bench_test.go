@@ -75,7 +75,7 @@ func parallel(fns []func()) {
 }
 
 func runParallel(b *testing.B, op func(ctx context.Context, key string) error) {
-	b.SetParallelism(32) // 64 goroutines on 2 cores, as tests/cmd/bench
+	b.SetParallelism(32) // 64 goroutines on 2 cores, as tools/bench
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := context.Background()

@@ -11,7 +11,7 @@ import (
 )
 
 // TestREADMEFigures: the figure tables of README.md and docs/*.md are
-// exactly what tests/figures.json renders (go run ./tests/cmd/figures), so
+// exactly what tests/figures.json renders (go run ./tools/figures), so
 // no figure is copied by hand.
 func TestREADMEFigures(t *testing.T) {
 	f, err := figures.Load(figures.Path())
@@ -23,7 +23,7 @@ func TestREADMEFigures(t *testing.T) {
 		require.NoError(t, err)
 		out, err := render.README(string(readme), f)
 		require.NoError(t, err, doc)
-		require.Equal(t, string(readme), out, "%s's figure tables differ from tests/figures.json: run go run ./tests/cmd/figures", doc)
+		require.Equal(t, string(readme), out, "%s's figure tables differ from tests/figures.json: run go run ./tools/figures", doc)
 	}
 }
 

@@ -7,7 +7,7 @@
 // and help, each declared in its own file (cmd_NAME.go) and listed in the
 // table in commands.go. `windowctl help` prints the whole usage (the global
 // flags and the exit statuses) and `windowctl help COMMAND` a command's; both
-// are made from the table. The benchmark is not here: it is tests/cmd/bench.
+// are made from the table. The benchmark is not here: it is tools/bench.
 package main
 
 import "os"

@@ -1,7 +1,7 @@
 // Package baseline holds the references that benchmarks compare windowstore
 // with: the textbook naive window script (a hash of second-buckets summed by
 // HGETALL), and how to fill its counters.
-// It is shared by the bench (tests/cmd/bench) and the Go benchmarks of the test suite.
+// It is shared by the bench (tools/bench) and the Go benchmarks of the test suite.
 package baseline
 
 import (

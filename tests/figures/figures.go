@@ -7,11 +7,11 @@
 //   - with WINDOWSTORE_FIGURES=update, Check records instead, and TestMain
 //     writes the file anew (Save);
 //   - the docs' figure tables are rendered from the file by
-//     `go run ./tests/cmd/figures` (between <!-- figures:NAME --> markers),
+//     `go run ./tools/figures` (between <!-- figures:NAME --> markers),
 //     and TestREADMEFigures fails when they differ from what it would render.
 //
 // Figures that timing decides (the benchmark's) are recorded by
-// scripts/bench.sh from the bench's --json lines (tests/cmd/bench), never checked by a test.
+// scripts/bench.sh from the bench's --json lines (tools/bench), never checked by a test.
 package figures
 
 import (
@@ -95,16 +95,16 @@ func Check(t testing.TB, name string, f Figure, tol float64) {
 	c, ok := committed[name]
 	if !ok {
 		t.Fatalf("figure %s (%g %s) is not in tests/figures.json: record it with WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, "+
-			"then go run ./tests/cmd/figures", name, f.Value, f.Unit, t.Name())
+			"then go run ./tools/figures", name, f.Value, f.Unit, t.Name())
 	}
 	if c.Server != f.Server {
 		t.Errorf("figure %s was recorded on %q, and this run measured it on %q: the docs would name a server that did not "+
-			"measure it: record it with WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, then go run ./tests/cmd/figures",
+			"measure it: record it with WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, then go run ./tools/figures",
 			name, c.Server, f.Server, t.Name())
 	}
 	if !Close(c.Value, f.Value, tol) {
 		t.Errorf("figure %s drifted: measured %g %s, the docs say %g (tolerance %.0f%%): if the change is meant, record it with "+
-			"WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, then go run ./tests/cmd/figures", name, f.Value, f.Unit, c.Value, tol*100, t.Name())
+			"WINDOWSTORE_FIGURES=update ./scripts/test.sh -run %s, then go run ./tools/figures", name, f.Value, f.Unit, c.Value, tol*100, t.Name())
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package render writes the docs' figure tables (README.md, docs/*.md) from
-// the figures file (see package figures, and tests/cmd/figures).
+// the figures file (see package figures, and tools/figures).
 package render
 
 import (
@@ -297,6 +297,6 @@ func bench(f figures.File) string {
 	return b.String()
 }
 
-// BenchOps are the bench's operations (tests/cmd/bench), in the table's order.
+// BenchOps are the bench's operations (tools/bench), in the table's order.
 var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "refuse", "refuseat", "allow3", "windows", "windows3", "refuse3", "refuse3at", "allow3x", "refuse3x", "attack",
 	"record6", "record6id", "record8", "record6x", "observe", "distinct", "distincthot", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}

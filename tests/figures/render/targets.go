@@ -2,10 +2,10 @@ package render
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/windowstore/windowstore/tests/figures"
-	"github.com/windowstore/windowstore/tests/internal/serverstat"
 )
 
 // A Target is one of the design's server-time targets: Op's server time per
@@ -48,7 +48,7 @@ func RoundRatios(op, base []float64) (med, lo, hi float64, n int) {
 			r = append(r, op[i]/base[i])
 		}
 	}
-	med, lo, hi = serverstat.Median(r)
+	med, lo, hi = Median(r)
 	return med, lo, hi, len(r)
 }
 
@@ -121,4 +121,18 @@ func targets(f figures.File) string {
 		"the table (which can be a minute apart). The last row, from the second invocation (another window length, so " +
 		"not in pairs), is the ratio of the two medians, with the rounds' range.\n")
 	return b.String()
+}
+
+// Median returns the median of v (the mean of the middle two for an even
+// count) and its range; zeros for none. v is not changed.
+func Median(v []float64) (med, lo, hi float64) {
+	if len(v) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	med = s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return med, s[0], s[len(s)-1]
 }

@@ -6,9 +6,9 @@
 // profile recorded with call graphs, -g, of a redis-server built with
 // symbols) on stdin:
 //
-//	perf script -i perf.data | go run ./tests/cmd/perfcat -us 6.72
+//	perf script -i perf.data | go run ./tools/perfcat -us 6.72
 //
-// With -us (the server µs per operation that tests/cmd/bench measured over
+// With -us (the server µs per operation that tools/bench measured over
 // the same run) each share is also given in µs per operation. A sample is
 // put in the first category, in the order below, whose frame it has: so a
 // command called by the script counts as that command, not as Lua.

@@ -18,7 +18,7 @@
 // after the first operations (callgrind_control -z) and dumps them at the
 // end (-d).
 //
-//	go run ./tests/cmd/cgprobe --addr 127.0.0.1:6379 --op allow3 --step 300ms --conc 32
+//	go run ./tools/cgprobe --addr 127.0.0.1:6379 --op allow3 --step 300ms --conc 32
 package main
 
 import (
@@ -36,7 +36,7 @@ import (
 	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/baseline"
 	"github.com/windowstore/windowstore/store"
-	"github.com/windowstore/windowstore/tests/internal/workload"
+	"github.com/windowstore/windowstore/tools/internal/workload"
 )
 
 func main() {

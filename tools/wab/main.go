@@ -14,7 +14,7 @@
 // base.lua are the repository's):
 //
 //	git show HEAD~1:internal/limitlua/lua/windows.lua > /tmp/old.lua
-//	taskset -c 0 go run ./tests/cmd/wab --addr 127.0.0.1:6379 --a /tmp/old.lua --b internal/limitlua/lua/windows.lua
+//	taskset -c 0 go run ./tools/wab --addr 127.0.0.1:6379 --a /tmp/old.lua --b internal/limitlua/lua/windows.lua
 //
 // Every operation is an admitted cost of 1 (limits of 2^50) on a key drawn
 // at random from --keys, --per operations per script call, from --callers
@@ -37,7 +37,8 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/tests/internal/serverstat"
+	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/tools/internal/serverstat"
 )
 
 func main() {
@@ -140,9 +141,9 @@ func main() {
 			ratios = append(ratios, x/us[0][len(us[0])-1])
 		}
 	}
-	ma, la, ha := serverstat.Median(us[0])
-	mb, lb, hb := serverstat.Median(us[1])
-	mr, lr, hr := serverstat.Median(ratios)
+	ma, la, ha := render.Median(us[0])
+	mb, lb, hb := render.Median(us[1])
+	mr, lr, hr := render.Median(ratios)
 	fmt.Printf("A %.2f µs/op (%.2f-%.2f)  B %.2f (%.2f-%.2f)  B/A pairs %.3f (%.3f-%.3f)  medians %.3f\n",
 		ma, la, ha, mb, lb, hb, mr, lr, hr, mb/ma)
 }

@@ -22,8 +22,8 @@ import (
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/figures/render"
-	"github.com/windowstore/windowstore/tests/internal/serverstat"
-	"github.com/windowstore/windowstore/tests/internal/workload"
+	"github.com/windowstore/windowstore/tools/internal/serverstat"
+	"github.com/windowstore/windowstore/tools/internal/workload"
 )
 
 // benchConfig is what bench measures.
@@ -468,7 +468,7 @@ func (r *benchResult) summarize() {
 		for i, x := range r.runs {
 			v[i] = get(x)
 		}
-		m, _, _ := serverstat.Median(v)
+		m, _, _ := render.Median(v)
 		return m
 	}
 	r.ServerUs = med(func(x benchRunResult) float64 { return x.serverUs })

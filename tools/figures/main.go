@@ -3,9 +3,9 @@
 // <!-- /figures:NAME --> (docs/benchmarks.md, docs/backends.md,
 // docs/ratelimiting.md and docs/counters.md hold them):
 //
-//	go run ./tests/cmd/figures          # rewrite the docs' tables
-//	go run ./tests/cmd/figures -check   # exit 1 when the docs' tables differ
-//	go run ./tests/cmd/figures -bench FILE -how TEXT
+//	go run ./tools/figures          # rewrite the docs' tables
+//	go run ./tools/figures -check   # exit 1 when the docs' tables differ
+//	go run ./tools/figures -bench FILE -how TEXT
 //	                                    # record the bench's --json lines
 //	                                    # (FILE, - for stdin), then rewrite
 //
@@ -29,7 +29,7 @@ import (
 
 func main() {
 	check := flag.Bool("check", false, "only check that the docs' tables are up to date")
-	benchFile := flag.String("bench", "", "record the lines of the bench's --json output (tests/cmd/bench) from this file (- for stdin) first")
+	benchFile := flag.String("bench", "", "record the lines of the bench's --json output (tools/bench) from this file (- for stdin) first")
 	how := flag.String("how", "", "with -bench: how the figures were measured, for the docs")
 	flag.Parse()
 	if *benchFile != "" {
@@ -38,7 +38,7 @@ func main() {
 		}
 	}
 	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	root := filepath.Join(filepath.Dir(file), "..", "..")
 	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
 		fail(err)
@@ -62,7 +62,7 @@ func main() {
 			continue
 		}
 		if *check {
-			fail(fmt.Errorf("%s's figure tables differ from tests/figures.json: run go run ./tests/cmd/figures", name))
+			fail(fmt.Errorf("%s's figure tables differ from tests/figures.json: run go run ./tools/figures", name))
 		}
 		if err := os.WriteFile(doc, []byte(out), 0o644); err != nil {
 			fail(err)

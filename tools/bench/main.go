@@ -1,13 +1,13 @@
 // Command bench measures windowstore's operations on a Redis-compatible
 // server against baselines (the naive hash window script, the ZSET log,
 // GCRA, go-redis/redis_rate and raw HINCRBY), in server CPU time per
-// operation, throughput and latency. From the tests module:
+// operation, throughput and latency. From the repository root:
 //
-//	go run ./cmd/bench --addr HOST:PORT [--json] [flags]
+//	go run ./tools/bench --addr HOST:PORT [--json] [flags]
 //
 // scripts/bench.sh runs it against a pinned server and records its --json
 // lines in tests/figures.json; scripts/profile.sh profiles the server under it.
-// `go run ./cmd/bench --help` lists the flags and the operations.
+// `go run ./tools/bench --help` lists the flags and the operations.
 package main
 
 import (
@@ -113,7 +113,7 @@ func dispatch(args []string, stdout io.Writer) error {
 // usage is the text of --help.
 func usage(fs *flag.FlagSet) string {
 	var b strings.Builder
-	b.WriteString("usage: go run ./tests/cmd/bench [flags]\n\n" + benchDetails + "\n\nflags:\n")
+	b.WriteString("usage: go run ./tools/bench [flags]\n\n" + benchDetails + "\n\nflags:\n")
 	fs.SetOutput(&b)
 	fs.PrintDefaults()
 	fs.SetOutput(io.Discard)

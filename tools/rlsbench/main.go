@@ -38,7 +38,8 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/tests/internal/serverstat"
+	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/tools/internal/serverstat"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -171,9 +172,9 @@ func summarize(name string, ps []phase) result {
 		}
 		return v
 	}
-	r.Decisions, r.DecisionsMin, r.DecisionsMax = serverstat.Median(get(func(p phase) float64 { return p.perSec }))
-	r.CPUUs, r.CPUUsMin, r.CPUUsMax = serverstat.Median(get(func(p phase) float64 { return p.cpuUs }))
-	r.Admitted, _, _ = serverstat.Median(get(func(p phase) float64 { return p.admitted }))
+	r.Decisions, r.DecisionsMin, r.DecisionsMax = render.Median(get(func(p phase) float64 { return p.perSec }))
+	r.CPUUs, r.CPUUsMin, r.CPUUsMax = render.Median(get(func(p phase) float64 { return p.cpuUs }))
+	r.Admitted, _, _ = render.Median(get(func(p phase) float64 { return p.admitted }))
 	for _, p := range ps {
 		r.Errors += p.errs
 		if r.FirstError == "" {

@@ -26,8 +26,8 @@
 // its current bucket, the buckets that left swept by a second HMGET, one
 // HSET, one HDEL, and an expiry when a bucket is new.
 //
-//	go run ./tests/cmd/layoutstudy --addr 127.0.0.1:6379 --buckets 10 --runs 3
-//	go run ./tests/cmd/layoutstudy --addr 127.0.0.1:6379 --ops allow,allow3,ring1,ring3,zsetlog,naive,noop
+//	go run ./tools/layoutstudy --addr 127.0.0.1:6379 --buckets 10 --runs 3
+//	go run ./tools/layoutstudy --addr 127.0.0.1:6379 --ops allow,allow3,ring1,ring3,zsetlog,naive,noop
 package main
 
 import (
@@ -47,7 +47,8 @@ import (
 	"github.com/windowstore/windowstore/internal/baseline"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
-	"github.com/windowstore/windowstore/tests/internal/serverstat"
+	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/tools/internal/serverstat"
 )
 
 // oneHash is the prototype. KEYS[1]: the key's hash. ARGV[1]: the number of
@@ -432,8 +433,8 @@ func main() {
 	}
 	med := map[string]float64{}
 	for _, o := range ops {
-		m, lo, hi := serverstat.Median(us[o.name])
-		p, _, _ := serverstat.Median(pace[o.name])
+		m, lo, hi := render.Median(us[o.name])
+		p, _, _ := render.Median(pace[o.name])
 		med[o.name] = m
 		fmt.Printf("%-9s %7.2f µs/op (%.2f-%.2f)   %.1f ops per key and second\n", o.name, m, lo, hi, p)
 	}

@@ -4,7 +4,6 @@ package serverstat
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -35,18 +34,4 @@ func CPU(ctx context.Context, c rueidis.Client) float64 {
 		return (sys + v["used_cpu_user"]) * 1e6
 	}
 	return -1
-}
-
-// Median returns the median of v (the mean of the middle two for an even
-// count) and its range; zeros for none. v is not changed.
-func Median(v []float64) (med, lo, hi float64) {
-	if len(v) == 0 {
-		return 0, 0, 0
-	}
-	s := slices.Sorted(slices.Values(v))
-	med = s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return med, s[0], s[len(s)-1]
 }

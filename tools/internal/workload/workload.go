@@ -1,5 +1,5 @@
 // Package workload holds the operations the measuring tools share
-// (tests/cmd/bench, tests/cmd/cgprobe), so that a figure from one is of the
+// (tools/bench, tools/cgprobe), so that a figure from one is of the
 // same work as a figure from the other.
 package workload
 
