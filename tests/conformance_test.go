@@ -658,3 +658,27 @@ func TestConformanceRefusalInThePast(t *testing.T) {
 		require.EqualValues(t, 3, n)
 	})
 }
+
+// TestInspectAheadOfClock: a bucket a little ahead of the server's clock (a
+// client whose clock is ahead, within the future tolerance) is live, as the
+// sums count it, and Inspect says so, with its own start (not one a year
+// earlier).
+func TestInspectAheadOfClock(t *testing.T) {
+	w := store.Window{Length: time.Minute, Bucket: time.Second}
+	forEach(t, func(t *testing.T, tg target) {
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		ahead := time.Now().Add(3 * time.Second)
+		_, err := s.At(ahead).Add(ctx, "k", 7)
+		require.NoError(t, err)
+		n, err := s.Sum(ctx, "k")
+		require.NoError(t, err)
+		require.EqualValues(t, 7, n, "the server's clock counts the bucket ahead")
+		snap, err := s.Inspect(ctx, "k")
+		require.NoError(t, err)
+		require.Len(t, snap.Buckets, 1)
+		_, start, _ := hook.Codec(s).Bounds(ahead)
+		require.True(t, snap.Buckets[0].Live, "a bucket ahead of the clock within the tolerance")
+		require.Equal(t, start.UnixMilli(), snap.Buckets[0].Start.UnixMilli())
+	})
+}

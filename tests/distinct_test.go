@@ -1,15 +1,19 @@
 package tests
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/windowstore/windowstore/tests/figures"
+
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -255,49 +259,6 @@ func TestDistinctRingCap(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalid)
 }
 
-// TestRecordOneCall: on a server that is not a cluster, a feature set's
-// Record over two entities, with a distinct count on each, in stores of two
-// window shapes, is one script call carrying both entities' batches; so is
-// an Apply of batches of several entities. (On a cluster it is one call per
-// slot: TestCluster.)
-func TestRecordOneCall(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		log := &opLog{}
-		srv := harness.Shared(t, tg.kind)
-		c := srv.Client(t)
-		ctx := ctxT(t)
-		minute := store.Window{Length: time.Minute, Bucket: time.Second}
-		hour := store.Window{Length: time.Hour, Bucket: time.Minute}
-		set, err := features.New(ctx, c, []features.Feature{
-			{Name: "logins", Entity: "user", Kind: features.Count, Windows: []store.Window{minute, hour}},
-			{Name: "ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{hour}},
-			{Name: "attempts", Entity: "ip", Kind: features.Count, Windows: []store.Window{minute}},
-			{Name: "users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{hour}},
-		}, store.WithPrefix(harness.Prefix(t)), store.WithBackend(tg.backend), store.WithObserver(log))
-		require.NoError(t, err)
-		for i := range 3 {
-			res, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": "42", "ip": "10.0.0." + strconv.Itoa(i)}})
-			require.NoError(t, err)
-			require.NotEmpty(t, res.Values)
-			require.Equal(t, []int{1}, log.takeCalls(), "event %d: one script call, one operation: the event of two batches (user, ip)", i)
-		}
-		s, _ := newStore(t, tg, minute, store.WithObserver(log))
-		var batches []store.Batch
-		for _, e := range []string{"a", "b", "c"} {
-			u := s.Entity(e)
-			batches = append(batches, store.Batch{Ops: []store.Op{{Store: u, Key: "n", Delta: 1}, {Store: u, Key: "d", Kind: store.OpDistinct, Members: []string{e}}}})
-		}
-		res, err := store.Apply(ctx, batches...)
-		require.NoError(t, err)
-		require.Len(t, res, 3)
-		for _, r := range res {
-			require.EqualValues(t, 1, r.Values[0].Sum)
-			require.EqualValues(t, 1, r.Values[1].Sum)
-		}
-		require.Equal(t, []int{3}, log.takeCalls(), "one script call of three batches")
-	})
-}
-
 // TestRecordStatDistinctTimeAndID: RecordStat of StatDistinct honours the
 // event's Time (a late member counts in its own bucket and leaves the window
 // with it; one too old fails with ErrTooOld and writes nothing) and its ID
@@ -337,4 +298,195 @@ func TestRecordStatDistinctTimeAndID(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, v.Value, "the late member left the window with its bucket")
 	})
+}
+
+// TestDistinct counts distinct members per window on every backend: across
+// buckets, over a lookback, after buckets leave, and in one round trip for
+// many keys. HyperLogLog is exact enough at small counts to compare with a
+// set; docs/counters.md's error figures come from TestDistinctError.
+func TestDistinct(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: time.Minute, Bucket: 10 * time.Second}
+		s, _ := newStore(t, tg, w)
+		ctx := ctxT(t)
+		t0 := utc("2026-01-01T00:00:00Z").Add(-35 * time.Second) // across a year end
+		exact := map[time.Time][]string{}
+		for i := 0; i < 12; i++ {
+			at := t0.Add(time.Duration(i) * 10 * time.Second)
+			members := []string{"card-" + strconv.Itoa(i%7), "card-" + strconv.Itoa(i%5+20)}
+			n, err := addDistinct(ctx, s.At(at), "dev", members...)
+			require.NoError(t, err)
+			exact[at] = members
+			want := map[string]bool{}
+			for a, ms := range exact {
+				if a.After(at.Add(-w.Length)) && !a.After(at) {
+					for _, m := range ms {
+						want[m] = true
+					}
+				}
+			}
+			require.EqualValues(t, len(want), n, "at %v", at)
+		}
+		last := t0.Add(110 * time.Second)
+		within, err := countDistinct(ctx, s.At(last).Over(20*time.Second), "dev")
+		require.NoError(t, err)
+		require.EqualValues(t, 4, within) // the last two buckets: cards 3, 4, 23, 24
+		many, err := countDistinctMany(ctx, s, []string{"dev", "nobody"})
+		require.NoError(t, err)
+		require.EqualValues(t, 0, many[1])
+		later, err := countDistinct(ctx, s.At(last.Add(w.Length+w.Bucket)), "dev")
+		require.NoError(t, err)
+		require.Zero(t, later)
+		_, err = addDistinct(ctx, s, "dev")
+		require.ErrorIs(t, err, store.ErrInvalid, "no members")
+	})
+}
+
+// TestDistinctKeysExpire: the keys of a distinct count, of every tier (the
+// hash of which bucket each ring key holds, the union once built, and the
+// current bucket's ring key), carry a TTL that ends exactly when the newest bucket
+// leaves that tier's window (checked against PTTL, within the test's own
+// elapsed time: the expiry is set by the add that gave the bucket its key,
+// which turns the client clock's instant into the server's); the ring never holds more keys than its size; and once the
+// longest window has passed, no key is left.
+func TestDistinctKeysExpire(t *testing.T) {
+	short := store.Window{Length: 2 * time.Second, Bucket: 500 * time.Millisecond}
+	long := store.Window{Length: 3 * time.Second, Bucket: time.Second}
+	forEach(t, func(t *testing.T, tg target) {
+		s, srv := newStore(t, tg, short, store.WithTiers(long))
+		c := srv.Client(t)
+		ctx := ctxT(t)
+		prefix := prefixOf(t, s)
+		var longest int64 // the longest add so far, ms: the keys' expiry may come from any earlier add
+		unions := 0       // checks of a union's expiry
+		for i := 0; i < 12; i++ {
+			at := time.Now()
+			t0 := time.Now()
+			_, err := addDistinct(ctx, s.At(at), "dev", "m"+strconv.Itoa(i))
+			require.NoError(t, err)
+			longest = max(longest, time.Since(t0).Milliseconds())
+			for ti, w := range []store.Window{short, long} {
+				rk, err := hook.RedisKey(s.Over(w.Length), "dev")
+				require.NoError(t, err)
+				_, start, _ := mustCodec(t, w.Bucket).Bounds(at)
+				idx, err := c.Do(ctx, c.B().Hget().Key(rk+":d").Field(strconv.FormatInt(start.UnixMilli(), 10)).Build()).ToString()
+				require.NoError(t, err, "tier %d: the current bucket has no ring key", ti)
+				want := start.Add(w.Length).UnixMilli() - at.UnixMilli() // when the newest bucket leaves the window (the scripts see whole ms)
+				for _, key := range []string{rk + ":d", rk + ":d:u", rk + ":d:r" + idx} {
+					pttl, err := c.Do(ctx, c.B().Pttl().Key(key).Build()).AsInt64()
+					require.NoError(t, err)
+					slack := time.Since(t0).Milliseconds() + longest + 3 // after the PTTL; whole ms, on both clocks
+					if pttl == -2 && key == rk+":d:u" {
+						continue // the union is built by the second add after the oldest bucket changed
+					}
+					if key == rk+":d:u" {
+						unions++
+					}
+					// (within slack either way: the script turns the client clock's
+					// instant into the server's at the moment it runs)
+					require.LessOrEqual(t, pttl, want+slack, "tier %d key %s: TTL past the newest bucket's life", ti, key)
+					require.Greater(t, pttl, want-slack, "tier %d key %s: TTL %d ms, the newest bucket lives %d ms more", ti, key, pttl, want)
+				}
+				ring := 0
+				for _, k := range scanKeys(t, c, prefix) {
+					if strings.HasPrefix(k, rk+":d:r") {
+						ring++
+					}
+				}
+				n := int((w.Length + w.Bucket - 1) / w.Bucket)
+				size := n + 3 + min(int((5*time.Second+w.Bucket-1)/w.Bucket), n) // the default future tolerance, 5 s
+				require.LessOrEqual(t, ring, size, "tier %d: more ring keys than the ring's size", ti)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		require.Greater(t, unions, 6, "too few unions were built to check their expiry")
+		time.Sleep(long.Length + long.Bucket)
+		for _, k := range scanKeys(t, c, prefix) {
+			require.NotContains(t, k, ":d", "a key of the distinct count is left once the window has passed")
+		}
+	})
+}
+
+// TestDistinctError measures distinct counts at 100, 10,000 and 1,000,000
+// members spread over the 10 buckets of one counter: the relative error of
+// the count, and the memory of the distinct count's keys (its buckets'
+// HyperLogLogs, their union and the hash of the ring) against one exact set
+// of the same members (MEMORY USAGE). The members are fixed, and Redis's
+// HyperLogLog is deterministic, so the figures are exact.
+func TestDistinctError(t *testing.T) {
+	t.Parallel()
+	srv := harness.Fresh(t, harness.Redis70)
+	c := srv.Client(t)
+	ctx := ctxLong(t)
+	server := srv.Version(t)
+	// Minute buckets: the keys expire on the server's clock a window after
+	// their writes, and the million adds may take longer than a
+	// 10-second window on a loaded machine (it failed so under CI's load).
+	w := store.Window{Length: 10 * time.Minute, Bucket: time.Minute}
+	now := time.Now().Truncate(time.Minute).Add(9*time.Minute + 30*time.Second)
+	for _, n := range []int{100, 10000, 1000000} {
+		s, err := store.New(ctx, c, w, store.WithPrefix(fmt.Sprintf("d%d:", n)))
+		require.NoError(t, err)
+		batch := min(1000, n/10)
+		var jobs [][2]int // bucket, first member: the members spread over the 10 buckets
+		for first := 0; first < n; first += batch {
+			jobs = append(jobs, [2]int{first / batch % 10, first})
+		}
+		parallelKeys(t, len(jobs), func(j int) error {
+			b, first := jobs[j][0], jobs[j][1]
+			members := make([]string, 0, batch)
+			for i := first; i < first+batch && i < n; i++ {
+				members = append(members, "member-"+strconv.Itoa(i))
+			}
+			_, err := addDistinct(ctx, s.At(now.Add(-time.Duration(b)*time.Minute)), "k", members...)
+			return err
+		})
+		got, err := countDistinct(ctx, s.At(now), "k")
+		require.NoError(t, err)
+		rel := math.Abs(float64(got)-float64(n)) / float64(n) * 100
+		t.Logf("%d distinct: counted %d, error %.3f%%", n, got, rel)
+		require.Less(t, rel, 3.0, "beyond 3 standard errors")
+		figures.Check(t, fmt.Sprintf("distinct/error/%d", n), figures.Figure{Value: math.Round(rel*100) / 100, Unit: "%", Server: server}, 0)
+		// Memory: the distinct count's keys (the ring of its buckets'
+		// HyperLogLogs, the hash of which bucket each holds, and the union),
+		// brought to now by one more add of a member the current bucket has,
+		// against one SET of the members.
+		_, err = addDistinct(ctx, s.At(now), "k", "member-0")
+		require.NoError(t, err)
+		rk, err := hook.RedisKey(s, "k")
+		require.NoError(t, err)
+		var hll int64
+		ring, err := c.Do(ctx, c.B().Keys().Pattern(rk+":d:r*").Build()).AsStrSlice()
+		require.NoError(t, err)
+		keys := append([]string{rk + ":d", rk + ":d:u"}, ring...)
+		for _, k := range keys {
+			m, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(k).Args("SAMPLES", "0").Build()).AsInt64()
+			require.NoError(t, err, k)
+			hll += m
+		}
+		set := fmt.Sprintf("exactset%d", n)
+		for first := 0; first < n; first += 1000 {
+			cmd := c.B().Sadd().Key(set).Member("member-" + strconv.Itoa(first))
+			for i := first + 1; i < first+1000 && i < n; i++ {
+				cmd = cmd.Member("member-" + strconv.Itoa(i))
+			}
+			require.NoError(t, c.Do(ctx, cmd.Build()).Error())
+		}
+		// A set's hash table grows by incremental rehashing, one step per
+		// lookup: the SADD of the last members may leave it half done, both
+		// tables allocated (512 B more at 100 members). One lookup per member
+		// finishes it, so that the figure is the set's settled size.
+		for first := 0; first < n; first += 1000 {
+			cmd := c.B().Smismember().Key(set).Member("member-" + strconv.Itoa(first))
+			for i := first + 1; i < first+1000 && i < n; i++ {
+				cmd = cmd.Member("member-" + strconv.Itoa(i))
+			}
+			require.NoError(t, c.Do(ctx, cmd.Build()).Error())
+		}
+		sm, err := c.Do(ctx, c.B().Arbitrary("MEMORY", "USAGE").Keys(set).Args("SAMPLES", "0").Build()).AsInt64()
+		require.NoError(t, err)
+		t.Logf("%d distinct: HyperLogLog buckets %d B, exact set %d B", n, hll, sm)
+		figures.Check(t, fmt.Sprintf("distinct/hll/%d", n), figures.Figure{Value: float64(hll), Unit: "B", Server: server}, 0.02)
+		figures.Check(t, fmt.Sprintf("distinct/set/%d", n), figures.Figure{Value: float64(sm), Unit: "B", Server: server}, 0.02)
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/hook"
+
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/features"
@@ -666,4 +668,114 @@ func concurrentEvents(t *testing.T, env eventEnv) {
 	require.EqualValues(t, 25, admitted, "the limit admits exactly 25 of %d events", logins)
 	v, _ = got.Get("ip_logins")
 	require.Equal(t, ipLogins, v.Sum, "ip_logins: every success once")
+}
+
+// lateModel is the exact model of a counter fed late and early events: an
+// event counts when its bucket is still in the window at the clock's now (or
+// in the current bucket, when it is ahead of now within the tolerance).
+type lateModel struct {
+	*exactModel
+	future time.Duration
+}
+
+// TestLateEvents plays shuffled event streams (events delivered late, out of
+// order, some too old, some ahead of the clock) against the exact model on
+// every backend, the plain hash's running total included: every answer, and
+// no newer bucket is ever lost.
+func TestLateEvents(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		w := store.Window{Length: time.Minute, Bucket: 5 * time.Second}
+		s, _ := newStore(t, tg, w, store.WithFutureTolerance(2*time.Second))
+		ctx := ctxT(t)
+		m := &lateModel{exactModel: newExactModel(hook.Codec(s), w), future: 2 * time.Second}
+		rng := rand.New(rand.NewPCG(11, 13))
+		now := utc("2025-12-31T23:58:00Z") // across a year end
+		seen := map[string]int{}
+		for step := 0; step < 300; step++ {
+			now = now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))))
+			var e time.Time
+			switch r := rng.IntN(10); {
+			case r < 6: // late, inside the window
+				e = now.Add(-time.Duration(rng.Int64N(int64(w.Length))))
+			case r < 8: // too old
+				e = now.Add(-w.Length - time.Duration(rng.Int64N(int64(w.Length))))
+			default: // ahead: within the tolerance or beyond
+				e = now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))))
+			}
+			e = e.Truncate(time.Millisecond)
+			d := rng.Int64N(20) - 4
+			want := m.add(now, e, d)
+			seen[want]++
+			a, err := s.At(now).Record(ctx, store.Event{Key: "late", Delta: d, Time: e})
+			switch want {
+			case "old":
+				require.ErrorIs(t, err, store.ErrTooOld, "step %d: event %v at %v", step, e, now)
+			case "future":
+				require.ErrorIs(t, err, store.ErrFuture, "step %d: event %v at %v", step, e, now)
+			default:
+				require.NoError(t, err, "step %d: event %v at %v", step, e, now)
+				require.Equal(t, m.sum(now, w.Length).Int64(), a.Sum, "step %d: event %v at %v", step, e, now)
+			}
+			n, err := s.At(now).Sum(ctx, "late")
+			require.NoError(t, err)
+			require.Equal(t, m.sum(now, w.Length).Int64(), n, "step %d", step)
+			n, err = s.At(now).Over(20*time.Second).Sum(ctx, "late")
+			require.NoError(t, err)
+			require.Equal(t, m.sum(now, 20*time.Second).Int64(), n, "step %d", step)
+		}
+		t.Logf("events: %v", seen)
+		require.Greater(t, seen["old"], 20)
+		require.Greater(t, seen["ok"], 100)
+	})
+}
+
+// TestEventEdges pins the exact edges of an event's time, on every backend,
+// at a clock on a bucket's edge (where "the window starts at now - length"
+// is itself a bucket's start):
+//   - a bucket is live when it starts after now - window: an event in the
+//     bucket that starts exactly at now - window is too old, one a
+//     millisecond later (the next bucket) counts;
+//   - an event up to the future tolerance ahead of now counts (in the
+//     current bucket), one a millisecond further fails;
+//   - an event refused for either reason writes nothing (DUMP of every key
+//     of the prefix, before and after).
+func TestEventEdges(t *testing.T) {
+	w := store.Window{Length: time.Minute, Bucket: time.Second}
+	const tol = 2 * time.Second
+	forEach(t, func(t *testing.T, tg target) {
+		s, srv := newStore(t, tg, w, store.WithFutureTolerance(tol))
+		c := srv.Client(t)
+		ctx := ctxT(t)
+		now := time.Now().UTC().Truncate(time.Minute).Add(-5 * time.Minute) // on a bucket's edge
+		_, err := s.At(now).Add(ctx, "e", 1)
+		require.NoError(t, err)
+		prefix := prefixOf(t, s)
+		keys := scanKeys(t, c, prefix)
+		require.NotEmpty(t, keys)
+		before := dump(t, c, keys...)
+		start := now.Add(-w.Length) // a bucket starts here, and has left the window
+		for _, at := range []time.Time{start.Add(-time.Millisecond), start, start.Add(time.Second - time.Millisecond)} {
+			_, err := s.At(now).Record(ctx, store.Event{Key: "e", Delta: 1, Time: at})
+			require.ErrorIs(t, err, store.ErrTooOld, "event at now-window%+v", at.Sub(start))
+		}
+		_, err = s.At(now).Record(ctx, store.Event{Key: "e", Delta: 1, Time: now.Add(tol + time.Millisecond)})
+		require.ErrorIs(t, err, store.ErrFuture, "an event a millisecond beyond the tolerance")
+		require.Equal(t, keys, scanKeys(t, c, prefix), "a refused event made a key")
+		require.Equal(t, before, dump(t, c, keys...), "a refused event wrote")
+
+		a, err := s.At(now).Record(ctx, store.Event{Key: "e", Delta: 10, Time: start.Add(time.Second)})
+		require.NoError(t, err, "the oldest live bucket's first millisecond")
+		require.EqualValues(t, 11, a.Sum)
+		a, err = s.At(now).Record(ctx, store.Event{Key: "e", Delta: 100, Time: now.Add(tol)})
+		require.NoError(t, err, "an event at the tolerance")
+		require.EqualValues(t, 111, a.Sum)
+		// The late event's bucket leaves the window exactly a window after it
+		// started: a millisecond before, it still counts.
+		n, err := s.At(start.Add(time.Second+w.Length-time.Millisecond)).Sum(ctx, "e")
+		require.NoError(t, err)
+		require.EqualValues(t, 111, n)
+		n, err = s.At(start.Add(time.Second+w.Length)).Sum(ctx, "e")
+		require.NoError(t, err)
+		require.EqualValues(t, 101, n)
+	})
 }

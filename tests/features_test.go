@@ -297,3 +297,124 @@ func TestRiskExample(t *testing.T) {
 	require.Regexp(t, `redelivered\s+dup\s+logins/1m=4 `, lines[5])
 	require.Regexp(t, `arrives 4 min late\)\s+REFUSE .*spend/1h=2100 .*largest_payment/1d=900; refused by spend_limit`, lines[11])
 }
+
+// TestRecordOneCall: on a server that is not a cluster, a feature set's
+// Record over two entities, with a distinct count on each, in stores of two
+// window shapes, is one script call carrying both entities' batches; so is
+// an Apply of batches of several entities. (On a cluster it is one call per
+// slot: TestCluster.)
+func TestRecordOneCall(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		log := &opLog{}
+		srv := harness.Shared(t, tg.kind)
+		c := srv.Client(t)
+		ctx := ctxT(t)
+		minute := store.Window{Length: time.Minute, Bucket: time.Second}
+		hour := store.Window{Length: time.Hour, Bucket: time.Minute}
+		set, err := features.New(ctx, c, []features.Feature{
+			{Name: "logins", Entity: "user", Kind: features.Count, Windows: []store.Window{minute, hour}},
+			{Name: "ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: []store.Window{hour}},
+			{Name: "attempts", Entity: "ip", Kind: features.Count, Windows: []store.Window{minute}},
+			{Name: "users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: []store.Window{hour}},
+		}, store.WithPrefix(harness.Prefix(t)), store.WithBackend(tg.backend), store.WithObserver(log))
+		require.NoError(t, err)
+		for i := range 3 {
+			res, err := set.Record(ctx, features.Event{Entities: map[string]string{"user": "42", "ip": "10.0.0." + strconv.Itoa(i)}})
+			require.NoError(t, err)
+			require.NotEmpty(t, res.Values)
+			require.Equal(t, []int{1}, log.takeCalls(), "event %d: one script call, one operation: the event of two batches (user, ip)", i)
+		}
+		s, _ := newStore(t, tg, minute, store.WithObserver(log))
+		var batches []store.Batch
+		for _, e := range []string{"a", "b", "c"} {
+			u := s.Entity(e)
+			batches = append(batches, store.Batch{Ops: []store.Op{{Store: u, Key: "n", Delta: 1}, {Store: u, Key: "d", Kind: store.OpDistinct, Members: []string{e}}}})
+		}
+		res, err := store.Apply(ctx, batches...)
+		require.NoError(t, err)
+		require.Len(t, res, 3)
+		for _, r := range res {
+			require.EqualValues(t, 1, r.Values[0].Sum)
+			require.EqualValues(t, 1, r.Values[1].Sum)
+		}
+		require.Equal(t, []int{3}, log.takeCalls(), "one script call of three batches")
+	})
+}
+
+// TestRecordValuesInSetOrder: Result.Values lists the features in the order
+// the set declares them, whatever their entities, for Record and for Read;
+// and Read, which writes nothing, marks nothing counted.
+func TestRecordValuesInSetOrder(t *testing.T) {
+	minute := []store.Window{{Length: time.Minute, Bucket: time.Second}}
+	tg := targets[0]
+	ctx := ctxT(t)
+	srv := newStoreServer(t, tg)
+	c := srv.Client(t)
+	prefix := prefixFor(t)
+	set, err := features.New(ctx, c, []features.Feature{
+		{Name: "logins", Entity: "user", Kind: features.Count, Windows: minute},
+		{Name: "login_limit", Entity: "user", Kind: features.Limit, Windows: minute, Limits: []int64{5}},
+		{Name: "ip_count", Entity: "ip", Kind: features.Count, Windows: minute},
+		{Name: "ip_users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: minute},
+		{Name: "agents", Entity: "agent", Kind: features.Count, Windows: minute},
+	}, store.WithPrefix(prefix))
+	require.NoError(t, err)
+	names := func(r features.Result) []string {
+		var out []string
+		for _, v := range r.Values {
+			out = append(out, v.Feature)
+		}
+		return out
+	}
+	ents := map[string]string{"user": "u", "ip": "1.2.3.4", "agent": "x"}
+	r, err := set.Record(ctx, features.Event{Entities: ents})
+	require.NoError(t, err)
+	require.Equal(t, []string{"logins", "login_limit", "ip_count", "ip_users", "agents"}, names(r))
+	keys := scanKeys(t, c, prefix)
+	before := dump(t, c, keys...)
+	rd, err := set.Read(ctx, ents)
+	require.NoError(t, err)
+	require.Equal(t, names(r), names(rd))
+	for _, v := range rd.Values {
+		require.False(t, v.Counted, "Read marks %s counted", v.Feature)
+	}
+	require.Equal(t, before, dump(t, c, keys...), "Read wrote")
+}
+
+// TestRecordEmptyEntity: an entity whose value is empty is the same as one
+// the event does not have: no feature keyed on it counts, no distinct count
+// counts it, and no key names it; an event whose every entity is empty is
+// refused with ErrInvalid.
+func TestRecordEmptyEntity(t *testing.T) {
+	minute := []store.Window{{Length: time.Minute, Bucket: time.Second}}
+	forEach(t, func(t *testing.T, tg target) {
+		ctx := ctxT(t)
+		srv := newStoreServer(t, tg)
+		c := srv.Client(t)
+		prefix := prefixFor(t)
+		set, err := features.New(ctx, c, []features.Feature{
+			{Name: "card_uses", Entity: "card", Kind: features.Count, Windows: minute},
+			{Name: "device_cards", Entity: "device", Kind: features.Distinct, Of: "card", Windows: minute},
+			{Name: "device_uses", Entity: "device", Kind: features.Count, Windows: minute},
+		}, store.WithPrefix(prefix), store.WithBackend(tg.backend))
+		require.NoError(t, err)
+		r, err := set.Record(ctx, features.Event{Entities: map[string]string{"card": "", "device": "d1"}})
+		require.NoError(t, err)
+		_, ok := r.Get("card_uses")
+		require.False(t, ok, "a feature keyed on an empty card")
+		_, ok = r.Get("device_cards")
+		require.False(t, ok, "an empty card counted as a distinct card")
+		v, ok := r.Get("device_uses")
+		require.True(t, ok)
+		require.EqualValues(t, 1, v.Sum)
+		r, err = set.Record(ctx, features.Event{Entities: map[string]string{"card": "c1", "device": "d1"}})
+		require.NoError(t, err)
+		v, _ = r.Get("device_cards")
+		require.EqualValues(t, 1, v.Sum, "only c1 is a card")
+		for _, k := range scanKeys(t, c, prefix) {
+			require.False(t, strings.Contains(k, "card:}"), "a key for an empty card: %s", k)
+		}
+		_, err = set.Record(ctx, features.Event{Entities: map[string]string{"card": "", "device": ""}})
+		require.ErrorIs(t, err, store.ErrInvalid)
+	})
+}

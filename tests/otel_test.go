@@ -359,3 +359,78 @@ func TestOTelDegraded(t *testing.T) {
 	require.Equal(t, map[string]int64{"outcome=ok,script=log": 2, "outcome=error,script=log": 3},
 		got.sums(t, "windowstore.script.calls"))
 }
+
+// opLog records the operations and script calls (their numbers of
+// operations) an observer is told of.
+type opLog struct {
+	mu    sync.Mutex
+	ops   []string
+	calls []int
+}
+
+// TestObserverOncePerCall: the observer hears of each call the caller makes
+// once, under its own name, whatever path it takes inside (a tiered Add or
+// Allow, an event, a distinct count, AllowAll, Apply).
+func TestObserverOncePerCall(t *testing.T) {
+	log := &opLog{}
+	w := store.Window{Length: time.Minute, Bucket: time.Second}
+	s, _ := newStore(t, targets[0], w, store.WithObserver(log), store.WithTiers(store.Window{Length: time.Hour, Bucket: time.Minute}))
+	ctx := ctxT(t)
+	for _, c := range []struct {
+		want string
+		call func() error
+	}{
+		{"add", func() error { _, err := s.Add(ctx, "k", 1); return err }},
+		{"add", func() error { _, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, NoSum: true}); return err }},
+		{"add", func() error { _, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, ID: "e"}); return err }},
+		{"allow", func() error { _, err := s.Allow(ctx, "k", 100, 1); return err }},
+		{"allow", func() error {
+			_, err := s.Record(ctx, store.Event{Key: "k", Delta: 1, ID: "f", Limit: 100})
+			return err
+		}},
+		{"allow", func() error {
+			_, err := store.AllowAll(ctx, 1, store.Quota{Store: s, Key: "k", Limit: 100}, store.Quota{Store: s.Over(time.Hour), Key: "k", Limit: 100})
+			return err
+		}},
+		{"apply", func() error {
+			_, err := store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s, Key: "k", Delta: 1}}})
+			return err
+		}},
+		{"record stat", func() error { _, err := addDistinct(ctx, s, "d", "m"); return err }},
+		{"read stat", func() error { _, err := countDistinct(ctx, s, "d"); return err }},
+		{"sum", func() error { _, err := s.Sum(ctx, "k"); return err }},
+	} {
+		require.NoError(t, c.call())
+		require.Equal(t, []string{c.want}, log.take())
+	}
+}
+
+func (o *opLog) Start(ctx context.Context, op string) (context.Context, func(error)) {
+	o.mu.Lock()
+	o.ops = append(o.ops, op)
+	o.mu.Unlock()
+	return ctx, func(error) {}
+}
+
+func (o *opLog) Call(_ string, ops int, _ time.Duration, _ error) {
+	o.mu.Lock()
+	o.calls = append(o.calls, ops)
+	o.mu.Unlock()
+}
+
+// takeCalls returns the script calls since the last take.
+func (o *opLog) takeCalls() []int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := o.calls
+	o.calls = nil
+	return out
+}
+
+func (o *opLog) take() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := o.ops
+	o.ops = nil
+	return out
+}

@@ -16,7 +16,7 @@ import (
 
 // These tests run the counter commands on an embedded miniredis (the demo's
 // server) to check windowctl's own behaviour: exit statuses, per-key errors,
-// JSON shapes. tests/cli_test.go runs the built binary on real servers (and
+// JSON shapes. tests/windowctl_test.go runs the built binary on real servers (and
 // sum, which miniredis cannot run on the server's clock).
 
 func embedded(t *testing.T) (*miniredis.Miniredis, func(args ...string) (string, string, int)) {
@@ -131,7 +131,7 @@ func TestAllowPolicies(t *testing.T) {
 // TestSumKeyErrors: a key that fails gets an error line in its place, the
 // others are printed in order, and the command fails (exit 1). miniredis
 // refuses TIME in read-only scripts, so sum runs here on the client's clock;
-// tests/cli_test.go runs the whole command on a real server.
+// tests/windowctl_test.go runs the whole command on a real server.
 func TestSumKeyErrors(t *testing.T) {
 	mr := miniredis.RunT(t)
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{mr.Addr()}, DisableCache: true})
@@ -204,7 +204,7 @@ func TestKeyError(t *testing.T) {
 
 // TestJSONEveryCommand: with --json, the commands print only JSON objects on
 // stdout, one per line (sum and inspect, which miniredis cannot run on the
-// server's clock, in tests/cli_test.go; demo in TestDemoJSON).
+// server's clock, in tests/windowctl_test.go; demo in TestDemoJSON).
 func TestJSONEveryCommand(t *testing.T) {
 	_, ctl := embedded(t)
 	for _, args := range [][]string{

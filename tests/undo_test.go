@@ -3,8 +3,6 @@ package tests
 import (
 	"context"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -56,88 +54,6 @@ func TestUndoTakesFromTheReservedBucket(t *testing.T) {
 			}
 		}
 	})
-}
-
-// TestAllowAllOneKeyTwiceAcrossKeys: 40 callers race an AllowAll of two
-// windows of one key (stores of one prefix: one head) and a third key: the
-// tighter window admits exactly its limit.
-func TestAllowAllOneKeyTwiceAcrossKeys(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		srv := harness.Shared(t, tg.kind)
-		opts := []store.Option{store.WithPrefix(harness.Prefix(t)), store.WithBackend(tg.backend)}
-		c := srv.Client(t)
-		minute, err := store.New(ctxT(t), c, store.Window{Length: time.Minute, Bucket: time.Second}, opts...)
-		require.NoError(t, err)
-		hour, err := store.New(ctxT(t), c, store.Window{Length: time.Hour, Bucket: time.Minute}, opts...)
-		require.NoError(t, err)
-		ctx := ctxT(t)
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for range 40 {
-			wg.Go(func() {
-				for range 3 {
-					d, err := store.AllowAll(ctx, 1, store.Quota{Store: minute, Key: "k", Limit: 3},
-						store.Quota{Store: hour, Key: "k", Limit: 50}, store.Quota{Store: minute, Key: "ip", Limit: 100})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if d.Allowed {
-						admitted.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
-		require.EqualValues(t, 3, admitted.Load())
-		for _, c := range []struct {
-			s   *store.Store
-			key string
-		}{{minute, "k"}, {hour, "k"}, {minute, "ip"}} {
-			n, err := c.s.Sum(ctx, c.key)
-			require.NoError(t, err)
-			require.EqualValues(t, 3, n, "%s %v", c.key, c.s.Window())
-		}
-	})
-}
-
-// TestHeadExpiryCoversEveryWindow: on the plain hash, the head the windows
-// of one key share lives as long as its longest-lived record: a write to
-// the short window alone (a fresh start, then a move) after one to the long
-// window leaves the long window's count, whose current bucket only the head
-// holds, once the short window has emptied.
-func TestHeadExpiryCoversEveryWindow(t *testing.T) {
-	for _, tg := range plainTargets() {
-		t.Run(tg.name, func(t *testing.T) {
-			t.Parallel()
-			srv := harness.Shared(t, tg.kind)
-			opts := []store.Option{store.WithPrefix(harness.Prefix(t)), store.WithBackend(tg.backend)}
-			c := srv.Client(t)
-			short, err := store.New(ctxT(t), c, store.Window{Length: time.Second, Bucket: 100 * time.Millisecond}, opts...)
-			require.NoError(t, err)
-			long, err := store.New(ctxT(t), c, store.Window{Length: 20 * time.Second, Bucket: 10 * time.Second}, opts...)
-			require.NoError(t, err)
-			ctx := ctxT(t)
-			_, err = long.Add(ctx, "k", 7)
-			require.NoError(t, err)
-			longAt := time.Now() // the long count lives at least 10 s past this
-			for range 3 {
-				_, err = short.Add(ctx, "k", 1)
-				require.NoError(t, err)
-				time.Sleep(150 * time.Millisecond)
-			}
-			shortAt := time.Now()
-			time.Sleep(2*time.Second - time.Since(shortAt)) // the short window's buckets, and its expiry, are past
-			n, err := long.Sum(ctx, "k")
-			require.NoError(t, err)
-			if time.Since(longAt) < 10*time.Second {
-				require.EqualValues(t, 7, n, "the long window lost its count with the short window's expiry")
-			}
-			n, err = short.Sum(ctx, "k")
-			require.NoError(t, err)
-			require.Zero(t, n)
-		})
-	}
 }
 
 // TestReplayInRefusedDecision: an event recorded and admitted, replayed with

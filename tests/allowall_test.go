@@ -2,56 +2,19 @@ package tests
 
 import (
 	"fmt"
-	"math"
 	"math/big"
 	"math/rand/v2"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/internal/codec"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tests/harness"
 )
-
-// policyStores makes one store per window under one prefix: their counters
-// of one key share the key's slot.
-func policyStores(t *testing.T, tg target, ws ...store.Window) []*store.Store {
-	t.Helper()
-	s0, _ := newStore(t, tg, ws[0])
-	out := []*store.Store{s0}
-	for _, w := range ws[1:] {
-		s, err := store.New(ctxT(t), clientOf(s0), w, store.WithPrefix(prefixOf(t, s0)), store.WithBackend(tg.backend))
-		require.NoError(t, err)
-		out = append(out, s)
-	}
-	return out
-}
-
-// prefixOf recovers a store's prefix from one of its keys.
-func prefixOf(t *testing.T, s *store.Store) string {
-	rk, err := hook.RedisKey(s, "x")
-	require.NoError(t, err)
-	return rk[:len(rk)-len("{x}:")-len(hook.WindowTag(s.Window()))]
-}
-
-// dump is every key's DUMP, to see that nothing was written.
-func dump(t *testing.T, c rueidis.Client, keys ...string) []string {
-	out := make([]string, len(keys))
-	for i, k := range keys {
-		v, err := c.Do(ctxT(t), c.B().Dump().Key(k).Build()).ToString()
-		if err != nil && !rueidis.IsRedisNil(err) {
-			require.NoError(t, err)
-		}
-		out[i] = v
-	}
-	return out
-}
 
 // TestAllowAllConcurrent: 40 concurrent callers of a three-policy AllowAll
 // admit exactly the tightest limit, on every backend, and every counter holds
@@ -121,16 +84,6 @@ func TestAllowAllRefusalWritesNothing(t *testing.T) {
 // multiModel is the exact model of several windows over one key's events.
 type multiModel struct {
 	models []*exactModel
-}
-
-// fits reports whether every policy admits cost at now.
-func (m *multiModel) fits(now time.Time, cost int64, limits []int64) bool {
-	for i, mm := range m.models {
-		if cost > limits[i] || new(big.Int).Add(mm.sum(now, mm.w.Length), big.NewInt(cost)).Cmp(big.NewInt(limits[i])) > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // TestAllowAllRandomWalk plays random multi-policy decisions and adds on
@@ -232,415 +185,6 @@ func allowAllWalk(t *testing.T, ss []*store.Store, ws []store.Window, keys [3]st
 		}
 	}
 	require.Greater(t, refusals, 10)
-}
-
-// TestTiers: a multi-resolution counter keeps every tier in one write, and a
-// sum over a window reads that window's tier, exactly, against the model of
-// each tier's buckets; and a tiered Allow counts the cost in every tier.
-func TestTiers(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		ws := []store.Window{{Length: 10 * time.Minute, Bucket: 10 * time.Second}, {Length: time.Hour, Bucket: time.Minute},
-			{Length: 24 * time.Hour, Bucket: time.Hour}}
-		s, _ := newStore(t, tg, ws[0], store.WithTiers(ws[1:]...))
-		ctx := ctxT(t)
-		var models []*exactModel
-		for _, w := range ws {
-			c := mustCodec(t, w.Bucket)
-			models = append(models, newExactModel(c, w))
-		}
-		rng := rand.New(rand.NewPCG(3, 3))
-		at := utc("2026-02-28T20:00:00Z")
-		for step := 0; step < 200; step++ {
-			at = at.Add(time.Duration(rng.Int64N(int64(10 * time.Minute))))
-			d := rng.Int64N(50) - 10
-			got, err := s.At(at).Add(ctx, "t", d)
-			require.NoError(t, err)
-			for _, m := range models {
-				_, ok := m.add(at, d)
-				require.True(t, ok)
-			}
-			require.Equal(t, models[0].sum(at, ws[0].Length).Int64(), got, "step %d", step)
-			for _, d := range []time.Duration{30 * time.Second, 10 * time.Minute, 30 * time.Minute, time.Hour, 7 * time.Hour, 24 * time.Hour} {
-				i := map[time.Duration]int{30 * time.Second: 0, 10 * time.Minute: 0, 30 * time.Minute: 1, time.Hour: 1, 7 * time.Hour: 2, 24 * time.Hour: 2}[d]
-				n, err := s.At(at).Over(d).Sum(ctx, "t")
-				require.NoError(t, err)
-				require.Equal(t, models[i].sum(at, d).Int64(), n, "step %d: SumOver %v", step, d)
-			}
-		}
-		_, err := s.Over(90*time.Second).Sum(ctx, "t")
-		require.NoError(t, err, "90s is 9 buckets of the 10-minute tier")
-		_, err = s.Over(25*time.Hour).Sum(ctx, "t")
-		require.ErrorIs(t, err, store.ErrInvalid)
-		// A tiered Allow decides on the store's window and counts in every tier.
-		r, err := s.At(at).Allow(ctx, "lim", 1, 1)
-		require.NoError(t, err)
-		require.True(t, r.Allowed)
-		for _, d := range []time.Duration{10 * time.Minute, time.Hour, 24 * time.Hour} {
-			n, err := s.At(at).Over(d).Sum(ctx, "lim")
-			require.NoError(t, err)
-			require.EqualValues(t, 1, n, d)
-		}
-		r, err = s.At(at).Allow(ctx, "lim", 1, 1)
-		require.NoError(t, err)
-		require.False(t, r.Allowed)
-		n, err := s.At(at).Over(24*time.Hour).Sum(ctx, "lim")
-		require.NoError(t, err)
-		require.EqualValues(t, 1, n, "a refusal counted in another tier")
-	})
-}
-
-// TestEventIDs: an event id is counted once, whatever the retries, on every
-// backend: sequential repeats, 40 concurrent callers, and repeats coalesced
-// into one script call; a refused Allow records nothing, so its retry is
-// decided anew; an admitted one answers its decision again.
-func TestEventIDs(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(64, 1))
-		ctx := ctxT(t)
-		a, err := s.Record(ctx, store.Event{Key: "k", Delta: 5, ID: "evt-1"})
-		require.NoError(t, err)
-		require.False(t, a.Duplicate)
-		require.EqualValues(t, 5, a.Sum)
-		a, err = s.Record(ctx, store.Event{Key: "k", Delta: 5, ID: "evt-1"})
-		require.NoError(t, err)
-		require.True(t, a.Duplicate)
-		require.EqualValues(t, 5, a.Sum, "a duplicate answers the state now")
-		// 40 callers, one id each round: one counts.
-		for round := 0; round < 3; round++ {
-			var counted atomic.Int64
-			var wg sync.WaitGroup
-			id := "burst-" + strconv.Itoa(round)
-			for i := 0; i < 40; i++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					a, err := s.Record(ctx, store.Event{Key: "c", Delta: 1, ID: id})
-					if assert.NoError(t, err) && !a.Duplicate {
-						counted.Add(1)
-					}
-				}()
-			}
-			wg.Wait()
-			require.EqualValues(t, 1, counted.Load())
-		}
-		n, err := s.Sum(ctx, "c")
-		require.NoError(t, err)
-		require.EqualValues(t, 3, n)
-		// Allow: an admitted id answers its decision again; a refused one
-		// records nothing.
-		r, err := s.Record(ctx, store.Event{Key: "a", Delta: 1, ID: "x", Limit: 1})
-		require.NoError(t, err)
-		require.True(t, r.Allowed)
-		r, err = s.Record(ctx, store.Event{Key: "a", Delta: 1, ID: "x", Limit: 1})
-		require.NoError(t, err)
-		require.True(t, r.Allowed)
-		require.True(t, r.Duplicate)
-		r, err = s.Record(ctx, store.Event{Key: "a", Delta: 1, ID: "y", Limit: 1})
-		require.NoError(t, err)
-		require.False(t, r.Allowed)
-		require.False(t, r.Duplicate)
-		rk, _ := hook.RedisKey(s, "a")
-		c := srv.Client(t)
-		ex, err := c.Do(ctx, c.B().Exists().Key(rk+":id:y").Build()).AsInt64()
-		require.NoError(t, err)
-		require.Zero(t, ex, "a refusal recorded its id")
-		// The id lives as long as the window (and a bucket), no longer.
-		pttl, err := c.Do(ctx, c.B().Pttl().Key(rk+":id:x").Build()).AsInt64()
-		require.NoError(t, err)
-		require.Greater(t, pttl, int64(0))
-		require.LessOrEqual(t, pttl, (time.Minute + time.Second).Milliseconds())
-		// Ids from user input are escaped like keys.
-		a, err = s.Record(ctx, store.Event{Key: "k", Delta: 1, ID: "{evil} id"})
-		require.NoError(t, err)
-		require.False(t, a.Duplicate)
-		ex, err = c.Do(ctx, c.B().Exists().Key(rk[:len(rk)-len("{a}:1m/1s")]+"{k}:1m/1s:id:%7Bevil%7D%20id").Build()).AsInt64()
-		require.NoError(t, err)
-		require.EqualValues(t, 1, ex)
-	})
-}
-
-// lateModel is the exact model of a counter fed late and early events: an
-// event counts when its bucket is still in the window at the clock's now (or
-// in the current bucket, when it is ahead of now within the tolerance).
-type lateModel struct {
-	*exactModel
-	future time.Duration
-}
-
-// add answers "ok", "old" or "future", and counts the event when ok.
-func (m *lateModel) add(now, e time.Time, d int64) string {
-	switch {
-	case e.After(now.Add(m.future)):
-		return "future"
-	case !e.Before(now):
-		e = now
-	}
-	s := m.start(e)
-	if s <= now.Add(-m.w.Length).UnixMilli() {
-		return "old"
-	}
-	v := m.value(s)
-	m.buckets[s] = new(big.Int).Add(v, big.NewInt(d))
-	return "ok"
-}
-
-// TestLateEvents plays shuffled event streams (events delivered late, out of
-// order, some too old, some ahead of the clock) against the exact model on
-// every backend, the plain hash's running total included: every answer, and
-// no newer bucket is ever lost.
-func TestLateEvents(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		w := store.Window{Length: time.Minute, Bucket: 5 * time.Second}
-		s, _ := newStore(t, tg, w, store.WithFutureTolerance(2*time.Second))
-		ctx := ctxT(t)
-		m := &lateModel{exactModel: newExactModel(hook.Codec(s), w), future: 2 * time.Second}
-		rng := rand.New(rand.NewPCG(11, 13))
-		now := utc("2025-12-31T23:58:00Z") // across a year end
-		seen := map[string]int{}
-		for step := 0; step < 300; step++ {
-			now = now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))))
-			var e time.Time
-			switch r := rng.IntN(10); {
-			case r < 6: // late, inside the window
-				e = now.Add(-time.Duration(rng.Int64N(int64(w.Length))))
-			case r < 8: // too old
-				e = now.Add(-w.Length - time.Duration(rng.Int64N(int64(w.Length))))
-			default: // ahead: within the tolerance or beyond
-				e = now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))))
-			}
-			e = e.Truncate(time.Millisecond)
-			d := rng.Int64N(20) - 4
-			want := m.add(now, e, d)
-			seen[want]++
-			a, err := s.At(now).Record(ctx, store.Event{Key: "late", Delta: d, Time: e})
-			switch want {
-			case "old":
-				require.ErrorIs(t, err, store.ErrTooOld, "step %d: event %v at %v", step, e, now)
-			case "future":
-				require.ErrorIs(t, err, store.ErrFuture, "step %d: event %v at %v", step, e, now)
-			default:
-				require.NoError(t, err, "step %d: event %v at %v", step, e, now)
-				require.Equal(t, m.sum(now, w.Length).Int64(), a.Sum, "step %d: event %v at %v", step, e, now)
-			}
-			n, err := s.At(now).Sum(ctx, "late")
-			require.NoError(t, err)
-			require.Equal(t, m.sum(now, w.Length).Int64(), n, "step %d", step)
-			n, err = s.At(now).Over(20*time.Second).Sum(ctx, "late")
-			require.NoError(t, err)
-			require.Equal(t, m.sum(now, 20*time.Second).Int64(), n, "step %d", step)
-		}
-		t.Logf("events: %v", seen)
-		require.Greater(t, seen["old"], 20)
-		require.Greater(t, seen["ok"], 100)
-	})
-}
-
-// TestLateEventTiers: an event too old for the short tier still counts in
-// the tiers whose window it is inside.
-func TestLateEventTiers(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithTiers(store.Window{Length: time.Hour, Bucket: time.Minute}))
-		ctx := ctxT(t)
-		now := utc("2026-05-05T10:30:30Z")
-		a, err := s.At(now).Record(ctx, store.Event{Key: "k", Delta: 4, Time: now.Add(-10 * time.Minute)})
-		require.NoError(t, err)
-		require.Equal(t, []bool{false, true}, a.Counted)
-		require.Equal(t, []int64{0, 4}, a.Sums)
-		_, err = s.At(now).Record(ctx, store.Event{Key: "k", Delta: 4, Time: now.Add(-2 * time.Hour)})
-		require.ErrorIs(t, err, store.ErrTooOld)
-		n, err := s.At(now).Over(time.Hour).Sum(ctx, "k")
-		require.NoError(t, err)
-		require.EqualValues(t, 4, n)
-	})
-}
-
-// TestDistinct counts distinct members per window on every backend: across
-// buckets, over a lookback, after buckets leave, and in one round trip for
-// many keys. HyperLogLog is exact enough at small counts to compare with a
-// set; docs/counters.md's error figures come from TestDistinctError.
-func TestDistinct(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		w := store.Window{Length: time.Minute, Bucket: 10 * time.Second}
-		s, _ := newStore(t, tg, w)
-		ctx := ctxT(t)
-		t0 := utc("2026-01-01T00:00:00Z").Add(-35 * time.Second) // across a year end
-		exact := map[time.Time][]string{}
-		for i := 0; i < 12; i++ {
-			at := t0.Add(time.Duration(i) * 10 * time.Second)
-			members := []string{"card-" + strconv.Itoa(i%7), "card-" + strconv.Itoa(i%5+20)}
-			n, err := addDistinct(ctx, s.At(at), "dev", members...)
-			require.NoError(t, err)
-			exact[at] = members
-			want := map[string]bool{}
-			for a, ms := range exact {
-				if a.After(at.Add(-w.Length)) && !a.After(at) {
-					for _, m := range ms {
-						want[m] = true
-					}
-				}
-			}
-			require.EqualValues(t, len(want), n, "at %v", at)
-		}
-		last := t0.Add(110 * time.Second)
-		within, err := countDistinct(ctx, s.At(last).Over(20*time.Second), "dev")
-		require.NoError(t, err)
-		require.EqualValues(t, 4, within) // the last two buckets: cards 3, 4, 23, 24
-		many, err := countDistinctMany(ctx, s, []string{"dev", "nobody"})
-		require.NoError(t, err)
-		require.EqualValues(t, 0, many[1])
-		later, err := countDistinct(ctx, s.At(last.Add(w.Length+w.Bucket)), "dev")
-		require.NoError(t, err)
-		require.Zero(t, later)
-		_, err = addDistinct(ctx, s, "dev")
-		require.ErrorIs(t, err, store.ErrInvalid, "no members")
-	})
-}
-
-// TestApplyRules: batches that break the rules fail before anything is sent.
-func TestApplyRules(t *testing.T) {
-	tg := targets[0]
-	s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second})
-	ctx := ctxT(t)
-	_, err := store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s, Key: "a"}, {Store: s, Key: "b"}}})
-	require.ErrorIs(t, err, store.ErrInvalid, "two keys, two slots")
-	_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: s, Key: "a"}, {Store: s, Key: "a", Kind: store.OpLimit, Limit: 5, Delta: 1}}})
-	require.ErrorIs(t, err, store.ErrInvalid, "counted and limited")
-	u := s.Entity("user:1")
-	res, err := store.Apply(ctx, store.Batch{ID: "e", Ops: []store.Op{{Store: u, Key: "logins", Delta: 1}, {Store: u, Key: "cards", Kind: store.OpDistinct, Members: []string{"c1"}}}},
-		store.Batch{Ops: []store.Op{{Store: s, Key: "other", Delta: 2}}})
-	require.NoError(t, err)
-	require.EqualValues(t, 1, res[0].Values[0].Sum)
-	require.EqualValues(t, 1, res[0].Values[1].Sum)
-	require.EqualValues(t, 2, res[1].Values[0].Sum)
-}
-
-func mustCodec(t *testing.T, b time.Duration) *codec.Codec {
-	c, err := codec.New(b, nil)
-	require.NoError(t, err)
-	return c
-}
-
-// TestGroupOverflowWritesNothing: a batch whose last item would overflow
-// (its window sum, or only its bucket) fails with ErrOverflow and leaves the
-// batch's other counters, counted and quiet, and its event id, unwritten;
-// so a retry after the fix counts once.
-func TestGroupOverflowWritesNothing(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		s, _ := newStore(t, tg, store.Window{Length: 10 * time.Second, Bucket: time.Second})
-		u := s.Entity("user:1")
-		ctx := ctxT(t)
-		t0 := time.Now().Truncate(time.Minute).Add(-2 * time.Minute)
-		// "sum": the window sum is at the top. "bucket": the sum is not, the
-		// current bucket is (an older bucket holds -10).
-		_, err := u.At(t0).Add(ctx, "sum", math.MaxInt64)
-		require.NoError(t, err)
-		_, err = u.At(t0).Add(ctx, "bucket", -10)
-		require.NoError(t, err)
-		_, err = u.At(t0.Add(time.Second)).Add(ctx, "bucket", math.MaxInt64)
-		require.NoError(t, err)
-		_, err = u.At(t0.Add(time.Second)).Add(ctx, "quiet", math.MaxInt64-10)
-		require.NoError(t, err)
-		keys := []string{}
-		for _, k := range []string{"a", "b", "quiet", "sum", "bucket"} {
-			keys = append(keys, counterKeys(t, u, k)...)
-		}
-		first, err := hook.RedisKey(u, "a") // what the batch's id key begins with
-		require.NoError(t, err)
-		c := clientOf(s)
-		before := dump(t, c, keys...)
-		at := t0.Add(time.Second + 500*time.Millisecond)
-		for _, last := range []store.Op{
-			{Store: u, Key: "sum", Delta: 1},
-			{Store: u, Key: "bucket", Delta: 5},
-			{Store: u, Key: "quiet", NoSum: true, Delta: 11},
-		} {
-			ops := []store.Op{{Store: u, Key: "a", Delta: 1}, {Store: u, Key: "b", NoSum: true, Delta: 1}}
-			if last.Key != "quiet" {
-				ops = append(ops, store.Op{Store: u, Key: "quiet", NoSum: true, Delta: 1})
-			}
-			ops = append(ops, last)
-			_, err := applyAt(ctx, at, store.Batch{ID: "ev-" + last.Key, Ops: ops})
-			require.ErrorIs(t, err, store.ErrOverflow, "overflow of %q", last.Key)
-			require.Equal(t, before, dump(t, c, keys...), "a failed batch (overflow of %q) wrote", last.Key)
-			idKey := first + ":id:ev-" + last.Key
-			n, err := c.Do(ctx, c.B().Exists().Key(idKey).Build()).AsInt64()
-			require.NoError(t, err)
-			require.Zero(t, n, "the event id of a failed batch was kept")
-		}
-		// Limits alone, without an id (the script's fast path for them): the
-		// window sum of "edge" is 0, within its limit, but its current bucket
-		// is at the top, so counting the cost overflows it. The first limit,
-		// which admits too, must not be counted either.
-		_, err = u.At(t0).Add(ctx, "edge", -math.MaxInt64)
-		require.NoError(t, err)
-		_, err = u.At(t0.Add(time.Second)).Add(ctx, "edge", math.MaxInt64)
-		require.NoError(t, err)
-		keys = append(keys, counterKeys(t, u, "edge")...)
-		before = dump(t, c, keys...)
-		_, err = store.AllowAll(ctx, 1, store.Quota{Store: u.At(at), Key: "a", Limit: 100},
-			store.Quota{Store: u.At(at), Key: "edge", Limit: 100})
-		require.ErrorIs(t, err, store.ErrOverflow, "overflow of a limit's bucket")
-		require.Equal(t, before, dump(t, c, keys...), "a failed AllowAll wrote")
-		// Counts, a limit and a distinct add without an id or event time (the
-		// script's fast path for an entity's batch of features.Set.Record):
-		// when a count ("sum") or a limit's bucket ("edge") overflows, nothing
-		// is written, neither the other counters nor the HyperLogLog.
-		cards, err := hook.RedisKey(u, "cards")
-		require.NoError(t, err)
-		keys = append(keys, cards+":d", cards+":d:u")
-		before = dump(t, c, keys...)
-		for _, last := range []store.Op{{Store: u, Key: "sum", Delta: 1}, {Store: u, Key: "edge", Kind: store.OpLimit, Limit: 100, Delta: 1}} {
-			_, err = applyAt(ctx, at, store.Batch{Ops: []store.Op{{Store: u, Key: "a", Delta: 1},
-				{Store: u, Key: "cards", Kind: store.OpDistinct, Members: []string{"c1"}},
-				{Store: u, Key: "b", Kind: store.OpLimit, Limit: 100, Delta: 1}, last}})
-			require.ErrorIs(t, err, store.ErrOverflow, "overflow of %q beside a count, a limit and a distinct add", last.Key)
-			require.Equal(t, before, dump(t, c, keys...), "a failed batch without an id (overflow of %q) wrote", last.Key)
-		}
-	})
-}
-
-// TestHeadLivesForItsLongestWindow: one key's windows share a head on the
-// plain hash, which holds each window's running total and current bucket.
-// The head must live until the last of its windows' current buckets leaves,
-// whichever window was written last: a head that expired with its shortest
-// window would take the longer windows' current buckets with it. The
-// shortest window is written with the others, as it starts a new bucket and
-// after it has passed whole (the limits in the head's order, then in
-// another), and alone. Real time, about 2 s.
-func TestHeadLivesForItsLongestWindow(t *testing.T) {
-	forEach(t, func(t *testing.T, tg target) {
-		ss := policyStores(t, tg, store.Window{Length: 400 * time.Millisecond, Bucket: 100 * time.Millisecond},
-			store.Window{Length: time.Minute, Bucket: time.Second})
-		ctx := ctxT(t)
-		both := func(order ...int) {
-			t.Helper()
-			var ps []store.Quota
-			for _, i := range order {
-				ps = append(ps, store.Quota{Store: ss[i], Key: "k", Limit: 100})
-			}
-			d, err := store.AllowAll(ctx, 1, ps...)
-			require.NoError(t, err)
-			require.True(t, d.Allowed)
-		}
-		long := func(want int64, when string) {
-			t.Helper()
-			sum, err := ss[1].Sum(ctx, "k")
-			require.NoError(t, err)
-			require.EqualValues(t, want, sum, "the minute's sum %s", when)
-		}
-		both(0, 1)                         // the head written new
-		time.Sleep(150 * time.Millisecond) // the short window's bucket moves on
-		both(0, 1)                         // (the head's records in the limits' order)
-		time.Sleep(600 * time.Millisecond) // the short window passes whole
-		long(2, "once the short window has passed")
-		both(1, 0) // (the limits in another order than the head's records)
-		time.Sleep(600 * time.Millisecond)
-		long(3, "once the short window, written in another order, has passed")
-		_, err := ss[0].Add(ctx, "k", 1) // the short window alone
-		require.NoError(t, err)
-		time.Sleep(600 * time.Millisecond)
-		long(3, "once the short window, written alone, has passed")
-	})
 }
 
 // TestAllowAllEdges covers the paths of a group of limits that the random
@@ -931,6 +475,49 @@ func TestAllowAllPeekCredits(t *testing.T) {
 			require.False(t, d.Policies[1].Allowed, c.name)
 			require.Equal(t, c.otherSum, d.Policies[1].Sum, c.name)
 			require.Equal(t, c.ownRetry, d.Policies[1].RetryAfter, c.name)
+		}
+	})
+}
+
+// TestAllowAllOneKeyTwiceAcrossKeys: 40 callers race an AllowAll of two
+// windows of one key (stores of one prefix: one head) and a third key: the
+// tighter window admits exactly its limit.
+func TestAllowAllOneKeyTwiceAcrossKeys(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		srv := harness.Shared(t, tg.kind)
+		opts := []store.Option{store.WithPrefix(harness.Prefix(t)), store.WithBackend(tg.backend)}
+		c := srv.Client(t)
+		minute, err := store.New(ctxT(t), c, store.Window{Length: time.Minute, Bucket: time.Second}, opts...)
+		require.NoError(t, err)
+		hour, err := store.New(ctxT(t), c, store.Window{Length: time.Hour, Bucket: time.Minute}, opts...)
+		require.NoError(t, err)
+		ctx := ctxT(t)
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 40 {
+			wg.Go(func() {
+				for range 3 {
+					d, err := store.AllowAll(ctx, 1, store.Quota{Store: minute, Key: "k", Limit: 3},
+						store.Quota{Store: hour, Key: "k", Limit: 50}, store.Quota{Store: minute, Key: "ip", Limit: 100})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		require.EqualValues(t, 3, admitted.Load())
+		for _, c := range []struct {
+			s   *store.Store
+			key string
+		}{{minute, "k"}, {hour, "k"}, {minute, "ip"}} {
+			n, err := c.s.Sum(ctx, c.key)
+			require.NoError(t, err)
+			require.EqualValues(t, 3, n, "%s %v", c.key, c.s.Window())
 		}
 	})
 }
