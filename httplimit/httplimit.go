@@ -148,7 +148,6 @@ type options struct {
 	legacy   bool
 	local    *localTier
 	metrics  Recorder
-	now      func() time.Time
 }
 
 // WithOnError has every limiter or key error told to fn, with the rule's name.
@@ -176,8 +175,9 @@ func WithLegacyHeaders() Option { return func(o *options) { o.legacy = true } }
 // keyed by rule. It never admits, so the middleware never admits more than
 // its limits; a larger cost asks the server, whose Retry-After may be later.
 // It holds at most size keys (0 or less: 100,000); when full it drops its
-// expired refusals, then keys at random. Without the option there is none
-// (the limiters keep their own refusal caches).
+// expired refusals, then keys at random. Its refusals count down on the
+// process's clock (time.Now), as the limiters' refusal caches do. Without the
+// option there is none (the limiters keep their own refusal caches).
 func WithLocalTier(size int) Option {
 	if size <= 0 {
 		size = 100000
@@ -188,9 +188,6 @@ func WithLocalTier(size int) Option {
 // WithRecorder has every decision told to r (package metrics/prom has a
 // Prometheus recorder, package metrics/otel an OpenTelemetry one).
 func WithRecorder(r Recorder) Option { return func(o *options) { o.metrics = r } }
-
-// WithClock sets the clock of the local tier; the default is time.Now.
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
 
 // Recorder receives one call per decision: the rule, the outcome, and how
 // long the limiters took. Package metrics/prom has a Prometheus recorder,
@@ -231,7 +228,7 @@ const (
 // New returns the middleware for rules, or an error for a rule without a
 // valid name, key function or limiter.
 func New(rules []Rule, opts ...Option) (func(http.Handler) http.Handler, error) {
-	o := options{now: time.Now}
+	o := options{}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -493,7 +490,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 			// A degraded refusal was made in process: the local tier would
 			// save no server call, and the server, once back, may admit sooner.
 			if o.local != nil && d.RetryAfter > 0 && !d.Degraded {
-				now := o.now()
+				now := time.Now()
 				o.local.remember(key, p.Name, cost, now, now.Add(d.RetryAfter))
 			}
 			setFields(o, h, p, 0, d.RetryAfter)
@@ -596,8 +593,9 @@ func shed(o *options, rule *compiled, w http.ResponseWriter, cost int64, observe
 		return false
 	}
 	for _, k := range keys {
-		if name, until, ok := o.local.refused(k, cost, o.now()); ok {
-			retry := until.Sub(o.now())
+		now := time.Now()
+		if name, until, ok := o.local.refused(k, cost, now); ok {
+			retry := until.Sub(now)
 			setFields(o, w.Header(), rule.policies[name], 0, retry)
 			refuse(w, retry)
 			observe(LocalShed)
@@ -662,7 +660,7 @@ func serveKeys(o *options, rule *compiled, w http.ResponseWriter, r *http.Reques
 	p := rule.policies[d.Policy]
 	if !d.Allowed {
 		if o.local != nil && d.RetryAfter > 0 {
-			now := o.now()
+			now := time.Now()
 			o.local.remember(keys[rule.partOf[d.Policy]], d.Policy, cost, now, now.Add(d.RetryAfter))
 		}
 		setFields(o, h, p, 0, d.RetryAfter)

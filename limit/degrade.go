@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/windowstore/windowstore/internal/backend"
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/internal/refusal"
 	"github.com/windowstore/windowstore/store"
@@ -77,10 +78,14 @@ func WithCooldown(d time.Duration) Option {
 // fails with ErrUnavailable (and the server's error, if there was a call).
 func WithLocalKeys(n int) Option { return func(o *options) { o.deg.keys, o.degrade = n, true } }
 
-// WithBreakerClock sets the clock of the breaker and of Allow's in-process
-// decisions (AllowAt's use its t); the default is time.Now.
-func WithBreakerClock(now func() time.Time) Option {
+// withBreakerClock sets the clock of the breaker and of Allow's in-process
+// decisions, for tests (hook.WithBreakerClock); it is time.Now otherwise.
+func withBreakerClock(now func() time.Time) Option {
 	return func(o *options) { o.deg.now, o.degrade = now, true }
+}
+
+func init() {
+	hook.WithBreakerClock = func(now func() time.Time) any { return withBreakerClock(now) }
 }
 
 // WithOnStateChange has every change of the breaker's state told to fn,

@@ -78,7 +78,7 @@ func TestDegradeBreaker(t *testing.T) {
 	f := &flaky{p: policyOf(20)}
 	clk := newClock()
 	var changes []string
-	d, err := Degrade(f, WithInstances(4), WithFailures(3), WithCooldown(time.Second), WithBreakerClock(clk.now),
+	d, err := Degrade(f, WithInstances(4), WithFailures(3), WithCooldown(time.Second), withBreakerClock(clk.now),
 		WithOnStateChange(func(from, to string) { changes = append(changes, from+">"+to) }))
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +241,7 @@ func TestDegradeErrors(t *testing.T) {
 		{WithFailures(0), "limit: p: invalid argument: failures 0 is less than 1"},
 		{WithCooldown(0), "limit: p: invalid argument: cool-down 0s is not positive"},
 		{WithLocalKeys(0), "limit: p: invalid argument: local keys 0 is less than 1"},
-		{WithBreakerClock(nil), "limit: p: invalid argument: nil clock"},
+		{withBreakerClock(nil), "limit: p: invalid argument: nil clock"},
 		{WithPrefix("x:"), "limit: p: invalid argument: WithPrefix and WithObserver configure a limiter, not Degrade"},
 	} {
 		if _, err := Degrade(f, tt.opt); !errors.Is(err, store.ErrInvalid) || err.Error() != tt.want {
@@ -264,7 +264,7 @@ func TestDegradeLocalExact(t *testing.T) {
 	f := &flaky{p: Policy{Name: "p", Limit: 30, Window: 10 * time.Second}}
 	f.set(refused)
 	clk := newClock()
-	d, _ := Degrade(f, WithInstances(3), WithFailures(1), WithBreakerClock(clk.now))
+	d, _ := Degrade(f, WithInstances(3), WithFailures(1), withBreakerClock(clk.now))
 	ctx := context.Background()
 	var admitted []time.Time
 	for i := 0; i < 400; i++ {
@@ -320,7 +320,7 @@ func TestDegradeConcurrent(t *testing.T) {
 	f := &flaky{p: policyOf(100)}
 	f.set(refused)
 	clk := newClock()
-	d, _ := Degrade(f, WithInstances(4), WithFailures(1), WithBreakerClock(clk.now))
+	d, _ := Degrade(f, WithInstances(4), WithFailures(1), withBreakerClock(clk.now))
 	var admitted, degraded atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < 40; g++ {
@@ -357,7 +357,7 @@ func TestDegradeMultiAndShadow(t *testing.T) {
 		{Name: "persec", Limit: 4, Window: time.Second}, {Name: "permin", Limit: 6, Window: time.Minute}}}
 	m.set(refused)
 	clk := newClock()
-	d, _ := Degrade(m, WithInstances(2), WithFailures(1), WithBreakerClock(clk.now), WithLocalKeys(2))
+	d, _ := Degrade(m, WithInstances(2), WithFailures(1), withBreakerClock(clk.now), WithLocalKeys(2))
 	if got := d.parts; len(got) != 2 || got[1].Name != "permin" {
 		t.Fatalf("policies %v", got)
 	}
@@ -432,7 +432,7 @@ func TestDegradeShareRoundsDown(t *testing.T) {
 		f := &flaky{p: tt.p}
 		f.set(refused)
 		clk := newClock()
-		d, err := Degrade(f, WithInstances(tt.n), WithFailures(1), WithBreakerClock(clk.now))
+		d, err := Degrade(f, WithInstances(tt.n), WithFailures(1), withBreakerClock(clk.now))
 		if err != nil {
 			t.Fatal(err)
 		}

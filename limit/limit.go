@@ -99,7 +99,7 @@ type Limiter interface {
 
 // Option configures a limiter (WithPrefix, WithObserver, WithRefusalCache) or Degrade
 // (WithInstances, WithFailures, WithCooldown, WithLocalKeys,
-// WithBreakerClock, WithOnStateChange). Each refuses the other's options with
+// WithOnStateChange). Each refuses the other's options with
 // store.ErrInvalid.
 type Option func(*options)
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
@@ -39,7 +40,7 @@ func Degraded(t testing.TB, now *time.Time) (*limit.Degraded, *Flaky) {
 	t.Helper()
 	f := &Flaky{}
 	d, err := limit.Degrade(f, limit.WithFailures(1), limit.WithCooldown(time.Minute),
-		limit.WithBreakerClock(func() time.Time { return *now }))
+		hook.WithBreakerClock(func() time.Time { return *now }).(limit.Option))
 	if err != nil {
 		t.Fatal(err)
 	}

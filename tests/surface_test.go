@@ -1,0 +1,89 @@
+package tests
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// publicPackages are the root module's packages a user imports.
+var publicPackages = []string{"store", "limit", "httplimit", "features", "tairhash", "nativehash", "fieldcodec"}
+
+// surface lists the exported package-level names of the public packages
+// ("store.Store") and counts the exported methods of each exported type.
+func surface(t *testing.T) (names []string, methods map[string]int) {
+	t.Helper()
+	methods = map[string]int{}
+	for _, pkg := range publicPackages {
+		paths, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
+		require.NoError(t, err, pkg)
+		for _, path := range paths {
+			if strings.HasSuffix(path, "_test.go") {
+				continue
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+			require.NoError(t, err, path)
+			for _, d := range f.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					if !d.Name.IsExported() {
+						continue
+					}
+					if d.Recv == nil {
+						names = append(names, pkg+"."+d.Name.Name)
+						continue
+					}
+					recv := d.Recv.List[0].Type
+					if s, ok := recv.(*ast.StarExpr); ok {
+						recv = s.X
+					}
+					if id, ok := recv.(*ast.Ident); ok && id.IsExported() {
+						methods[pkg+"."+id.Name]++
+					}
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						switch s := s.(type) {
+						case *ast.TypeSpec:
+							if s.Name.IsExported() {
+								names = append(names, pkg+"."+s.Name.Name)
+							}
+						case *ast.ValueSpec:
+							for _, id := range s.Names {
+								if id.IsExported() {
+									names = append(names, pkg+"."+id.Name)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	sort.Strings(names)
+	return names, methods
+}
+
+// TestSurface: the public packages export at most 150 names, no type has
+// more than 15 exported methods, and one option sets a clock,
+// store.WithClientClock (docs/counters.md, "Clocks"): an instant of the
+// caller's own is given with At or AllowAt, never with another clock.
+func TestSurface(t *testing.T) {
+	names, methods := surface(t)
+	require.LessOrEqual(t, len(names), 150, "exported names: %v", names)
+	for typ, n := range methods {
+		require.LessOrEqual(t, n, 15, "%s has %d exported methods", typ, n)
+	}
+	var clocks []string
+	for _, n := range names {
+		if _, name, _ := strings.Cut(n, "."); strings.HasPrefix(name, "With") && strings.Contains(name, "Clock") {
+			clocks = append(clocks, n)
+		}
+	}
+	require.Equal(t, []string{"store.WithClientClock"}, clocks, "one clock option, the store's")
+}
