@@ -73,8 +73,8 @@ func (e *ManyError) Unwrap() []error {
 }
 
 // SumMany returns the window sums of many keys, in the order given, in one
-// round trip: one read-only script call per 64 keys (see
-// WithBatching), all pipelined; on a cluster, per slot, in parallel per node. If some
+// round trip: one read-only script call (per 1,024 keys), on a cluster one
+// per slot, pipelined per node. If some
 // keys fail, the others' sums are still returned and the error is a
 // *ManyError that says which keys failed; errors.Is sees each key's error.
 func (s *Store) SumMany(ctx context.Context, keys []string) (_ []int64, err error) {

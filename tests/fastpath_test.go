@@ -224,3 +224,102 @@ func withZeros(p map[string]int64) map[string]int64 {
 	}
 	return out
 }
+
+// TestSumHeadDifferential: the plain hash's sum from the head (ws_peek in
+// nativehash/lua/plain.lua) answers what the general path (ws_open, as a
+// write opens a counter) answers, on the same keys: two readers of one
+// prefix, one with the test-only switch on, read SumMany and Sum after random
+// writes (amounts near 2^53 and negative ones), a clock that moves by less
+// than a bucket, by buckets, past the sweep (60 buckets) and past every
+// window, heads deleted or garbled, a bucket field that is not an integer,
+// and keys of the wrong type. Every answer and error must be the same; the
+// head must have answered many reads, and the switched reader none.
+func TestSumHeadDifferential(t *testing.T) {
+	for _, tg := range plainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			p := harness.Prefix(t)
+			tag := strings.ReplaceAll(p, ":", "")
+			rng := rand.New(rand.NewPCG(5, 2))
+			type side struct{ w, fast, slow *store.Store }
+			var sides []side
+			for _, w := range []store.Window{{Length: 10 * time.Second, Bucket: time.Second}, {Length: time.Minute, Bucket: time.Second}} {
+				mk := func(opts ...store.Option) *store.Store {
+					s, err := store.New(ctx, c, w, append(opts, store.WithPrefix(p), store.WithBackend("nativehash-plain"))...)
+					require.NoError(t, err)
+					return s
+				}
+				sides = append(sides, side{w: mk(), fast: mk(hook.WithTrace(tag+"f", false).(store.Option)),
+					slow: mk(hook.WithTrace(tag+"g", true).(store.Option))})
+			}
+			keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+			at := time.Date(2026, 12, 31, 23, 58, 30, 0, time.UTC)
+			for step := 0; step < 500; step++ {
+				switch r := rng.IntN(30); {
+				case r == 0:
+					at = at.Add(time.Duration(10+rng.Int64N(60)) * time.Second) // past the sweep, or every window
+				case r < 6:
+					at = at.Add(time.Duration(1+rng.Int64N(3)) * time.Second)
+				default:
+					at = at.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond))))
+				}
+				sd := sides[rng.IntN(len(sides))]
+				k := keys[rng.IntN(len(keys))]
+				ks, err := hook.CounterKeys(sd.w, k)
+				require.NoError(t, err)
+				switch r := rng.IntN(40); {
+				case r == 0: // the head lost: the general path reads the hash whole
+					require.NoError(t, c.Do(ctx, c.B().Del().Key(ks[1]).Build()).Error())
+				case r == 1: // a head that is not a counter's
+					require.NoError(t, c.Do(ctx, c.B().Set().Key(ks[1]).Value("garbled").Build()).Error())
+				case r == 2: // a bucket that is not an integer
+					fields, err := c.Do(ctx, c.B().Hkeys().Key(ks[0]).Build()).AsStrSlice()
+					require.NoError(t, err)
+					if len(fields) > 0 {
+						require.NoError(t, c.Do(ctx, c.B().Hset().Key(ks[0]).FieldValue().FieldValue(fields[rng.IntN(len(fields))], "x").Build()).Error())
+					}
+				case r == 3: // a key of the wrong type
+					require.NoError(t, c.Do(ctx, c.B().Del().Key(ks...).Build()).Error())
+					require.NoError(t, c.Do(ctx, c.B().Rpush().Key(ks[rng.IntN(2)]).Element("x").Build()).Error())
+				case r < 6: // a fresh start
+					require.NoError(t, c.Do(ctx, c.B().Del().Key(ks...).Build()).Error())
+				default:
+					d := 1 + rng.Int64N(20)
+					switch rng.IntN(8) {
+					case 0:
+						d = hugeValue(rng)
+					case 1:
+						d = -rng.Int64N(30)
+					}
+					_, _ = sd.w.At(at.Add(-time.Duration(rng.Int64N(int64(3*time.Second))))).Add(ctx, k, d) // (late, or failing on a garbled key)
+				}
+				read := rng.Perm(len(keys))[:1+rng.IntN(len(keys))]
+				many := make([]string, 0, len(read)+1)
+				for _, i := range read {
+					many = append(many, keys[i])
+				}
+				many = append(many, many[0]) // a key twice
+				fa, ea := sd.fast.At(at).SumMany(ctx, many)
+				fb, eb := sd.slow.At(at).SumMany(ctx, many)
+				require.Equal(t, errText(eb, p), errText(ea, p), "step %d at %v: SumMany's errors", step, at)
+				require.Equal(t, fb, fa, "step %d at %v: SumMany", step, at)
+				oa, ea := sd.fast.At(at).Sum(ctx, k)
+				ob, eb := sd.slow.At(at).Sum(ctx, k)
+				require.Equal(t, errText(eb, p), errText(ea, p), "step %d at %v: Sum's errors", step, at)
+				require.Equal(t, ob, oa, "step %d at %v: Sum", step, at)
+			}
+			pf, err := hook.Paths(ctx, sides[0].fast, tag+"f")
+			require.NoError(t, err)
+			pg, err := hook.Paths(ctx, sides[0].slow, tag+"g")
+			require.NoError(t, err)
+			t.Logf("paths: head side %v, general side %v", pf, pg)
+			require.Greater(t, pf["sumhead"], int64(500), "the head answered too few sums to compare: %v", pf)
+			require.Greater(t, pf["sumopen"], int64(50), "too few sums left the head: %v", pf)
+			require.Zero(t, pg["sumhead"], "the switch did not keep the head path off: %v", pg)
+			require.Positive(t, pg["sumopen"], "%v", pg)
+		})
+	}
+}

@@ -215,23 +215,32 @@ func (b *Batcher) drain() {
 	}
 }
 
+// ManyOps is how many operations of one Many share a script call at most, so
+// that a read of many keys is one call per slot, and no call holds the
+// server for long.
+const ManyOps = 1024
+
 // Many runs one operation per entry of keys (each operation's keys: a
 // counter's, see store's counterKeys), each with the same arguments (reads),
-// at once, without queueing: one DoMulti of script calls of at most b.ops
-// operations per clock and slot. It answers in the order of keys.
+// at once, without queueing: one DoMulti of script calls of at most ManyOps
+// (or b.ops, if more) operations per clock and slot. It answers in the order
+// of keys.
 func (b *Batcher) Many(ctx context.Context, keys [][]string, hdr []string, args ...string) []*Op {
 	ops := make([]*Op, len(keys))
 	for i, k := range keys {
 		ops[i] = b.NewOp(ctx, k, hdr, args)
 	}
-	b.Run(ops)
+	b.run(ops, max(b.ops, ManyOps))
 	return ops
 }
 
 // Run sends a batch: one script call per header (clock) and slot, of at most
 // b.ops operations, all in one DoMulti. Server-clock operations share one
 // header slice; client-clock ones share a call when their instants are equal.
-func (b *Batcher) Run(batch []*Op) {
+func (b *Batcher) Run(batch []*Op) { b.run(batch, b.ops) }
+
+// run is Run with calls of at most per operations.
+func (b *Batcher) run(batch []*Op, per int) {
 	type group struct {
 		ops  []*Op
 		call backend.Call
@@ -240,7 +249,7 @@ func (b *Batcher) Run(batch []*Op) {
 	find := func(o *Op) *group {
 		for _, g := range groups {
 			f := g.ops[0]
-			if f.slot == o.slot && len(g.ops) < b.ops && (&f.hdr[0] == &o.hdr[0] || slices.Equal(f.hdr, o.hdr)) {
+			if f.slot == o.slot && len(g.ops) < per && (&f.hdr[0] == &o.hdr[0] || slices.Equal(f.hdr, o.hdr)) {
 				return g
 			}
 		}

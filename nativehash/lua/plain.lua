@@ -11,7 +11,7 @@
 -- there to be swept. The head is written at the operation's end (ws_end):
 -- the only write the server can refuse (OOM) is an operation's first.
 
--- WS_SWEEP is how many buckets a write may sweep one by one (see ws_dead).
+-- WS_SWEEP is how many buckets a read may sweep one by one (see ws_headsum).
 local WS_SWEEP = 32
 
 -- ws_codes appends to codes and starts the buckets that start in [from, to),
@@ -40,22 +40,13 @@ local function ws_codes(L, from, to, n, codes, starts)
   return true, s
 end
 
--- ws_dead lists the codes and starts of the buckets that left the window
--- since a write whose oldest live bucket started at from; nil for more than
--- WS_SWEEP, or a from that is not a bucket start.
-local function ws_dead(L, from, to)
-  local codes, starts = {}, {}
-  if ws_codes(L, from, to, WS_SWEEP, codes, starts) then return codes, starts end
-  return nil
-end
-
 -- ws_rebuild is ws_open's answer from a full read: ws_commit writes the
 -- record anew and deletes every stale field.
 local function ws_rebuild(L, key, B, Hd, i)
   local all = ws_read(key, L)
   local S = ws_scan(L, all, L.now - L.w, false)
   local sum, fits = ws_scansum(L, all, S, L.now - L.w)
-  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false, synced = nil, nsum = nil, nv = nil,
+  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false, nsum = nil, nv = nil,
     hd = Hd, i = i}
   for j = 1, #all, 2 do
     if all[j] == B.field then C.cur = all[j + 1] end
@@ -63,51 +54,61 @@ local function ws_rebuild(L, key, B, Hd, i)
   return C
 end
 
--- ws_open reads the counter for a write to bucket B, or a sum: C.sum (C.fits:
--- within int64), C.cur (B's value; false: none), C.dead (the fields to
--- delete), C.hd and C.i (the head and the record). Reads only.
-local function ws_open(L, key, B)
+-- ws_headsum is counter key's window sum from its head's record, less the
+-- buckets that left the window since (one HMGET, which reads bucket B's field
+-- too when B is given and not the record's): sum, B's value (false: none),
+-- the dead fields to delete, the head, the record. Reads only. sum is nil for
+-- a counter to read whole (see ws_open).
+local function ws_headsum(L, key, B)
   local Hd = ws_hget(L, key)
   local i = ws_hfind(Hd, L)
-  if i == nil then return ws_rebuild(L, key, B, Hd, nil) end
+  if i == nil then return nil, nil, nil, Hd, nil end
   ws_hcheck(Hd, i)
   local a, low = Hd.a, L.low
   local m, t, c, v = a[i + 2], a[i + 3], a[i + 4], a[i + 5]
-  if m > low or c > L.cstart or c + L.w <= L.now then return ws_rebuild(L, key, B, Hd, i) end
-  -- (The fields set later are named too, as nil: the constructor sizes the
-  -- table for them, so that it is not rehashed as it grows.)
-  local C = {sum = t, fits = true, cur = v, synced = m == low, dead = nil, nsum = nil, nv = nil, hd = Hd, i = i,
-    all = nil}
-  local own = B.start == c
-  if C.synced and own then return C end
-  local names, dead, starts, nd = {}, nil, nil, 0
-  if not C.synced then
-    dead, starts = ws_dead(L, m, low)
-    if dead == nil then return ws_rebuild(L, key, B, Hd, i) end
-    nd = #dead
-    for j = 1, nd do names[j] = dead[j] end
+  if m > low or c > L.cstart or c + L.w <= L.now then return nil, nil, nil, Hd, i end
+  local own = B == nil or B.start == c
+  if m == low and own then return t, v, nil, Hd, i end
+  local names, starts, D = {}, nil, L.dead
+  if m < low then
+    if not D or D.from ~= m then -- (L keeps the codes for the next counter last written at m)
+      D = {from = m, codes = {}, starts = {}}
+      if not ws_codes(L, m, low, WS_SWEEP, D.codes, D.starts) then return nil, nil, nil, Hd, i end
+      L.dead = D
+    end
+    names, starts = D.codes, D.starts
   end
-  if not own then names[nd + 1] = B.field end
-  local vals = redis.call('HMGET', KEYS[key], unpack(names))
+  local nd, o = #names, own and 0 or 1
+  local vals = own and redis.call('HMGET', KEYS[key], unpack(names)) or redis.call('HMGET', KEYS[key], B.field, unpack(names))
   local gone, mag, del = 0, t < 0 and -t or t, {}
   for j = 1, nd do
-    local x, val = vals[j], 0
+    local x, val = vals[j + o], 0
     if x then
       val = tonumber(x)
-      if val == nil then return ws_rebuild(L, key, B, Hd, i) end
-      del[#del + 1] = dead[j]
+      if val == nil then return nil, nil, nil, Hd, i end
+      del[#del + 1] = names[j]
     end
     if starts[j] == c then val = v end
     gone, mag = gone + val, mag + (val < 0 and -val or val)
   end
-  if mag >= WS_BIG then return ws_rebuild(L, key, B, Hd, i) end
+  if mag >= WS_BIG then return nil, nil, nil, Hd, i end
   if not own then
-    local x = vals[nd + 1]
-    if x and tonumber(x) == nil then return ws_rebuild(L, key, B, Hd, i) end
-    C.cur = x or false
+    v = vals[1]
+    if v and tonumber(v) == nil then return nil, nil, nil, Hd, i end
+    v = v or false
   end
-  C.sum, C.dead = t - gone, del
-  return C
+  return t - gone, v, del, Hd, i
+end
+
+-- ws_open reads the counter for a write to bucket B: C.sum (C.fits: within
+-- int64), C.cur (B's value; false: none), C.dead (the fields to delete),
+-- C.hd and C.i (the head and the record). Reads only. A counter without a
+-- record, idle past WS_SWEEP buckets or its window, beyond 2^53, or with a
+-- field that is not an integer, is read whole.
+local function ws_open(L, key, B)
+  local sum, cur, dead, Hd, i = ws_headsum(L, key, B)
+  if sum == nil then return ws_rebuild(L, key, B, Hd, i) end
+  return {sum = sum, fits = true, cur = cur, dead = dead, nsum = nil, nv = nil, hd = Hd, i = i, all = nil}
 end
 
 -- ws_prepare computes what adding delta (a decimal string) to bucket B does
@@ -228,8 +229,21 @@ local function ws_detail(L, key, C)
   return ws_scan(L, all, L.now - L.w, true)
 end
 
+-- ws_sumover is the read-only sum of counter key over lookback lb: the
+-- window's from its head (ws_headsum without a bucket to write: it leaves
+-- the current bucket's field unread) or, when the head cannot answer or a
+-- trace takes the general path alone, as a write opens it; a shorter
+-- lookback's from a full read.
 local function ws_sumover(L, key, lb)
   if lb ~= L.w then return ws_scanread(L, key, lb) end
+  if ws_tracing == nil or not ws_tracing.general then
+    local sum = ws_headsum(L, key)
+    if sum ~= nil then
+      ws_trace('sumhead')
+      return sum
+    end
+  end
+  ws_trace('sumopen')
   local C = ws_open(L, key, L.target)
   return ws_checked(C.sum, C.fits)
 end

@@ -71,6 +71,7 @@ end
 --               of the next (an empty range has lo > hi)
 --   low         the start of the oldest live bucket
 --   reset       ms from the instant until the current bucket leaves the window
+--   dead        the plain hash's last codes of buckets that left (ws_headsum)
 -- A shape's table is kept from one call to the next (at most 256 shapes) and
 -- filled in place for each new header: a new table per header would be
 -- garbage to collect on every call. So a shape's table is its header's until
@@ -86,7 +87,7 @@ do
       local sep = string.find(shape, ':', 1, true)
       L = {H = H, b = tonumber(string.sub(shape, 1, sep - 1)), w = tonumber(string.sub(shape, sep + 1)), now = 0, prev = 0,
         cur = 0, nxt = 0, c = 0, cstart = 0, field = '', lo = 0, hi = 0, plo = 0, phi = 0, nhi = 0, low = 0, reset = 0,
-        target = {field = '', start = 0, current = true}, fnames = false, xs = false, xsrv = false}
+        target = {field = '', start = 0, current = true}, dead = false, xs = false, xsrv = false}
       if nk >= 256 then kept, nk = {}, 0 end
       kept[shape], nk = L, nk + 1
     end
@@ -117,7 +118,7 @@ do
     local field = string.format('%d', c)
     L.H, L.now, L.prev, L.cur, L.nxt, L.c, L.cstart, L.field = H, now, prev, cur, nxt, c, cstart, field
     L.lo, L.hi, L.plo, L.phi, L.nhi, L.low, L.reset = lo, hi, plo, phi, nhi, low, cstart + w - now
-    L.fnames = false
+    L.dead = false
     local T = L.target
     T.field, T.start, T.current = field, cstart, true
     H.shapes[shape] = L

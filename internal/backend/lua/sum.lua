@@ -7,6 +7,7 @@
 
 ws_begin()
 local H = ws_header(ARGV)
+ws_tracefrom(ARGV[WS_HEADER])
 local out, k = {}, 1
 for j = 1, (#ARGV - WS_HEADER) / 2 do
   local i = WS_HEADER + 2 * j - 1

@@ -28,6 +28,7 @@ var Targets = []Target{
 	{Op: "allow3", Base: "allow", Max: 1.5, What: "`store.AllowAll` of 3 policies on one key (three stores)"},
 	{Op: "windows3", Base: "allow", Max: 1.5, What: "the same 3 windows as one `limit.NewWindows`"},
 	{Op: "attack", Base: "allow", Max: 0.2, What: "a limiter's key under attack, 9 calls in 10 refused (its refusal cache)"},
+	{Op: "sum100", Base: "sum", Max: 15, What: "`Store.SumMany` of 100 keys against one `Store.Sum`"},
 	{Op: "record6", Base: "add", Max: 3, What: "`features.Set.Record` of 6 features over 2 entities"},
 	{Op: "distinct", Base: "add", Max: 2, What: "`Store.RecordStat` of `StatDistinct`, add and count"},
 	{Op: "add", Base: "naive", Max: 0.5, What: "`Store.Add` against the naive script"},
