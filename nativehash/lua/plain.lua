@@ -46,8 +46,7 @@ local function ws_rebuild(L, key, B, Hd, i)
   local all = ws_read(key, L)
   local S = ws_scan(L, all, L.now - L.w, false)
   local sum, fits = ws_scansum(L, all, S, L.now - L.w)
-  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false, nsum = nil, nv = nil,
-    hd = Hd, i = i}
+  local C = {sum = sum, fits = fits, all = all, S = S, dead = S.stale, cur = false, nsum = nil, nv = nil, hd = Hd, i = i}
   for j = 1, #all, 2 do
     if all[j] == B.field then C.cur = all[j + 1] end
   end
@@ -58,7 +57,8 @@ end
 -- buckets that left the window since (one HMGET, which reads bucket B's field
 -- too when B is given and not the record's): sum, B's value (false: none),
 -- the dead fields to delete, the head, the record. Reads only. sum is nil for
--- a counter to read whole (see ws_open).
+-- a counter to read whole: no record, idle past WS_SWEEP buckets or its
+-- window, beyond 2^53, a field that is not an integer.
 local function ws_headsum(L, key, B)
   local Hd = ws_hget(L, key)
   local i = ws_hfind(Hd, L)
@@ -93,18 +93,15 @@ local function ws_headsum(L, key, B)
   end
   if mag >= WS_BIG then return nil, nil, nil, Hd, i end
   if not own then
-    v = vals[1]
+    v = vals[1] or false
     if v and tonumber(v) == nil then return nil, nil, nil, Hd, i end
-    v = v or false
   end
   return t - gone, v, del, Hd, i
 end
 
 -- ws_open reads the counter for a write to bucket B: C.sum (C.fits: within
 -- int64), C.cur (B's value; false: none), C.dead (the fields to delete),
--- C.hd and C.i (the head and the record). Reads only. A counter without a
--- record, idle past WS_SWEEP buckets or its window, beyond 2^53, or with a
--- field that is not an integer, is read whole.
+-- C.hd and C.i (the head and the record). Reads only.
 local function ws_open(L, key, B)
   local sum, cur, dead, Hd, i = ws_headsum(L, key, B)
   if sum == nil then return ws_rebuild(L, key, B, Hd, i) end
@@ -230,20 +227,14 @@ local function ws_detail(L, key, C)
 end
 
 -- ws_sumover is the read-only sum of counter key over lookback lb: the
--- window's from its head (ws_headsum without a bucket to write: it leaves
--- the current bucket's field unread) or, when the head cannot answer or a
--- trace takes the general path alone, as a write opens it; a shorter
--- lookback's from a full read.
+-- window's from its head (ws_headsum, which leaves the current bucket's field
+-- unread), else as a write opens it (also under a trace of the general path
+-- alone); a shorter lookback's from a full read.
 local function ws_sumover(L, key, lb)
   if lb ~= L.w then return ws_scanread(L, key, lb) end
-  if ws_tracing == nil or not ws_tracing.general then
-    local sum = ws_headsum(L, key)
-    if sum ~= nil then
-      ws_trace('sumhead')
-      return sum
-    end
-  end
-  ws_trace('sumopen')
+  local sum = not (ws_tracing and ws_tracing.general) and ws_headsum(L, key) or nil
+  ws_trace(sum ~= nil and 'sumhead' or 'sumopen')
+  if sum ~= nil then return sum end
   local C = ws_open(L, key, L.target)
   return ws_checked(C.sum, C.fits)
 end

@@ -42,11 +42,10 @@ end
 local ws_hc, ws_hn, ws_hmap = {}, 0, nil
 local WS_HWALK = 8
 
+-- ws_begin forgets the heads, at a script's start; so does ws_abort, after
+-- an operation failed (it changed none: a record changes only in a commit).
 local function ws_begin() ws_hn, ws_hmap = 0, nil end
-
--- ws_abort forgets the heads read after an operation failed (it changed
--- none: records change only when a write commits, after every check).
-local function ws_abort() ws_hn, ws_hmap = 0, nil end
+local ws_abort = ws_begin
 
 -- ws_ckey is the j-th counter (from 0) of KEYS from k: its hash's index.
 local function ws_ckey(k, j) return k + WS_KPC * j end

@@ -1,9 +1,8 @@
--- The Sum script, read-only: the sums of many counters. After the header,
--- ARGV holds one shape and one lookback (ms) per counter (its keys: WS_KPC
--- of KEYS, see ws_ckey), or a shape and a direction (WS_X_MAX, WS_X_MIN,
--- WS_X_RECENT) for a window extreme (one key, see extreme.lua). The reply has
--- one entry per counter or extreme: its sum over the lookback, or its extreme, or an
--- error reply where it failed. It writes nothing, so a replica can run it.
+-- The Sum script, read-only (a replica can run it): the sums of many
+-- counters. After the header, ARGV holds one shape and one lookback (ms) per
+-- counter (its keys: WS_KPC of KEYS, see ws_ckey), or a shape and a direction
+-- (WS_X_MAX, WS_X_MIN, WS_X_RECENT) for a window extreme (one key, see
+-- extreme.lua). The reply: each one's sum or extreme, or its error reply.
 
 ws_begin()
 local H = ws_header(ARGV)
