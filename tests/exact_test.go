@@ -432,9 +432,8 @@ func TestRetryAtTwoToThe53(t *testing.T) {
 
 // TestRefusalRandomWalk plays refusals on dense windows against the exact
 // model: a key kept near its limit, as a hammered key is, so that most
-// refusals are settled by the counter's oldest and newest buckets (the plain
-// hash answers those from a few fields, ws_peek), and the rest by the whole
-// counter. Every decision (retry, reset, sum) must be the model's. The
+// refusals are settled by the counter's oldest and newest buckets, and the
+// rest by the whole counter. Every decision (retry, reset, sum) must be the model's. The
 // amounts are small and sometimes negative (credits), or near 2^52, where the
 // magnitudes read add up past 2^53; windows of 60 and of 10 buckets, and
 // one that crosses a year's end (7 s buckets: the year's last bucket is
@@ -522,8 +521,8 @@ func TestRefusalBigBuckets(t *testing.T) {
 			_, err := s.At(at).Add(ctx, "x", d)
 			require.NoError(t, err)
 		}
-		// At 59.5 s the big buckets are the window's oldest: the plain hash
-		// answers from them and the next two (ws_peek).
+		// At 59.5 s the big buckets are the window's oldest: the retry is
+		// settled by them and the next two.
 		at := t0.Add(59500 * time.Millisecond)
 		want, ok := m.allow(at, 41, 1)
 		require.True(t, ok)

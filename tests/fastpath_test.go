@@ -225,7 +225,7 @@ func withZeros(p map[string]int64) map[string]int64 {
 	return out
 }
 
-// TestSumHeadDifferential: the plain hash's sum from the head (ws_peek in
+// TestSumHeadDifferential: the plain hash's sum from the head (ws_headsum in
 // nativehash/lua/plain.lua) answers what the general path (ws_open, as a
 // write opens a counter) answers, on the same keys: two readers of one
 // prefix, one with the test-only switch on, read SumMany and Sum after random

@@ -215,14 +215,14 @@ func (b *Batcher) drain() {
 	}
 }
 
-// ManyOps is how many operations of one Many share a script call at most, so
+// manyOps is how many operations of one Many share a script call at most, so
 // that a read of many keys is one call per slot, and no call holds the
 // server for long.
-const ManyOps = 1024
+const manyOps = 1024
 
 // Many runs one operation per entry of keys (each operation's keys: a
 // counter's, see store's counterKeys), each with the same arguments (reads),
-// at once, without queueing: one DoMulti of script calls of at most ManyOps
+// at once, without queueing: one DoMulti of script calls of at most manyOps
 // (or b.ops, if more) operations per clock and slot. It answers in the order
 // of keys.
 func (b *Batcher) Many(ctx context.Context, keys [][]string, hdr []string, args ...string) []*Op {
@@ -230,7 +230,7 @@ func (b *Batcher) Many(ctx context.Context, keys [][]string, hdr []string, args 
 	for i, k := range keys {
 		ops[i] = b.NewOp(ctx, k, hdr, args)
 	}
-	b.run(ops, max(b.ops, ManyOps))
+	b.run(ops, max(b.ops, manyOps))
 	return ops
 }
 

@@ -78,7 +78,7 @@ func TestCacheBounded(t *testing.T) {
 }
 
 // TestRememberOnAnyClock: with no Forget yet, a refusal is kept whatever
-// clock its times come from (httplimit.WithClock's, say, in the past).
+// clock its times come from (a caller's, say, in the past).
 func TestRememberOnAnyClock(t *testing.T) {
 	c := New(0)
 	past := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
