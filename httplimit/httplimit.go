@@ -317,10 +317,8 @@ func checkAlso(r Rule) error {
 		if l == nil {
 			return invalidRule(r.Name, "nil limiter")
 		}
-		if _, multi := l.(*limit.Multi); !multi {
-			if _, err := limit.Combine(l); err != nil {
-				return invalidRule(r.Name, fmt.Sprintf("policy %s: a rule with Also decides all or nothing, so its limiters are sliding windows (limit.NewSlidingWindow, limit.Combine)", l.Policy().Name))
-			}
+		if _, err := limit.Combine(l); err != nil {
+			return invalidRule(r.Name, fmt.Sprintf("policy %s: a rule with Also decides all or nothing, so its limiters are sliding windows (limit.NewSlidingWindow, limit.Combine)", l.Policy().Name))
 		}
 		for _, p := range limit.Policies(l) {
 			if policies[p.Name] {
@@ -333,8 +331,8 @@ func checkAlso(r Rule) error {
 }
 
 // compiled is a rule ready to serve: its limiters combined into one atomic
-// Multi where they can be (sliding windows on one client), and its policies
-// by name.
+// combination (limit.Combine) where they can be (sliding windows on one
+// client), and its policies by name.
 type compiled struct {
 	Rule
 	run      []limit.Limiter
@@ -409,7 +407,7 @@ func named(name string, fn KeyFunc, r *http.Request) (string, error) {
 	return key, nil
 }
 
-// policy is the policy a decision names (a Multi's deciding one).
+// policy is the policy a decision names (a combination's deciding one).
 func (c *compiled) policy(l limit.Limiter, d store.Decision) limit.Policy {
 	if p, ok := c.policies[d.Policy]; ok {
 		return p
@@ -511,8 +509,8 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 	run := rule.run
 	if in := rule.InFlight; in != nil {
 		// The lease and the limiter in one script call, all or nothing,
-		// when the one limiter is a sliding window or a Multi of them on
-		// the lease's client (limit.Concurrency.AcquireWith); else the
+		// when the one limiter is a sliding window or a combination of them
+		// on the lease's client (limit.Concurrency.AcquireWith); else the
 		// lease first, then the limiters.
 		var l limit.Lease
 		var ld store.Decision
@@ -606,7 +604,7 @@ func shed(o *options, rule *compiled, w http.ResponseWriter, cost int64, observe
 }
 
 // policyItems are the RateLimit field's items of decision d, one per policy
-// (a Multi's every one, else d's own, named name): its remaining and reset,
+// (a combination's every one, else d's own, named name): its remaining and reset,
 // or 0 and its retry for a policy that refuses. The draft lets the field
 // list every policy.
 func policyItems(d store.Decision, name string) []string {

@@ -215,7 +215,7 @@ func TestShadow(t *testing.T) {
 // TestDegraded: a degraded limiter whose server is down answers in process:
 // 200 then 429 on the instance's share, with header fields from the
 // in-process window, recorded as degraded_allowed and degraded_refused.
-// (That the RateLimit-Policy field lists a limit.Multi's every policy is
+// (That the RateLimit-Policy field lists a limit.Combine's every policy is
 // checked on a real server, by tests/httplimit_test.go.)
 func TestDegraded(t *testing.T) {
 	down := stubLimiter{limit.Policy{Name: "persec", Limit: 4, Window: 10 * time.Second}, func(string, int64) (store.Decision, error) {

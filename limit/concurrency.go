@@ -131,8 +131,8 @@ func (c *Concurrency) Release(ctx context.Context, key, id string) (bool, error)
 // AcquireWith takes a lease of key only if limiter l admits cost, and counts
 // cost in l only if a lease is free: one decision, all or nothing, in one
 // script call (store.AllowAllWith). l must be a sliding window
-// (NewSlidingWindow), or a Multi of them, whose stores share c's client, so
-// that the call is one (store.OneCall); for another, AcquireWith answers ok
+// (NewSlidingWindow), or a combination of them (Combine), whose stores
+// share c's client, so that the call is one (store.OneCall); for another, AcquireWith answers ok
 // false, having sent nothing, and the caller takes the lease and asks l in
 // turn, as httplimit does.
 //
@@ -141,15 +141,11 @@ func (c *Concurrency) Release(ctx context.Context, key, id string) (bool, error)
 // decision as l.Allow would give it, save that a refusal by the lease makes
 // it refused too, with the retry of the two.
 func (c *Concurrency) AcquireWith(ctx context.Context, key string, l Limiter, cost int64) (_ Lease, _ store.Decision, ok bool, _ error) {
-	var m *Multi
-	switch v := l.(type) {
-	case *slidingWindow:
-		m = &Multi{parts: []*slidingWindow{v}}
-	case *Multi:
-		m = v
-	default:
+	parts, sliding := slidingParts(l)
+	if !sliding {
 		return Lease{}, store.Decision{}, false, nil
 	}
+	m := &multi{parts: parts}
 	op, ps := c.Op(key, ""), m.storePolicies(nil, key)
 	if !store.OneCall(op, ps...) {
 		return Lease{}, store.Decision{}, false, nil

@@ -134,7 +134,7 @@ type Degraded struct {
 }
 
 // Degrade returns l with an in-process stand-in and a circuit breaker (see
-// Degraded). l may be any limiter: a Multi (Combine) falls back on every one
+// Degraded). l may be any limiter: a combination (Combine) falls back on every one
 // of its policies, all or nothing; a GCRA on rate / N per period (its burst
 // plays no part); a shadow limiter (Shadow) keeps watching without
 // enforcing. It fails with store.ErrInvalid for a nil l or an option out of range.
@@ -173,8 +173,8 @@ func Degrade(l Limiter, opts ...Option) (*Degraded, error) {
 	return d, nil
 }
 
-// Policies returns every policy of l: a Multi's, in order, or those of the
-// Multi a Degraded wraps; else l's one. A server's RateLimit-Policy header,
+// Policies returns every policy of l: a combination's (Combine), in order,
+// or those of the combination a Degraded wraps; else l's one. A server's RateLimit-Policy header,
 // as httplimit sets it, lists them.
 func Policies(l Limiter) []Policy {
 	if m, ok := l.(interface{ policies() []Policy }); ok {
@@ -183,7 +183,7 @@ func Policies(l Limiter) []Policy {
 	return []Policy{l.Policy()}
 }
 
-// policies returns the wrapped limiter's policies: several for a Multi.
+// policies returns the wrapped limiter's policies: several for a combination.
 func (d *Degraded) policies() []Policy { return append([]Policy(nil), d.parts...) }
 
 // Policy returns the wrapped limiter's policy.

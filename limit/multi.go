@@ -7,37 +7,43 @@ import (
 	"github.com/windowstore/windowstore/store"
 )
 
-// Multi is several sliding-window policies decided together, atomically, in
-// one script and one round trip (store.AllowAll): for example 5 per minute, 100
-// per hour and 1,000 per day for one key. A request's cost is counted in every
-// policy only if every policy admits it; a refusal by any one writes nothing
-// anywhere. Of 40 concurrent callers, exactly as many are admitted as the
-// tightest policy allows.
-//
-// The policies' counters of one key share the key's Redis Cluster slot (each
-// is prefix + "{" + key + "}:" + name + ":" + shape), so Multi works on a
-// cluster in one script too. Policies on stores of different clients are
-// decided as store.AllowAll decides across servers: all or nothing still, in
-// more round trips. Create one with Combine. A Multi is safe for concurrent
-// use.
-type Multi struct {
+// multi is the Limiter Combine returns: sliding windows decided together.
+type multi struct {
 	parts    []*slidingWindow
 	refusals refusals
 }
 
-// Combine returns a Multi of sliding-window limiters (NewSlidingWindow).
-// A Multi whose parts share one client remembers its refusals in a
-// RefusalCache of its own; one across clients asks the servers every time.
-// Their names must differ. Other algorithms cannot be
-// combined atomically: Combine refuses them with store.ErrInvalid.
-func Combine(limiters ...Limiter) (*Multi, error) {
+// Combine returns one Limiter of several sliding-window policies decided
+// together, atomically, in one script and one round trip (store.AllowAll):
+// for example 5 per minute, 100 per hour and 1,000 per day for one key. A
+// request's cost is counted in every policy only if every policy admits it;
+// a refusal by any one writes nothing anywhere. Of 40 concurrent callers,
+// exactly as many are admitted as the tightest policy allows. Its Policy is
+// the policy with the smallest limit per unit of time; its Decision is the
+// deciding policy's, and lists every policy's own in Policies (Policies(l)
+// lists the policies).
+//
+// The limiters are sliding windows (NewSlidingWindow) or limiters Combine
+// returned, whose policies join in order; their names must differ. Other
+// algorithms cannot be combined atomically: Combine refuses them with
+// store.ErrInvalid. For several windows of one key that no store reads as
+// sums, NewWindows is the limiter to use: one counter, and less server time.
+//
+// The policies' counters of one key share the key's Redis Cluster slot (each
+// is prefix + "{" + key + "}:" + name + ":" + shape), so the combination
+// decides on a cluster in one script too. Policies on stores of different
+// clients are decided as store.AllowAll decides across servers: all or
+// nothing still, in more round trips. A combination whose parts share one
+// client remembers its refusals in a RefusalCache of its own; one across
+// clients asks the servers every time. It is safe for concurrent use.
+func Combine(limiters ...Limiter) (Limiter, error) {
 	if len(limiters) == 0 {
 		return nil, newError("combine", store.ErrInvalid, "no limiter")
 	}
-	m := &Multi{}
+	m := &multi{}
 	names := map[string]bool{}
 	for _, l := range limiters {
-		sw, ok := l.(*slidingWindow)
+		parts, ok := slidingParts(l)
 		if !ok {
 			name := "?"
 			if l != nil {
@@ -45,11 +51,13 @@ func Combine(limiters ...Limiter) (*Multi, error) {
 			}
 			return nil, newError(name, store.ErrInvalid, "only sliding-window limiters combine atomically")
 		}
-		if names[sw.policy.Name] {
-			return nil, newError(sw.policy.Name, store.ErrInvalid, "two policies of one name")
+		for _, sw := range parts {
+			if names[sw.policy.Name] {
+				return nil, newError(sw.policy.Name, store.ErrInvalid, "two policies of one name")
+			}
+			names[sw.policy.Name] = true
+			m.parts = append(m.parts, sw)
 		}
-		names[sw.policy.Name] = true
-		m.parts = append(m.parts, sw)
 	}
 	// A refusal is remembered only where one script call decides: across
 	// clients, a refusal can come from another call's reservation that is
@@ -60,8 +68,20 @@ func Combine(limiters ...Limiter) (*Multi, error) {
 	return m, nil
 }
 
+// slidingParts returns the sliding windows l decides: l itself, or a
+// combination's parts; ok is false for any other limiter.
+func slidingParts(l Limiter) (_ []*slidingWindow, ok bool) {
+	switch v := l.(type) {
+	case *slidingWindow:
+		return []*slidingWindow{v}, true
+	case *multi:
+		return v.parts, true
+	}
+	return nil, false
+}
+
 // policies returns every policy, in order.
-func (m *Multi) policies() []Policy {
+func (m *multi) policies() []Policy {
 	out := make([]Policy, len(m.parts))
 	for i, p := range m.parts {
 		out[i] = p.policy
@@ -71,7 +91,7 @@ func (m *Multi) policies() []Policy {
 
 // Policy returns the policy with the smallest limit per unit of time, the one
 // most likely to refuse.
-func (m *Multi) Policy() Policy {
+func (m *multi) Policy() Policy {
 	best := m.parts[0].policy
 	for _, p := range m.parts[1:] {
 		if float64(p.policy.Limit)/float64(p.policy.Window) < float64(best.Limit)/float64(best.Window) {
@@ -84,16 +104,16 @@ func (m *Multi) Policy() Policy {
 // Allow admits n units of cost for key in every policy, or in none, on the
 // server's clock. The store.Decision is the deciding policy's (see AllowAll), and
 // lists every policy's own in Policies.
-func (m *Multi) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
+func (m *multi) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
 	return m.allow(ctx, nil, key, n)
 }
 
 // AllowAt is Allow at instant t on the client's clock.
-func (m *Multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
+func (m *multi) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
 	return m.allow(ctx, &t, key, n)
 }
 
-func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (store.Decision, error) {
+func (m *multi) allow(ctx context.Context, at *time.Time, key string, n int64) (store.Decision, error) {
 	cached, asked, ok := m.refusals.refused(ctx, at == nil, key, n)
 	if ok {
 		return cached, nil
@@ -109,7 +129,7 @@ func (m *Multi) allow(ctx context.Context, at *time.Time, key string, n int64) (
 
 // storePolicies are the store's policies of key: one per part, at instant at
 // (nil: the server's clock).
-func (m *Multi) storePolicies(at *time.Time, key string) []store.Quota {
+func (m *multi) storePolicies(at *time.Time, key string) []store.Quota {
 	ps := make([]store.Quota, len(m.parts))
 	for i, p := range m.parts {
 		st := p.st
@@ -123,7 +143,7 @@ func (m *Multi) storePolicies(at *time.Time, key string) []store.Quota {
 
 // named labels a decision of store.AllowAll over storePolicies with the
 // parts' policy names.
-func (m *Multi) named(d store.Decision) store.Decision {
+func (m *multi) named(d store.Decision) store.Decision {
 	names := make([]string, len(m.parts))
 	for i, p := range m.parts {
 		names[i] = p.policy.Name
@@ -152,8 +172,8 @@ func relabel(d store.Decision, names []string) store.Decision {
 
 // Keyed is a limiter asked for one key, in AllowKeys.
 type Keyed struct {
-	// Limiter is a sliding window (NewSlidingWindow) or a Multi of them
-	// (Combine).
+	// Limiter is a sliding window (NewSlidingWindow) or a combination of
+	// them (Combine).
 	Limiter Limiter
 	// Key is the key the Limiter counts the cost for.
 	Key string
@@ -166,8 +186,8 @@ type Keyed struct {
 // a cluster; on a cluster, one per slot, the admitted taken back when another
 // slot refuses. The Decision is the deciding policy's, named by its
 // limiter's policy name, and Policies lists every policy's own, in order
-// (a Multi's policies in its order). It fails with store.ErrInvalid for a
-// limiter that is neither a sliding window nor a Multi, or for no Keyed.
+// (a combination's policies in its order). It fails with store.ErrInvalid for a
+// limiter that is neither a sliding window nor a combination of them, or for no Keyed.
 func AllowKeys(ctx context.Context, n int64, ks ...Keyed) (store.Decision, error) {
 	if len(ks) == 0 {
 		return store.Decision{}, newError("allowkeys", store.ErrInvalid, "no limiter")
@@ -175,13 +195,8 @@ func AllowKeys(ctx context.Context, n int64, ks ...Keyed) (store.Decision, error
 	var ps []store.Quota
 	var names []string
 	for _, k := range ks {
-		var parts []*slidingWindow
-		switch v := k.Limiter.(type) {
-		case *slidingWindow:
-			parts = []*slidingWindow{v}
-		case *Multi:
-			parts = v.parts
-		default:
+		parts, ok := slidingParts(k.Limiter)
+		if !ok {
 			name := "?"
 			if k.Limiter != nil {
 				name = k.Limiter.Policy().Name

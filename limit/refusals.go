@@ -24,7 +24,7 @@ import (
 // refusal's reply came, so it is never earlier than the server's (to the
 // ms), and later by at most that call's span. (A larger cost would be
 // refused too, but perhaps retried later: it asks the server.) A limiter
-// remembers only refusals decided in one script call: a Multi across
+// remembers only refusals decided in one script call: a combination across
 // clients (Combine) keeps none, since a call's reservation there can be
 // taken back. A Refund through the limiter forgets the key. Cost given back
 // where the limiter cannot see it (a Refund in another process, a store

@@ -41,7 +41,7 @@ func (s shadow) AllowAt(ctx context.Context, t time.Time, key string, n int64) (
 }
 
 // watch turns a refusal into a shadow decision: Allowed and WouldRefuse
-// true, every other field as it was (a Multi's Policies too). An admission
+// true, every other field as it was (a combination's Policies too). An admission
 // is returned as it is.
 func watch(d store.Decision) store.Decision {
 	if !d.Allowed {

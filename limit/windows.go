@@ -15,15 +15,15 @@ import (
 	"github.com/windowstore/windowstore/store"
 )
 
-// maxRules bounds a Windows limiter's rules.
+// maxRules bounds a windows limiter's rules.
 const maxRules = 16
 
-// maxWindowsValue (2^51) bounds a Windows limiter's limits and costs: its
+// maxWindowsValue (2^51) bounds a windows limiter's limits and costs: its
 // script keeps a running total that stays below 2^53 in a double.
 const maxWindowsValue = 1 << 51
 
-// WindowLimit is one window of a Windows limiter: at most Limit units of cost in
-// any Window.Length, counted in buckets of Window.Bucket. A bucket is live
+// WindowLimit is one window of a limiter of NewWindows: at most Limit units
+// of cost in any Window.Length, counted in buckets of Window.Bucket. A bucket is live
 // while it starts after now - Length, as in a store.Window: the window never
 // over-counts, and may miss at most its oldest bucket's share. Buckets start
 // at whole multiples of Bucket since the Unix epoch (a store's start at
@@ -38,8 +38,29 @@ type WindowLimit struct {
 	Window store.Window
 }
 
-// Windows is several sliding windows of one key decided together, kept as
-// one counter: for example 5 per minute, 100 per hour and 1,000 per day for
+// windowSet is the Limiter NewWindows returns.
+type windowSet struct {
+	batch  *batch.Batcher // coalesces concurrent calls into few script calls
+	space  keyspace.Space
+	name   string
+	rules  []WindowLimit
+	suffix string   // ":" + name + ":" + shapes
+	rest   []string // the script's header after the clock
+	server []string // the header on the server's clock
+	more   []string // the suffix of each window's hash after the first's: ":2"...
+	obs    store.Observer
+
+	refusals refusals
+}
+
+// NewWindows returns a limiter of one or more windows of each key, kept
+// through the caller's client under name: 1 to 16 rules, whose names differ
+// and whose windows differ. Options: WithPrefix (the default is "rl:"),
+// WithObserver (script "windows"). It fails with store.ErrInvalid for a bad
+// name, rule or option.
+//
+// It decides several sliding windows of one key together, kept as one
+// counter: for example 5 per minute, 100 per hour and 1,000 per day for
 // user 42. A cost counts in every window or in none, in one script and one
 // round trip; a refusal writes nothing. Of 40 concurrent callers, exactly as
 // many are admitted as the tightest window allows. Decisions are exact:
@@ -77,34 +98,12 @@ type WindowLimit struct {
 // Costs are within [0, 2^51]. A clock behind the key's newest count (AllowAt
 // with an earlier t) is taken as that count's time.
 //
-// Most callers need NewWindows and Allow. Combine decides sliding windows
-// whose counters are a store's, for counters that are also read as sums, and
-// store.AllowAll policies across keys; for several windows of one key,
-// Windows costs the server less than they do (docs/benchmarks.md, rows
-// windows3 and allow3).
-//
-// The zero value is not usable; create one with NewWindows. A Windows is
-// safe for concurrent use.
-type Windows struct {
-	batch  *batch.Batcher // coalesces concurrent calls into few script calls
-	space  keyspace.Space
-	name   string
-	rules  []WindowLimit
-	suffix string   // ":" + name + ":" + shapes
-	rest   []string // the script's header after the clock
-	server []string // the header on the server's clock
-	more   []string // the suffix of each window's hash after the first's: ":2"...
-	obs    store.Observer
-
-	refusals refusals
-}
-
-// NewWindows returns a limiter of one or more windows of each key (see
-// Windows), kept through the caller's client under name: 1 to 16 rules,
-// whose names differ and whose windows differ. Options: WithPrefix (the default is
-// "rl:"), WithObserver (script "windows"). It fails with store.ErrInvalid for
-// a bad name, rule or option.
-func NewWindows(client rueidis.Client, name string, rules []WindowLimit, opts ...Option) (*Windows, error) {
+// Combine decides sliding windows whose counters are a store's, for
+// counters that are also read as sums, and AllowKeys policies across keys;
+// for several windows of one key, NewWindows costs the server less than they
+// do (docs/benchmarks.md, rows windows3 and allow3). The limiter is safe for
+// concurrent use.
+func NewWindows(client rueidis.Client, name string, rules []WindowLimit, opts ...Option) (Limiter, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -125,7 +124,7 @@ func NewWindows(client rueidis.Client, name string, rules []WindowLimit, opts ..
 	if err != nil {
 		return nil, newError(name, store.ErrInvalid, reason(err))
 	}
-	w := &Windows{space: space, name: name, rules: append([]WindowLimit(nil), rules...), obs: o.observer, refusals: newRefusals(&o)}
+	w := &windowSet{space: space, name: name, rules: append([]WindowLimit(nil), rules...), obs: o.observer, refusals: newRefusals(&o)}
 	names, shapes := map[string]bool{}, map[store.Window]bool{}
 	tags := make([]string, len(rules))
 	var longest time.Duration
@@ -177,7 +176,7 @@ func NewWindows(client rueidis.Client, name string, rules []WindowLimit, opts ..
 
 // Policy returns the rule with the smallest limit per unit of time, the one
 // most likely to refuse.
-func (w *Windows) Policy() Policy {
+func (w *windowSet) Policy() Policy {
 	ps := w.policies()
 	best := ps[0]
 	for _, p := range ps[1:] {
@@ -190,7 +189,7 @@ func (w *Windows) Policy() Policy {
 
 // policies returns every rule's policy, in order (for Degrade and httplimit's
 // RateLimit-Policy).
-func (w *Windows) policies() []Policy {
+func (w *windowSet) policies() []Policy {
 	ps := make([]Policy, len(w.rules))
 	for i, r := range w.rules {
 		ps[i] = Policy{Name: r.Name, Limit: r.Limit, Window: r.Window.Length, Algorithm: "sliding-window"}
@@ -204,16 +203,16 @@ func (w *Windows) policies() []Policy {
 // every rule's own decision, in order (its Allowed says whether that rule
 // admitted the cost, so a rule of a refused decision may say true). A cost
 // of 0 only asks: it writes nothing, and reports every window's sum.
-func (w *Windows) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
+func (w *windowSet) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
 	return w.run(ctx, backend.ServerClock, key, n)
 }
 
 // AllowAt is Allow at instant t on the client's clock.
-func (w *Windows) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
+func (w *windowSet) AllowAt(ctx context.Context, t time.Time, key string, n int64) (store.Decision, error) {
 	return w.run(ctx, backend.ClientClock(t.UnixMilli()), key, n)
 }
 
-func (w *Windows) run(ctx context.Context, clock backend.Clock, key string, n int64) (_ store.Decision, err error) {
+func (w *windowSet) run(ctx context.Context, clock backend.Clock, key string, n int64) (_ store.Decision, err error) {
 	if w.obs != nil {
 		var end func(error)
 		ctx, end = w.obs.Start(ctx, "allow")
@@ -252,7 +251,7 @@ func (w *Windows) run(ctx context.Context, clock backend.Clock, key string, n in
 }
 
 // keys are key's Redis keys: one hash per rule.
-func (w *Windows) keys(key string) ([]string, error) {
+func (w *windowSet) keys(key string) ([]string, error) {
 	first, err := w.space.Name(key, w.suffix)
 	if err != nil {
 		return nil, callError(w.name, key, store.ErrInvalid, reason(err), err)
@@ -267,7 +266,7 @@ func (w *Windows) keys(key string) ([]string, error) {
 
 // decision is the script's reply {allowed, now, t, then per rule its sum;
 // then, when refused, per rule its retry ms} as a Decision.
-func (w *Windows) decision(v []int64) store.Decision {
+func (w *windowSet) decision(v []int64) store.Decision {
 	allowed, now, t := v[0] == 1, v[1], v[2]
 	k := len(w.rules)
 	ds := make([]store.Decision, k)

@@ -16,9 +16,9 @@ import (
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
-// combined makes a Multi of per-10s, per-minute and per-hour sliding windows
+// combined makes a combination (limit.Combine) of per-10s, per-minute and per-hour sliding windows
 // with limits 6, 4 and 50, on one server.
-func combined(t *testing.T, tg target) (*limit.Multi, []*store.Store, []limit.Limiter) {
+func combined(t *testing.T, tg target) (limit.Limiter, []*store.Store, []limit.Limiter) {
 	ss := policyStores(t, tg, store.Window{Length: 10 * time.Second, Bucket: time.Second},
 		store.Window{Length: time.Minute, Bucket: 5 * time.Second}, store.Window{Length: time.Hour, Bucket: time.Minute})
 	var ls []limit.Limiter
@@ -118,7 +118,38 @@ func raceAllow(t *testing.T, l limit.Limiter, n int, refused func(d store.Decisi
 	return ok.Load()
 }
 
-// TestCombineAcrossServers: a Multi whose policies live on two servers
+// TestCombineOfCombinations: Combine takes combinations as well as sliding
+// windows, their policies joining in order, and one decision covers them
+// all; a policy named twice is refused with store.ErrInvalid.
+func TestCombineOfCombinations(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		_, _, ls := combined(t, tg)
+		inner, err := limit.Combine(ls[0], ls[1])
+		require.NoError(t, err)
+		m, err := limit.Combine(inner, ls[2])
+		require.NoError(t, err)
+		var names []string
+		for _, p := range limit.Policies(m) {
+			names = append(names, p.Name)
+		}
+		require.Equal(t, []string{"per10s", "permin", "perhour"}, names)
+		ctx := ctxT(t)
+		for i := 0; i < 4; i++ {
+			d, err := m.Allow(ctx, "nested", 1)
+			require.NoError(t, err)
+			require.True(t, d.Allowed, "call %d", i)
+			require.Len(t, d.Policies, 3)
+		}
+		d, err := m.Allow(ctx, "nested", 1)
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, "permin", d.Policy)
+		_, err = limit.Combine(inner, ls[0])
+		require.ErrorIs(t, err, store.ErrInvalid, "per10s twice")
+	})
+}
+
+// TestCombineAcrossServers: a combination whose policies live on two servers
 // (Redis 7.0 and Redis 8) is still all or nothing: of 40 concurrent callers
 // at most the tighter limit is admitted, and then callers one by one to
 // exactly that limit, each counted on both servers, and a
@@ -175,11 +206,11 @@ func TestCombineAcrossServers(t *testing.T) {
 	d, err := m.Allow(ctx, "k", 1)
 	require.NoError(t, err)
 	require.False(t, d.Allowed)
-	require.Greater(t, obs.calls.Load(), calls, "a Multi across clients remembers no refusal")
+	require.Greater(t, obs.calls.Load(), calls, "a combination across clients remembers no refusal")
 }
 
 // TestAllowKeys: limit.AllowKeys decides limiters of several keys all or
-// nothing on every backend: a Multi on one key and a sliding window on
+// nothing on every backend: a combination on one key and a sliding window on
 // another; a refusal by either counts on neither, and the decision names
 // the refusing policy; of 40 concurrent callers exactly the tighter limit is
 // admitted. Other limiters, or none, are ErrInvalid.

@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,10 +17,10 @@ import (
 var publicPackages = []string{"store", "limit", "httplimit", "features", "tairhash", "nativehash", "fieldcodec"}
 
 // surface lists the exported package-level names of the public packages
-// ("store.Store") and counts the exported methods of each exported type.
-func surface(t *testing.T) (names []string, methods map[string]int) {
+// ("store.Store") and the exported methods of each exported type.
+func surface(t *testing.T) (names []string, methods map[string][]string) {
 	t.Helper()
-	methods = map[string]int{}
+	methods = map[string][]string{}
 	for _, pkg := range publicPackages {
 		paths, err := filepath.Glob(filepath.Join("..", pkg, "*.go"))
 		require.NoError(t, err, pkg)
@@ -44,7 +45,7 @@ func surface(t *testing.T) (names []string, methods map[string]int) {
 						recv = s.X
 					}
 					if id, ok := recv.(*ast.Ident); ok && id.IsExported() {
-						methods[pkg+"."+id.Name]++
+						methods[pkg+"."+id.Name] = append(methods[pkg+"."+id.Name], d.Name.Name)
 					}
 				case *ast.GenDecl:
 					for _, s := range d.Specs {
@@ -73,12 +74,19 @@ func surface(t *testing.T) (names []string, methods map[string]int) {
 // more than 15 exported methods, and one option sets a clock,
 // store.WithClientClock (docs/counters.md, "Clocks"): an instant of the
 // caller's own is given with At or AllowAt, never with another clock.
+// Every limiter constructor returns a limit.Limiter: the one exported type
+// that is a Limiter is limit.Degraded, which adds Health and State.
 func TestSurface(t *testing.T) {
 	names, methods := surface(t)
 	require.LessOrEqual(t, len(names), 150, "exported names: %v", names)
-	for typ, n := range methods {
-		require.LessOrEqual(t, n, 15, "%s has %d exported methods", typ, n)
+	var limiters []string
+	for typ, ms := range methods {
+		require.LessOrEqual(t, len(ms), 15, "%s has %d exported methods", typ, len(ms))
+		if strings.HasPrefix(typ, "limit.") && slices.Contains(ms, "Allow") && slices.Contains(ms, "AllowAt") && slices.Contains(ms, "Policy") {
+			limiters = append(limiters, typ)
+		}
 	}
+	require.Equal(t, []string{"limit.Degraded"}, limiters, "exported types that are a limit.Limiter")
 	var clocks []string
 	for _, n := range names {
 		if _, name, _ := strings.Cut(n, "."); strings.HasPrefix(name, "With") && strings.Contains(name, "Clock") {

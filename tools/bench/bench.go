@@ -744,7 +744,7 @@ func benchFill(ctx context.Context, c rueidis.Client, stores []*store.Store, pre
 
 // benchFillWindows fills every key of l as benchFill fills the stores: a
 // count in each bucket of each of its rules' windows, oldest first.
-func benchFillWindows(ctx context.Context, l *limit.Windows, rules []limit.WindowLimit, keys int) error {
+func benchFillWindows(ctx context.Context, l limit.Limiter, rules []limit.WindowLimit, keys int) error {
 	now := time.Now()
 	var at []time.Time
 	for _, r := range rules {

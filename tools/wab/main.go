@@ -1,4 +1,4 @@
-// Command wab compares two versions of limit.Windows' script (A/B) on one
+// Command wab compares two versions of limit.NewWindows' script (A/B) on one
 // server, for tuning the script: each version is loaded as a script of its
 // own (base.lua, then the version), and phases of the same traffic
 // alternate between them, each version on keys of its own (under "wab:"),
