@@ -563,18 +563,131 @@ func TestWindowstoredRLS(t *testing.T) {
 }
 
 // shadowRefused reads the count of shadow refusals from /metrics.
-func shadowRefused(t *testing.T, d *wsd) float64 {
+func shadowRefused(t *testing.T, d *wsd) float64 { return decisions(t, d, "shadow_refused") }
+
+// decisions reads windowstored's count of rule shop's decisions of outcome
+// from /metrics.
+func decisions(t *testing.T, d *wsd, outcome string) float64 {
 	t.Helper()
 	code, body := d.get(t, "/metrics")
 	require.Equal(t, 200, code)
 	for _, l := range strings.Split(body, "\n") {
-		if strings.HasPrefix(l, `windowstored_ratelimit_decisions_total{outcome="shadow_refused",rule="shop"}`) {
+		if strings.HasPrefix(l, `windowstored_ratelimit_decisions_total{outcome="`+outcome+`",rule="shop"}`) {
 			var v float64
 			fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v)
 			return v
 		}
 	}
 	return 0
+}
+
+// TestWindowstoredRefusalCache: a request refused within its retry is
+// answered from memory, without a server call (outcome local_shed), with
+// the server's answer, its resets counted down; never past the retry, never
+// for another cost, never after a give-back; and 40 concurrent callers are
+// still admitted exactly to the limit.
+func TestWindowstoredRefusalCache(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis70)
+	d := startWSD(t, srv.URL(), wsdConfig)
+	shed := func() float64 { return decisions(t, d, "local_shed") }
+
+	t.Run("answered again", func(t *testing.T) {
+		for i := 0; i < 3; i++ {
+			require.Equal(t, ok, d.ask(t, "shop", 0, desc("user=c1"), desc("ip=c1")).OverallCode)
+		}
+		first := d.ask(t, "shop", 0, desc("user=c1"), desc("ip=c1"))
+		asked := time.Now()
+		require.Equal(t, over, first.OverallCode)
+		before := shed()
+		for i := 0; i < 5; i++ {
+			r := d.ask(t, "shop", 0, desc("user=c1"), desc("ip=c1"))
+			gone := time.Since(asked)
+			require.Equal(t, over, r.OverallCode)
+			for j, st := range r.Statuses {
+				want := first.Statuses[j]
+				require.Equal(t, want.Code, st.Code, "status %d", j)
+				require.Equal(t, want.LimitRemaining, st.LimitRemaining, "status %d", j)
+				require.Equal(t, want.CurrentLimit.RequestsPerUnit, st.CurrentLimit.RequestsPerUnit, "status %d", j)
+				got, was := st.DurationUntilReset.AsDuration(), want.DurationUntilReset.AsDuration()
+				require.LessOrEqual(t, got, was, "status %d: counted down", j)
+				require.GreaterOrEqual(t, got, was-gone-time.Millisecond, "status %d: counted down", j)
+			}
+		}
+		require.Equal(t, before+5, shed(), "five answers without a server call")
+		// The IP counted none of the refused requests: alone, it has 2 left.
+		require.Equal(t, uint32(1), d.ask(t, "shop", 0, desc("ip=c1")).Statuses[0].LimitRemaining)
+	})
+
+	t.Run("another cost asks", func(t *testing.T) {
+		require.Equal(t, ok, d.ask(t, "shop", 2, desc("user=c2")).OverallCode)
+		require.Equal(t, over, d.ask(t, "shop", 2, desc("user=c2")).OverallCode)
+		before := shed()
+		require.Equal(t, over, d.ask(t, "shop", 2, desc("user=c2")).OverallCode)
+		require.Equal(t, before+1, shed())
+		r := d.ask(t, "shop", 1, desc("user=c2"))
+		require.Equal(t, ok, r.OverallCode, "1 fits in the 1 left")
+		require.Equal(t, before+1, shed(), "another cost asked the server")
+	})
+
+	t.Run("never past its retry", func(t *testing.T) {
+		// 2 a second in 500 ms buckets: a refusal's retry is within a second.
+		for i := 0; i < 2; i++ {
+			require.Equal(t, ok, d.ask(t, "shop", 0, desc("api=v1", "method=CACHE")).OverallCode)
+		}
+		r := d.ask(t, "shop", 0, desc("api=v1", "method=CACHE"))
+		done := time.Now()
+		require.Equal(t, over, r.OverallCode)
+		retry := r.Statuses[0].DurationUntilReset.AsDuration()
+		require.Positive(t, retry)
+		require.LessOrEqual(t, retry, time.Second)
+		time.Sleep(time.Until(done.Add(retry)))
+		require.Equal(t, ok, d.ask(t, "shop", 0, desc("api=v1", "method=CACHE")).OverallCode, "admitted at the retry")
+	})
+
+	t.Run("a give-back forgets", func(t *testing.T) {
+		for i := 0; i < 3; i++ {
+			require.Equal(t, ok, d.ask(t, "shop", 0, desc("user=c3")).OverallCode)
+		}
+		require.Equal(t, over, d.ask(t, "shop", 0, desc("user=c3")).OverallCode)
+		give := desc("user=c3")
+		give.IsNegativeHits = true
+		d.ask(t, "shop", 0, give)
+		before := shed()
+		require.Equal(t, ok, d.ask(t, "shop", 0, desc("user=c3")).OverallCode, "the unit given back is admitted")
+		require.Equal(t, before, shed())
+	})
+
+	t.Run("race", func(t *testing.T) {
+		// 40 callers, 5 requests each, on a limit of 17: exactly 17 pass,
+		// and most refusals make no server call.
+		before := shed()
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for g := 0; g < 40; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < 5; i++ {
+					resp, err := d.rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "shop",
+						Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("race=c4")}})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if resp.OverallCode == ok {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, int64(17), admitted.Load())
+		require.Greater(t, shed(), before, "refusals answered from memory")
+		r := d.ask(t, "shop", 2, desc("race=c4"))
+		require.Equal(t, over, r.OverallCode)
+		require.Zero(t, r.Statuses[0].LimitRemaining)
+	})
 }
 
 const wsdFeatures = `

@@ -31,7 +31,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/redisaddr"
+	"github.com/windowstore/windowstore/internal/refusal"
 	"github.com/windowstore/windowstore/metrics/prom"
 	"github.com/windowstore/windowstore/store"
 	"google.golang.org/grpc"
@@ -49,6 +51,7 @@ type flags struct {
 	listen                           listenFlags
 	watch, shutdown, timeout         time.Duration
 	logLevel, logFormat              string
+	refusals                         int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -73,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.DurationVar(&f.watch, "watch", time.Second, "how often the configuration's files are checked for a change, put in force when two checks in a row read it (0: only on SIGHUP)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "how long a shutdown waits for the calls in flight")
 	fs.DurationVar(&f.timeout, "timeout", 5*time.Second, "how long a rate-limit or feature call may take, end to end (then UNAVAILABLE or 503), and the server connection's write timeout")
+	fs.IntVar(&f.refusals, "refusal-cache", refusal.DefaultSize, "how many refused requests are answered again from memory, without a server call,\nuntil their retry (`N`; 0: off; always off on a cluster)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "json", "json or text")
 	if err := fs.Parse(args); err != nil {
@@ -86,6 +90,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if f.grpcAddr == "" && f.httpAddr == "" {
 		return nil, errors.New("--grpc and --http are both empty: nothing to serve")
+	}
+	if f.refusals < 0 || f.refusals > 10_000_000 {
+		return nil, fmt.Errorf("--refusal-cache %d: want 0 (off) to 10,000,000 requests", f.refusals)
 	}
 	return f, nil
 }
@@ -162,6 +169,12 @@ func run(args []string, stderr io.Writer) int {
 		log.Info("opentelemetry: exporting over OTLP/gRPC", "signals", tel.what)
 	}
 	s := &server{client: client, log: log, rec: rec, obs: tel.obs, stores: map[string]*store.Store{}, timeout: f.timeout}
+	if f.refusals > 0 && client.Mode() != rueidis.ClientModeCluster {
+		// On a cluster a request's limits in other slots are reserved and
+		// taken back when one refuses, so a refusal can come from a
+		// reservation that is gone: every refusal asks the server.
+		s.refusals = refusal.New(f.refusals)
+	}
 	if tel.rec != nil {
 		s.rec = recorders{rec, tel.rec}
 	}

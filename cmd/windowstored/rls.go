@@ -143,6 +143,16 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 			p.rule = nil
 		}
 	}
+	// A request refused within its retry is answered from memory, without a
+	// server call (docs/windowstored.md, "The refusal cache").
+	sig, cacheable := s.refusalKey(rt, domain, parts, unlimited)
+	if cacheable {
+		if d, ok := s.refusals.Refused(sig, 0, time.Now()); ok {
+			resp, _ := answer(rt, parts, recalled(d, parts, unlimited))
+			outcome = httplimit.LocalShed
+			return resp, nil
+		}
+	}
 	// The GCRA limits first, one call each, in order: each admitted cost is
 	// a reservation, given back when a later limit refuses.
 	gcra := make([]store.Decision, len(ds))
@@ -245,9 +255,20 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 		batches = append(batches, store.Batch{Ops: []store.Op{op}})
 	}
 	var res []store.BatchResult
+	asked := time.Now()
 	if len(batches) > 0 {
+		// A give-back lowers a counter: no refusal decided before it may be
+		// answered again (refusal.Cache.ForgetAll, before and after).
+		refunds := s.refusals != nil && slices.ContainsFunc(parts, func(p limited) bool { return p.refund && p.rule != nil && !p.rule.gcra })
+		if refunds {
+			s.refusals.ForgetAll()
+		}
 		var err error
-		if res, err = store.ApplyAll(ctx, batches...); err != nil {
+		res, err = store.ApplyAll(ctx, batches...)
+		if refunds {
+			s.refusals.ForgetAll()
+		}
+		if err != nil {
 			// The answer does not wait for the give-back: a call past its
 			// --timeout answers now, and its reservations go back after.
 			go giveBack()
@@ -260,19 +281,12 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 	} else {
 		taken = nil
 	}
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(ds))}
-	// The descriptor the headers describe: the refusing one with the latest
-	// retry, else the one with the least remaining.
-	pick, pickRefusing, pickRemaining, pickReset := -1, false, int64(0), time.Duration(0)
-	wouldRefuse := false
+	vs := make([]verdict, len(ds))
+	retry := time.Duration(0) // the earliest retry of the window limits that refuse
 	for i := range ds {
 		p := parts[i]
-		switch {
-		case unlimited[i]:
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			continue
-		case p.rule == nil:
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		vs[i] = verdict{unlimited: unlimited[i], limited: !unlimited[i] && p.rule != nil}
+		if !vs[i].limited {
 			continue
 		}
 		limit := p.rule.limit
@@ -330,29 +344,70 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 				} else if reset <= 0 {
 					reset = p.rule.window.Length
 				}
+				if !p.rule.shadow && v.RetryAfter > 0 && (retry == 0 || v.RetryAfter < retry) {
+					retry = v.RetryAfter
+				}
 			}
 		}
+		vs[i].over, vs[i].refusing, vs[i].remaining, vs[i].reset = over, over && !p.rule.shadow, remaining, reset
+	}
+	resp, out := answer(rt, parts, vs)
+	outcome = out
+	if cacheable && out == httplimit.Refused && retry > 0 {
+		s.refusals.Remember(sig, 0, asked, time.Now(), remembered(vs, retry))
+	}
+	return resp, nil
+}
+
+// verdict is one descriptor's part of a decision, as its status shows it.
+type verdict struct {
+	unlimited bool // its rule is unlimited
+	limited   bool // it has a limit: a rule matched, not unlimited
+	over      bool // its limit refuses, or (a shadow limit) would
+	refusing  bool // over, and its rule enforces it
+	remaining int64
+	reset     time.Duration
+}
+
+// answer is the response of a request whose descriptors' parts decided vs,
+// and its outcome.
+func answer(rt *runtime, parts []limited, vs []verdict) (*rlspb.RateLimitResponse, httplimit.Outcome) {
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(vs))}
+	// The descriptor the headers describe: the refusing one with the latest
+	// retry, else the one with the least remaining.
+	pick, pickRefusing, pickRemaining, pickReset := -1, false, int64(0), time.Duration(0)
+	wouldRefuse := false
+	for i, v := range vs {
+		switch {
+		case v.unlimited:
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		case !v.limited:
+			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+			continue
+		}
+		r := parts[i].rule
 		st := &rlspb.RateLimitResponse_DescriptorStatus{
 			Code:               rlspb.RateLimitResponse_OK,
-			CurrentLimit:       &rlspb.RateLimitResponse_RateLimit{Name: p.rule.name, RequestsPerUnit: uint32(limit), Unit: p.rule.unit},
-			LimitRemaining:     uint32(min(remaining, math.MaxUint32)),
-			DurationUntilReset: durationpb.New(reset.Truncate(time.Millisecond)),
+			CurrentLimit:       &rlspb.RateLimitResponse_RateLimit{Name: r.name, RequestsPerUnit: uint32(r.limit), Unit: r.unit},
+			LimitRemaining:     uint32(min(v.remaining, math.MaxUint32)),
+			DurationUntilReset: durationpb.New(v.reset.Truncate(time.Millisecond)),
 		}
-		refusing := over && !p.rule.shadow
 		switch {
-		case refusing:
+		case v.refusing:
 			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-		case over:
+		case v.over:
 			wouldRefuse = true // a shadow limit's status stays OK, as envoyproxy/ratelimit's
 		}
 		resp.Statuses[i] = st
-		better := pick < 0 || refusing != pickRefusing && refusing ||
-			refusing == pickRefusing && (refusing && reset > pickReset || !refusing && remaining < pickRemaining)
+		better := pick < 0 || v.refusing != pickRefusing && v.refusing ||
+			v.refusing == pickRefusing && (v.refusing && v.reset > pickReset || !v.refusing && v.remaining < pickRemaining)
 		if better {
-			pick, pickRefusing, pickRemaining, pickReset = i, refusing, remaining, reset
+			pick, pickRefusing, pickRemaining, pickReset = i, v.refusing, v.remaining, v.reset
 		}
 	}
+	outcome := httplimit.Allowed
 	switch {
 	case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && rt.cfg.settings.shadow:
 		// Global shadow mode: the statuses say which limits would refuse,
@@ -367,7 +422,65 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 	if pick >= 0 {
 		resp.ResponseHeadersToAdd = headers(rt.cfg.settings.headers, parts[pick].rule, resp.Statuses[pick])
 	}
-	return resp, nil
+	return resp, outcome
+}
+
+// maxRefusalKey bounds a refusal cache key: a request of more descriptors
+// than that holds always asks the server.
+const maxRefusalKey = 4096
+
+// refusalKey is the refusal cache's key of a request (--refusal-cache): its
+// domain and, per descriptor, its limit, counter and cost. ok is false for a
+// request the cache does not answer: with the cache off, in global shadow
+// mode, with a GCRA limit (its limiter keeps refusals of its own) or a
+// give-back (is_negative_hits writes whatever the decision), or a key over
+// maxRefusalKey bytes.
+func (s *server) refusalKey(rt *runtime, domain string, parts []limited, unlimited []bool) (string, bool) {
+	if s.refusals == nil || rt.cfg.settings.shadow {
+		return "", false
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for i, p := range parts {
+		switch {
+		case unlimited[i]:
+			b.WriteString("\x00u")
+			continue
+		case p.rule == nil:
+			b.WriteString("\x00-")
+			continue
+		case p.rule.gcra || p.refund:
+			return "", false
+		}
+		r := p.rule
+		fmt.Fprintf(&b, "\x00%s\x00%s\x00%d\x00%d\x00%s\x00%t\x00%d\x00%s", r.path, r.name, r.limit, r.unit, r.window, r.shadow, p.cost, p.key)
+		if b.Len() > maxRefusalKey {
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+// remembered is the refusal cache's entry of a refused request's verdicts,
+// held for retry (the earliest of its refusing limits' retries): one Policy
+// per descriptor.
+func remembered(vs []verdict, retry time.Duration) store.Decision {
+	d := store.Decision{RetryAfter: retry, Policies: make([]store.Decision, len(vs))}
+	for i, v := range vs {
+		d.Policies[i] = store.Decision{Allowed: !v.refusing, WouldRefuse: v.over && !v.refusing, Remaining: v.remaining, ResetAfter: v.reset}
+	}
+	return d
+}
+
+// recalled is the verdicts of a request answered from the refusal cache:
+// the remembered ones (see remembered), their resets counted down.
+func recalled(d store.Decision, parts []limited, unlimited []bool) []verdict {
+	vs := make([]verdict, len(parts))
+	for i, p := range d.Policies {
+		vs[i] = verdict{unlimited: unlimited[i], limited: !unlimited[i] && parts[i].rule != nil,
+			over: !p.Allowed || p.WouldRefuse, refusing: !p.Allowed, remaining: p.Remaining, reset: p.ResetAfter}
+	}
+	return vs
 }
 
 // failed answers a decision the server could not make, as the settings'

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/internal/refusal"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
@@ -28,6 +29,9 @@ type server struct {
 	// (--timeout), a frozen server's too: past it the call answers
 	// UNAVAILABLE or 503. 0: no bound but the caller's.
 	timeout time.Duration
+	// refusals remembers refused requests of window limits (--refusal-cache;
+	// nil: off), emptied when a configuration is put in force.
+	refusals *refusal.Cache
 
 	mu     sync.Mutex // guards stores
 	stores map[string]*store.Store
@@ -156,6 +160,9 @@ func (s *server) put(ctx context.Context, path string, files []configFile, diges
 		return err
 	}
 	s.rt.Store(rt)
+	if s.refusals != nil {
+		s.refusals.ForgetAll() // its limits may have changed
+	}
 	return nil
 }
 

@@ -140,6 +140,15 @@ func (c *Cache) Forget(key string) {
 	}
 }
 
+// ForgetAll drops every refusal, and keeps none asked before now: Forget of
+// every key at once.
+func (c *Cache) ForgetAll() {
+	c.mu.Lock()
+	clear(c.m)
+	c.mu.Unlock()
+	c.Forget("")
+}
+
 // Hits is how many calls Refused answered.
 func (c *Cache) Hits() int64 { return c.hits.Load() }
 

@@ -55,6 +55,23 @@ func TestForgetOutlivesRacingRefusal(t *testing.T) {
 	}
 }
 
+// TestForgetAll: ForgetAll drops every key, and keeps no refusal asked
+// before it.
+func TestForgetAll(t *testing.T) {
+	c := New(0)
+	asked := time.Now()
+	c.Remember("a", 1, asked, asked, refusal(time.Second))
+	c.Remember("b", 1, asked, asked, refusal(time.Second))
+	c.ForgetAll()
+	if c.Len() != 0 {
+		t.Fatalf("%d keys kept", c.Len())
+	}
+	c.Remember("c", 1, asked, time.Now(), refusal(time.Second))
+	if c.Len() != 0 {
+		t.Fatal("a refusal asked before ForgetAll was kept")
+	}
+}
+
 func TestCacheBounded(t *testing.T) {
 	c := New(3)
 	t0 := time.Now()
