@@ -4,12 +4,15 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -94,4 +97,34 @@ func TestSurface(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"store.WithClientClock"}, clocks, "one clock option, the store's")
+}
+
+// qualified matches a public package's exported name in prose or code:
+// "store.Window", "httplimit.Rule" (a field or method after it is left out).
+var qualified = regexp.MustCompile(`(?:^|[^\w/.])(store|limit|httplimit|features|fieldcodec|tairhash|nativehash)\.([A-Z]\w*)`)
+
+// TestDocsNameTheSurface: every exported name of a public package that the
+// README or a doc names (docs/upgrading.md's old names aside) exists, so a
+// snippet a reader copies never names a type that was renamed.
+func TestDocsNameTheSurface(t *testing.T) {
+	names, _ := surface(t)
+	have := map[string]bool{}
+	for _, n := range names {
+		have[n] = true
+	}
+	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	require.NoError(t, err)
+	for _, path := range append(docs, filepath.Join("..", "README.md")) {
+		if filepath.Base(path) == "upgrading.md" {
+			continue
+		}
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		for i, line := range strings.Split(string(b), "\n") {
+			for _, m := range qualified.FindAllStringSubmatch(line, -1) {
+				name := m[1] + "." + m[2]
+				assert.True(t, have[name], "%s:%d names %s, which the package does not export", path, i+1, name)
+			}
+		}
+	}
 }
