@@ -1,8 +1,15 @@
 package tests
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,4 +40,88 @@ func TestREADMESize(t *testing.T) {
 	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(readme), 15000, "README.md is at most 15,000 bytes: move detail to docs/")
+}
+
+// goBlock matches a Go snippet of a Markdown file.
+var goBlock = regexp.MustCompile("(?s)```go\n(.*?)```")
+
+// TestREADMESnippetsCompile: every Go snippet of README.md compiles against
+// the packages as they are, as a reader who copies it gets it. Each snippet
+// becomes a function of the names the README says they share (ctx, the
+// client of the first, a store st, an http.ServeMux mux, an instant paidAt),
+// its own import block dropped and its variables marked used, and the whole
+// is built with the go command.
+func TestREADMESnippetsCompile(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	blocks := goBlock.FindAllStringSubmatch(string(readme), -1)
+	require.NotEmpty(t, blocks)
+	imports := regexp.MustCompile(`(?s)^import \(.*?\)\n`)
+	var src strings.Builder
+	src.WriteString(`package main
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/windowstore/windowstore/features"
+	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/limit"
+	"github.com/windowstore/windowstore/store"
+)
+
+var (
+	_ = features.New
+	_ = httplimit.New
+	_ = limit.NewGCRA
+	_ = store.New
+)
+
+func main() {}
+`)
+	for i, b := range blocks {
+		body := imports.ReplaceAllString(b[1], "")
+		f, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc f() {\n"+body+"\n}", 0)
+		require.NoError(t, err, "README.md's Go snippet %d does not parse:\n%s", i+1, body)
+		seen := map[string]bool{}
+		var used []string
+		ast.Inspect(f, func(n ast.Node) bool {
+			var ids []*ast.Ident
+			switch n := n.(type) {
+			case *ast.AssignStmt:
+				if n.Tok == token.DEFINE {
+					for _, e := range n.Lhs {
+						if id, ok := e.(*ast.Ident); ok {
+							ids = append(ids, id)
+						}
+					}
+				}
+			case *ast.ValueSpec:
+				ids = n.Names
+			}
+			for _, id := range ids {
+				if id.Name != "_" && !seen[id.Name] {
+					seen[id.Name] = true
+					used = append(used, "_ = "+id.Name)
+				}
+			}
+			return true
+		})
+		fmt.Fprintf(&src, "\n// README.md's Go snippet %d\nfunc snippet%d(ctx context.Context, client rueidis.Client, st *store.Store, mux *http.ServeMux, paidAt time.Time) {\n{\n%s\n%s\n}\n}\n",
+			i+1, i+1, body, strings.Join(used, "\n"))
+	}
+	dir, err := os.MkdirTemp(".", "_readmesnippets")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(src.String()), 0o644))
+	out, err := exec.Command("go", "build", "-o", os.DevNull, "./"+filepath.Base(dir)).CombinedOutput()
+	if err != nil {
+		lines := strings.Split(src.String(), "\n")
+		for i := range lines {
+			lines[i] = fmt.Sprintf("%4d %s", i+1, lines[i])
+		}
+		t.Fatalf("README.md's Go snippets do not compile:\n%s\nthe program built (main.go):\n%s", out, strings.Join(lines, "\n"))
+	}
 }
