@@ -15,7 +15,6 @@
 -- no limit's cost anywhere.
 --
 -- Items (after the group's header), and their answers:
---
 --   WS_IT_COUNT    shape delta          add delta: the window sum
 --   WS_IT_QUIET    shape delta          add delta: 0
 --   WS_IT_LIMIT    shape limit cost     count cost only if the event admits:
@@ -47,7 +46,6 @@
 -- unconditional writes keeps no id, so that a retry is decided anew.
 --
 -- Operations:
---
 --   WS_OP_GROUP    group       one group
 --   WS_OP_LINK     n group...  the groups of one event on one server
 --   WS_OP_CHECK    group       a cluster's phase one: the stages before the

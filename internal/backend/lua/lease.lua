@@ -18,9 +18,7 @@ local function ws_lopen(it, now)
   local s = redis.call('ZSCORE', it.key, it.id)
   it.mine = s ~= false and s ~= nil and tonumber(s) > now
   it.held = redis.call('ZCOUNT', it.key, string.format('(%d', now), '+inf')
-  if it.kind == WS_IT_ACQUIRE then
-    it.fits = it.mine or it.held < it.limit
-  end
+  if it.kind == WS_IT_ACQUIRE then it.fits = it.mine or it.held < it.limit end
 end
 
 -- ws_lretry is the wait until an acquire that does not fit might: until the

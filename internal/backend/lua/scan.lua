@@ -40,9 +40,7 @@ local function ws_scan(L, all, lthr, keep)
         stale[nstale] = f
       else
         local v = tonumber(all[i + 1])
-        if v == nil then
-          ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers')
-        end
+        if v == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers') end
         nlive = nlive + 1
         local a = v < 0 and -v or v
         if keep then
