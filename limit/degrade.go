@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/windowstore/windowstore/internal/backend"
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/internal/refusal"
 	"github.com/windowstore/windowstore/store"
@@ -79,13 +78,9 @@ func WithCooldown(d time.Duration) Option {
 func WithLocalKeys(n int) Option { return func(o *options) { o.deg.keys, o.degrade = n, true } }
 
 // withBreakerClock sets the clock of the breaker and of Allow's in-process
-// decisions, for tests (hook.WithBreakerClock); it is time.Now otherwise.
+// decisions, for this package's tests; it is time.Now otherwise.
 func withBreakerClock(now func() time.Time) Option {
 	return func(o *options) { o.deg.now, o.degrade = now, true }
-}
-
-func init() {
-	hook.WithBreakerClock = func(now func() time.Time) any { return withBreakerClock(now) }
 }
 
 // WithOnStateChange has every change of the breaker's state told to fn,

@@ -128,3 +128,43 @@ func TestDocsNameTheSurface(t *testing.T) {
 		}
 	}
 }
+
+// TestHookOnlyFromStore: of the root module's production packages, store
+// alone imports internal/hook (to register the test hooks it serves); no
+// other package reaches another through it.
+func TestHookOnlyFromStore(t *testing.T) {
+	var importers []string
+	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("..", path)
+		if d.IsDir() {
+			// Other modules (a go.mod of their own), and internal/'s own
+			// machinery and test doubles, are not the root module's
+			// production packages.
+			if rel != "." && (strings.HasPrefix(rel, "internal") || strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_")) {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && rel != "." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, im := range f.Imports {
+			if im.Path.Value == `"github.com/windowstore/windowstore/internal/hook"` && !slices.Contains(importers, filepath.Dir(rel)) {
+				importers = append(importers, filepath.Dir(rel))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"store"}, importers, "production packages that import internal/hook")
+}

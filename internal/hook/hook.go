@@ -7,7 +7,6 @@ package hook
 
 import (
 	"context"
-	"time"
 
 	"github.com/windowstore/windowstore/internal/codec"
 )
@@ -48,8 +47,4 @@ var (
 	// WindowTag returns a store.Window's shape as its counters' Redis keys
 	// carry it: "10m/1m".
 	WindowTag func(w any) string
-	// WithBreakerClock returns a limit.Option that sets the clock of a
-	// Degraded limiter's breaker and in-process decisions (package limit
-	// sets it; in production they run on time.Now).
-	WithBreakerClock func(now func() time.Time) any
 )

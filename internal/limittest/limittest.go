@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
 )
@@ -35,14 +34,20 @@ func (f *Flaky) AllowAt(ctx context.Context, _ time.Time, key string, n int64) (
 }
 
 // Degraded returns a limit.Degraded over a Flaky limiter, whose breaker opens
-// after one failure, for a cool-down of a minute on the clock *now.
-func Degraded(t testing.TB, now *time.Time) (*limit.Degraded, *Flaky) {
+// after one failure, for a cool-down of an hour: open for the rest of a test.
+func Degraded(t testing.TB) (*limit.Degraded, *Flaky) {
 	t.Helper()
 	f := &Flaky{}
-	d, err := limit.Degrade(f, limit.WithFailures(1), limit.WithCooldown(time.Minute),
-		hook.WithBreakerClock(func() time.Time { return *now }).(limit.Option))
+	d, err := limit.Degrade(f, limit.WithFailures(1), limit.WithCooldown(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return d, f
 }
+
+// State is a breaker in a state of its own choosing, for a recorder's
+// watch: "closed", "half-open", "open", or any other.
+type State string
+
+// State returns s.
+func (s State) State() string { return string(s) }

@@ -31,9 +31,8 @@ func TestRecorder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	login, loginServer := limittest.Degraded(t, &now)
-	api, _ := limittest.Degraded(t, &now)
+	login, loginServer := limittest.Degraded(t)
+	api, _ := limittest.Degraded(t)
 	fail(t, login, loginServer)
 	r.Observe("api", httplimit.Allowed, time.Millisecond)
 	r.Observe("api", httplimit.Allowed, time.Millisecond)
@@ -71,11 +70,10 @@ func TestWatchBreaker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	d, server := limittest.Degraded(t, &now)
+	d, server := limittest.Degraded(t)
 	r.WatchBreaker("a", d)
 	r.WatchBreaker("b", d)
-	other, _ := limittest.Degraded(t, &now)
+	other, _ := limittest.Degraded(t)
 	r.WatchBreaker("b", other) // replaces
 	r.watch("odd", odd{})      // a state without a value: not reported
 	gauge := func(want string) {
@@ -89,7 +87,7 @@ func TestWatchBreaker(t *testing.T) {
 	gauge("ratelimit_breaker_state{limiter=\"a\"} 0\nratelimit_breaker_state{limiter=\"b\"} 0\n")
 	fail(t, d, server)
 	gauge("ratelimit_breaker_state{limiter=\"a\"} 2\nratelimit_breaker_state{limiter=\"b\"} 0\n")
-	now = now.Add(time.Minute) // the cool-down is over: the next call probes
+	r.watch("a", limittest.State("half-open")) // a cool-down over: the next call probes
 	gauge("ratelimit_breaker_state{limiter=\"a\"} 1\nratelimit_breaker_state{limiter=\"b\"} 0\n")
 	r.WatchBreaker("b", nil) // stops watching
 	gauge("ratelimit_breaker_state{limiter=\"a\"} 1\n")
