@@ -837,6 +837,17 @@ func TestWindowstoredReload(t *testing.T) {
 		return d.ask(t, "r", 0, desc("k=probe")).Statuses[0].CurrentLimit.GetRequestsPerUnit()
 	}
 	require.Equal(t, uint32(1), limitOf())
+	// A refusal remembered under one configuration is not answered under
+	// the next, whose counters may be others: a configuration put in force
+	// empties the refusal cache. (Here the same limit, under a new prefix.)
+	require.Equal(t, ok, d.ask(t, "r", 0, desc("k=cached")).OverallCode)
+	require.Equal(t, over, d.ask(t, "r", 0, desc("k=cached")).OverallCode)
+	fresh := strings.Replace(settings, d.prefix+"rl:", d.prefix+"rl2:", 1)
+	require.NotEqual(t, settings, fresh)
+	reloads := strings.Count(d.logs.String(), "configuration reloaded")
+	require.NoError(t, os.WriteFile(d.config, []byte(fresh+conf(1)), 0o644))
+	require.Eventually(t, func() bool { return strings.Count(d.logs.String(), "configuration reloaded") > reloads }, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, ok, d.ask(t, "r", 0, desc("k=cached")).OverallCode, "a new counter under the new prefix")
 	// Calls go on through every reload: none fails.
 	stop := make(chan struct{})
 	var calls, failed atomic.Int64
@@ -954,6 +965,7 @@ func TestWindowstoredCluster(t *testing.T) {
 	for _, ip := range ips {
 		require.Equal(t, uint32(1), d.ask(t, "shop", 0, ip).Statuses[0].LimitRemaining)
 	}
+	require.Zero(t, decisions(t, d, "local_shed"), "the refusal cache is off on a cluster: every refusal asked the server")
 }
 
 // TestWindowstoredTimeout: --timeout bounds every call end to end, against a
