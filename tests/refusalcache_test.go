@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -68,10 +69,33 @@ var cachedKinds = []struct {
 			require.NoError(t, err)
 			parts = append(parts, l)
 		}
+		if c == nil {
+			// A combination keeps a refusal cache of its own: the fresh
+			// limiter asks the server through limit.AllowKeys instead.
+			return serverOnly(parts)
+		}
 		m, err := limit.Combine(parts...)
 		require.NoError(t, err)
 		return m
 	}},
+}
+
+// serverOnly decides sliding windows of one key together, as a combination
+// does, asking the server every time (limit.AllowKeys keeps no refusal).
+type serverOnly []limit.Limiter
+
+func (s serverOnly) Policy() limit.Policy { return s[0].Policy() }
+
+func (s serverOnly) Allow(ctx context.Context, key string, n int64) (store.Decision, error) {
+	ks := make([]limit.Keyed, len(s))
+	for i, l := range s {
+		ks[i] = limit.Keyed{Limiter: l, Key: key}
+	}
+	return limit.AllowKeys(ctx, n, ks...)
+}
+
+func (s serverOnly) AllowAt(context.Context, time.Time, string, int64) (store.Decision, error) {
+	return store.Decision{}, errors.New("serverOnly: AllowAt is not used")
 }
 
 // TestRefusalCache: on every server and for every limiter, 40 concurrent
