@@ -596,13 +596,13 @@ func TestWindowstoredRefusalCache(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			require.Equal(t, ok, d.ask(t, "shop", 0, desc("user=c1"), desc("ip=c1")).OverallCode)
 		}
+		sent := time.Now() // before the refusal was decided, and remembered
 		first := d.ask(t, "shop", 0, desc("user=c1"), desc("ip=c1"))
-		asked := time.Now()
 		require.Equal(t, over, first.OverallCode)
 		before := shed()
 		for i := 0; i < 5; i++ {
 			r := d.ask(t, "shop", 0, desc("user=c1"), desc("ip=c1"))
-			gone := time.Since(asked)
+			gone := time.Since(sent)
 			require.Equal(t, over, r.OverallCode)
 			for j, st := range r.Statuses {
 				want := first.Statuses[j]
@@ -611,6 +611,8 @@ func TestWindowstoredRefusalCache(t *testing.T) {
 				require.Equal(t, want.CurrentLimit.RequestsPerUnit, st.CurrentLimit.RequestsPerUnit, "status %d", j)
 				got, was := st.DurationUntilReset.AsDuration(), want.DurationUntilReset.AsDuration()
 				require.LessOrEqual(t, got, was, "status %d: counted down", j)
+				// (The cache counts down from when the reply came, after
+				// sent; was is truncated to the ms and the countdown rounded up.)
 				require.GreaterOrEqual(t, got, was-gone-time.Millisecond, "status %d: counted down", j)
 			}
 		}
