@@ -612,10 +612,8 @@ func TestWindowstoredRefusalCache(t *testing.T) {
 				got, was := st.DurationUntilReset.AsDuration(), want.DurationUntilReset.AsDuration()
 				require.LessOrEqual(t, got, was, "status %d: counted down", j)
 				// (The cache counts down from when windowstored had the reply,
-				// after sent, so by at most gone; and 25 ms of margin: in a
-				// loaded full suite the countdown ran up to 10 ms past that
-				// bound, which a test of its own never showed.)
-				require.GreaterOrEqual(t, got, was-gone-25*time.Millisecond, "status %d: counted down", j)
+				// after sent, so by at most gone; was is whole ms.)
+				require.GreaterOrEqual(t, got, was-gone-time.Millisecond, "status %d: counted down", j)
 			}
 		}
 		require.Equal(t, before+5, shed(), "five answers without a server call")
