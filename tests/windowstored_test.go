@@ -421,29 +421,9 @@ func TestWindowstoredRLS(t *testing.T) {
 
 	t.Run("race", func(t *testing.T) {
 		// 40 callers, 3 requests each, on a limit of 17: exactly 17 pass.
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for g := 0; g < 40; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < 3; i++ {
-					resp, err := d.rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "shop",
-						Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("race=r1"), desc("ip=race")}})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if resp.OverallCode == ok {
-						admitted.Add(1)
-					}
-				}
-			}()
-		}
-		wg.Wait()
 		// The IP's limit (5) refuses most of them: whatever passed passed
 		// both, and the race key counted exactly those.
-		require.Equal(t, int64(5), admitted.Load())
+		require.Equal(t, int64(5), raceRLS(t, d, 3, desc("race=r1"), desc("ip=race")))
 		r := d.ask(t, "shop", 0, desc("race=r1"))
 		require.Equal(t, uint32(17-5-1), r.Statuses[0].LimitRemaining)
 	})
@@ -563,6 +543,32 @@ func TestWindowstoredRLS(t *testing.T) {
 }
 
 // shadowRefused reads the count of shadow refusals from /metrics.
+// raceRLS has 40 callers send n requests each of descriptors ds (domain
+// shop) at once, and answers how many were admitted.
+func raceRLS(t *testing.T, d *wsd, n int, ds ...*ratelimitpb.RateLimitDescriptor) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range n {
+				resp, err := d.rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "shop", Descriptors: ds})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp.OverallCode == ok {
+					admitted.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return admitted.Load()
+}
+
 func shadowRefused(t *testing.T, d *wsd) float64 { return decisions(t, d, "shadow_refused") }
 
 // decisions reads windowstored's count of rule shop's decisions of outcome
@@ -664,27 +670,7 @@ func TestWindowstoredRefusalCache(t *testing.T) {
 		// 40 callers, 5 requests each, on a limit of 17: exactly 17 pass,
 		// and most refusals make no server call.
 		before := shed()
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for g := 0; g < 40; g++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; i < 5; i++ {
-					resp, err := d.rls.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "shop",
-						Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("race=c4")}})
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if resp.OverallCode == ok {
-						admitted.Add(1)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		require.Equal(t, int64(17), admitted.Load())
+		require.Equal(t, int64(17), raceRLS(t, d, 5, desc("race=c4")))
 		require.Greater(t, shed(), before, "refusals answered from memory")
 		r := d.ask(t, "shop", 2, desc("race=c4"))
 		require.Equal(t, over, r.OverallCode)
