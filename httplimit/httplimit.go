@@ -604,9 +604,9 @@ func shed(o *options, rule *compiled, w http.ResponseWriter, cost int64, observe
 }
 
 // policyItems are the RateLimit field's items of decision d, one per policy
-// (a combination's every one, else d's own, named name): its remaining and reset,
-// or 0 and its retry for a policy that refuses. The draft lets the field
-// list every policy.
+// (a combination's every one, else d's own, named name): its remaining and
+// reset, or 0 and its retry for a policy that refuses. The draft lets the
+// field list every policy.
 func policyItems(d store.Decision, name string) []string {
 	ds := d.Policies
 	if len(ds) == 0 {

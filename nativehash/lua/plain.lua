@@ -226,15 +226,15 @@ local function ws_detail(L, key, C)
   return ws_scan(L, all, L.now - L.w, true)
 end
 
--- ws_sumover is the read-only sum of counter key over lookback lb: the
--- window's from its head (ws_headsum, which leaves the current bucket's field
--- unread), else as a write opens it (also under a trace of the general path
--- alone); a shorter lookback's from a full read.
+-- ws_sumover is the read-only sum of counter key over lookback lb: the window's from its
+-- head (ws_headsum), else read whole as ws_open would (under a trace of the general path
+-- alone, as a write opens it); a shorter lookback's from a full read.
 local function ws_sumover(L, key, lb)
   if lb ~= L.w then return ws_scanread(L, key, lb) end
-  local sum = not (ws_tracing and ws_tracing.general) and ws_headsum(L, key) or nil
+  local general, sum, _, Hd, i = ws_tracing and ws_tracing.general, nil, nil, nil, nil
+  if not general then sum, _, _, Hd, i = ws_headsum(L, key) end
   ws_trace(sum ~= nil and 'sumhead' or 'sumopen')
   if sum ~= nil then return sum end
-  local C = ws_open(L, key, L.target)
+  local C = general and ws_open(L, key, L.target) or ws_rebuild(L, key, L.target, Hd, i)
   return ws_checked(C.sum, C.fits)
 end
