@@ -47,44 +47,27 @@ local function ws_fwrite(L, k, Hd, i, nt, nv, C)
   a[i + 3], a[i + 5], Hd.dirty = nt, nv, true
 end
 
--- ws_fe holds what ws_fcheck answered for each item of a group or link, in
--- tables reused from call to call.
-local ws_fe = {}
+-- ws_fu holds, for each record the fast path moved in its head, what undoes
+-- it (the head, the record, the cost added to t and v: exact, as every
+-- number there is an integer below 2^53); ws_fd the counters it opened
+-- whole, whose writes wait until every item has been decided. Both are
+-- reused from call to call.
+local ws_fu, ws_fd = {}, {}
 
--- ws_fentry checks an item into ws_fe[x]: whether the fast path takes it.
-local function ws_fentry(H, x, kind, shape, k, limit, costs)
-  local L, Hd, i, nt, nv, C = ws_fcheck(H, shape, k, limit, costs)
-  if L == nil then return false end
-  local e = ws_fe[x]
-  if e == nil then
-    e = {L = false, k = 0, kind = false, hd = false, rec = false, nt = 0, nv = 0, C = false}
-    ws_fe[x] = e
+-- ws_fback gives up on a group or link: the records moved so far (nu
+-- entries of ws_fu) are put back, their heads clean again (as every head is
+-- when an operation starts), and its answers past out[o] dropped, so nothing
+-- is written and the pipeline starts afresh.
+local function ws_fback(nu, nd, out, o)
+  local u = ws_fu
+  for x = 1, nu, 3 do
+    local Hd, r, c = u[x], u[x + 1], u[x + 2]
+    local a = Hd.a
+    a[r + 3], a[r + 5], Hd.dirty = a[r + 3] - c, a[r + 5] - c, false
   end
-  e.L, e.k, e.kind, e.hd, e.rec, e.nt, e.nv, e.C = L, k, kind, Hd, i, nt, nv, C or false
-  return true
-end
-
--- ws_fgroups checks the ng groups at ARGV[a], KEYS[k]: the number of items and
--- where the next operation starts; nil when one is not the fast path's.
-local function ws_fgroups(H, ng, a, k)
-  local x = 0
-  for q = 1, ng do
-    if ARGV[a + 1] ~= '' or ARGV[a + 3] ~= '' then return nil end
-    local n = ws_tonum(ARGV[a])
-    a = a + 4
-    for j = 1, n do
-      local kind, ok = ARGV[a], false
-      x = x + 1
-      if kind == WS_IT_LIMIT then
-        ok, a = ws_fentry(H, x, kind, ARGV[a + 1], k, ws_tonum(ARGV[a + 2]), ARGV[a + 3]), a + 4
-      elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
-        ok, a = ws_fentry(H, x, kind, ARGV[a + 1], k, WS_BIG - 1, ARGV[a + 2]), a + 3
-      end
-      if not ok then return nil end
-      k = k + WS_KPC
-    end
-  end
-  return x, a, k
+  for x = 1, nd do ws_fd[x] = false end
+  for x = #out, o + 1, -1 do out[x] = nil end
+  return nil
 end
 
 -- ws_fast runs the operation at ARGV[i], KEYS[k] on the fast path if it takes
@@ -105,36 +88,52 @@ local function ws_fast(H, i, k, out)
     elseif op == WS_OP_ADDNOSUM then
       out[o + 1] = 1
     else
-      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, nt, 0, L.target.start + L.w - L.now
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, nt, 0, L.reset
     end
     return ni, k + WS_KPC
   end
   if op ~= WS_OP_GROUP and op ~= WS_OP_LINK then return nil end
   local ng, a = 1, i + 1
   if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 end
-  local n, ni, nk = ws_fgroups(H, ng, a, k)
-  if n == nil then return nil end
-  local x = 0
+  -- One pass: each item decided in turn, a synced record moved in its head
+  -- at once (undone by ws_fback), a counter opened whole written after the
+  -- last item (the one write the server sees before the heads').
+  local o0, nu, nd = o, 0, 0
   for q = 1, ng do
-    local m = ws_tonum(ARGV[a])
+    if ARGV[a + 1] ~= '' or ARGV[a + 3] ~= '' then return ws_fback(nu, nd, out, o0) end
+    local n = ws_tonum(ARGV[a])
     a = a + 4
     out[o + 1], out[o + 2], o = 1, 0, o + 2
-    for j = 1, m do
-      x = x + 1
-      local e = ws_fe[x]
-      local L, nt = e.L, e.nt
-      ws_fwrite(L, e.k, e.hd, e.rec, nt, e.nv, e.C or nil)
-      e.L, e.hd, e.C = false, false, false -- (nothing kept from one call to the next)
-      if e.kind == WS_IT_LIMIT then
-        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5] = 4, nt, 0, L.target.start + L.w - L.now, 0
-        a, o = a + 4, o + 5
-      else
-        if e.kind == WS_IT_QUIET then nt = 0 end
-        out[o + 1], out[o + 2] = 1, nt
-        a, o = a + 3, o + 2
+    for _ = 1, n do
+      local kind, limit, costs, na = ARGV[a], WS_BIG - 1, ARGV[a + 2], a + 3
+      if kind == WS_IT_LIMIT then
+        limit, costs, na = ws_tonum(costs), ARGV[a + 3], a + 4
+      elseif kind ~= WS_IT_COUNT and kind ~= WS_IT_QUIET and kind ~= WS_IT_IFOK then
+        return ws_fback(nu, nd, out, o0)
       end
+      local L, Hd, r, nt, nv, C = ws_fcheck(H, ARGV[a + 1], k, limit, costs)
+      if L == nil then return ws_fback(nu, nd, out, o0) end
+      if C == nil then
+        local A, u = Hd.a, ws_fu
+        u[nu + 1], u[nu + 2], u[nu + 3] = Hd, r, nt - A[r + 3]
+        A[r + 3], A[r + 5], Hd.dirty, nu = nt, nv, true, nu + 3
+      else
+        ws_fd[nd + 1], ws_fd[nd + 2], ws_fd[nd + 3], nd = L, k, C, nd + 3
+      end
+      if kind == WS_IT_LIMIT then
+        out[o + 1], out[o + 2], out[o + 3], out[o + 4], out[o + 5], o = 4, nt, 0, L.reset, 0, o + 5
+      else
+        if kind == WS_IT_QUIET then nt = 0 end
+        out[o + 1], out[o + 2], o = 1, nt, o + 2
+      end
+      a, k = na, k + WS_KPC
     end
   end
+  for x = 1, nd, 3 do
+    local L = ws_fd[x]
+    ws_commit(L, ws_fd[x + 1], ws_fd[x + 2], L.target)
+    ws_fd[x], ws_fd[x + 2] = false, false -- (nothing kept from one call to the next)
+  end
   if ws_tracing ~= nil then ws_trace('fast') end
-  return ni, nk
+  return a, k
 end

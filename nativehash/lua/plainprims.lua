@@ -78,11 +78,7 @@ local function ws_hget(L, key)
       ws_hn = ws_hn - 1
       ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s')
     end
-    local a, pos = Hd.a, 1
-    for i = 1, WS_REC * n, WS_REC do
-      a[i], a[i + 1], a[i + 2], a[i + 3], a[i + 4], a[i + 5], pos = ws_unpack(WS_REC1, s, pos)
-    end
-    Hd.n = n
+    Hd.a, Hd.n = {ws_unpack(ws_fmt(n), s)}, n -- (one call: past its records, a holds unpack's position)
   end
   if ws_hmap ~= nil then
     ws_hmap[hk] = Hd

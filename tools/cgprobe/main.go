@@ -41,7 +41,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "the server")
-	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), allow3x (the bench's: AllowAll of the 1 s store on three keys, linked), refuse3x (allow3x refused by its third key's limit of 0), sum, summany (SumMany of all --keys keys), distinct (RecordStat of StatDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
+	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), refuse (Allow under a limit of 1, refused after the warm-up), refuse3 (allow3 refused by its third store's limit of 1), allow3x (the bench's: AllowAll of the 1 s store on three keys, linked), refuse3x (allow3x refused by its third key's limit of 0), sum, summany (SumMany of all --keys keys), distinct (RecordStat of StatDistinct of one of 1,000 members) record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
 	n := flag.Int("n", 6000, "operations measured")
 	keys := flag.Int("keys", 100, "keys")
 	conc := flag.Int("conc", 32, "callers")
@@ -97,6 +97,19 @@ func main() {
 				store.Quota{Store: st[0], Key: "ip" + k, Limit: 1 << 40}, store.Quota{Store: st[0], Key: "dev" + k, Limit: 0})
 			if err == nil && d.Allowed {
 				err = fmt.Errorf("refuse3x: admitted")
+			}
+		case "refuse": // a limit of 1, held by the warm-up's admission
+			var d store.Decision
+			d, err = st[0].Allow(ctx, k, 1, 1)
+			if err == nil && d.Allowed && i >= *keys {
+				err = fmt.Errorf("refuse: admitted")
+			}
+		case "refuse3": // allow3 refused by its third policy (a limit of 1, as refuse)
+			var d store.Decision
+			d, err = store.AllowAll(ctx, 1, store.Quota{Store: st[0], Key: k, Limit: 1 << 40},
+				store.Quota{Store: st[1], Key: k, Limit: 1 << 40}, store.Quota{Store: st[2], Key: k, Limit: 1})
+			if err == nil && d.Allowed && i >= *keys {
+				err = fmt.Errorf("refuse3: admitted")
 			}
 		case "sum":
 			_, err = st[0].Sum(ctx, k)
