@@ -1,7 +1,9 @@
 package tests
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -320,6 +322,62 @@ func TestSumHeadDifferential(t *testing.T) {
 			require.Greater(t, pf["sumopen"], int64(50), "too few sums left the head: %v", pf)
 			require.Zero(t, pg["sumhead"], "the switch did not keep the head path off: %v", pg)
 			require.Positive(t, pg["sumopen"], "%v", pg)
+		})
+	}
+}
+
+// TestHeadRecordNotACounter: a head of the right length whose record holds a
+// number that is not an integer (a fraction, or 2^53) is not a counter's:
+// every read and write of that counter fails with ErrWrongType on either
+// path, and writes nothing (every key's bytes the same before and after).
+func TestHeadRecordNotACounter(t *testing.T) {
+	for _, tg := range plainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			p := harness.Prefix(t)
+			tag := strings.ReplaceAll(p, ":", "")
+			for _, general := range []bool{false, true} {
+				ss := traced(t, c, fmt.Sprintf("%s%v:", p, general), tag, general)
+				at := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+				for fi, bad := range []float64{0.5, 1 << 53} {
+					k := fmt.Sprint("k", fi)
+					for _, s := range ss {
+						_, err := s.At(at).Add(ctx, k, 3)
+						require.NoError(t, err)
+					}
+					_, err := ss[1].At(at).Sum(ctx, k) // (a check of the record passed, in an earlier call)
+					require.NoError(t, err)
+					ks, err := hook.CounterKeys(ss[1], k)
+					require.NoError(t, err)
+					head, err := c.Do(ctx, c.B().Get().Key(ks[1]).Build()).AsBytes()
+					require.NoError(t, err)
+					require.Len(t, head, 3*48, "three records of six doubles")
+					// The second record's running total t (its fourth number).
+					binary.LittleEndian.PutUint64(head[48+3*8:], math.Float64bits(bad))
+					require.NoError(t, c.Do(ctx, c.B().Set().Key(ks[1]).Value(string(head)).Keepttl().Build()).Error())
+					before := takeSnapshot(t, ctx, []rueidis.Client{c}, p)
+					s := ss[1].At(at)
+					_, err = s.Add(ctx, k, 1)
+					require.ErrorIs(t, err, store.ErrWrongType, "add, %v, general %v", bad, general)
+					_, err = s.Allow(ctx, k, 100, 1)
+					require.ErrorIs(t, err, store.ErrWrongType, "allow, %v, general %v", bad, general)
+					_, err = s.Allow(ctx, k, 0, 1)
+					require.ErrorIs(t, err, store.ErrWrongType, "a refusal, %v, general %v", bad, general)
+					_, err = s.Sum(ctx, k)
+					require.ErrorIs(t, err, store.ErrWrongType, "sum, %v, general %v", bad, general)
+					_, err = allowAllAt(ctx, at, 1, store.Quota{Store: ss[0], Key: k, Limit: 100},
+						store.Quota{Store: ss[1], Key: k, Limit: 100}, store.Quota{Store: ss[2], Key: k, Limit: 100})
+					require.ErrorIs(t, err, store.ErrWrongType, "allow3, %v, general %v", bad, general)
+					after := takeSnapshot(t, ctx, []rueidis.Client{c}, p)
+					require.Equal(t, before.keys, after.keys, "%v, general %v: written", bad, general)
+					// The other windows' records are still counters.
+					_, err = ss[0].At(at).Sum(ctx, k)
+					require.NoError(t, err)
+				}
+			}
 		})
 	}
 }

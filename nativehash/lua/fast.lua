@@ -21,11 +21,12 @@ local function ws_fcheck(H, shape, k, limit, costs)
   local i = ws_hfind(Hd, L)
   if i ~= nil then
     -- (No ws_hcheck: a record taken here has m and c equal to the clock's
-    -- buckets and t and v within bounds, which a head that is not a
-    -- counter's could only pass with fractions.)
+    -- buckets, and t and v integers within bounds; any other takes the
+    -- pipeline, which checks it.)
     local a = Hd.a
     local t, v = a[i + 3], a[i + 5]
-    if a[i + 4] == L.cstart and a[i + 2] == L.low and t > -WS_BIG and v > -WS_BIG and v + cost < WS_BIG and v + cost ~= 0 then
+    if a[i + 4] == L.cstart and a[i + 2] == L.low and t > -WS_BIG and v > -WS_BIG and v + cost < WS_BIG and v + cost ~= 0 and
+        t % 1 == 0 and v % 1 == 0 then
       if t > limit - cost then return nil end
       return L, Hd, i, t + cost, v + cost, nil
     end
@@ -95,22 +96,34 @@ local function ws_fast(H, i, k, out)
   if op ~= WS_OP_GROUP and op ~= WS_OP_LINK then return nil end
   local ng, a = 1, i + 1
   if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 end
+  -- First, whether every group and item is the fast path's (reads ARGV only).
+  local b = a
+  for _ = 1, ng do
+    if ARGV[b + 1] ~= '' or ARGV[b + 3] ~= '' then return nil end
+    local n = ws_tonum(ARGV[b])
+    b = b + 4
+    for _ = 1, n do
+      local kind = ARGV[b]
+      if kind == WS_IT_LIMIT then
+        b = b + 4
+      elseif kind == WS_IT_COUNT or kind == WS_IT_QUIET or kind == WS_IT_IFOK then
+        b = b + 3
+      else
+        return nil
+      end
+    end
+  end
   -- One pass: each item decided in turn, a synced record moved in its head
   -- at once (undone by ws_fback), a counter opened whole written after the
   -- last item (the one write the server sees before the heads').
   local o0, nu, nd = o, 0, 0
   for q = 1, ng do
-    if ARGV[a + 1] ~= '' or ARGV[a + 3] ~= '' then return ws_fback(nu, nd, out, o0) end
     local n = ws_tonum(ARGV[a])
     a = a + 4
     out[o + 1], out[o + 2], o = 1, 0, o + 2
     for _ = 1, n do
       local kind, limit, costs, na = ARGV[a], WS_BIG - 1, ARGV[a + 2], a + 3
-      if kind == WS_IT_LIMIT then
-        limit, costs, na = ws_tonum(costs), ARGV[a + 3], a + 4
-      elseif kind ~= WS_IT_COUNT and kind ~= WS_IT_QUIET and kind ~= WS_IT_IFOK then
-        return ws_fback(nu, nd, out, o0)
-      end
+      if kind == WS_IT_LIMIT then limit, costs, na = ws_tonum(costs), ARGV[a + 3], a + 4 end
       local L, Hd, r, nt, nv, C = ws_fcheck(H, ARGV[a + 1], k, limit, costs)
       if L == nil then return ws_fback(nu, nd, out, o0) end
       if C == nil then

@@ -67,10 +67,10 @@ local function ws_hget(L, key)
   ws_hn = ws_hn + 1
   local Hd = ws_hc[ws_hn]
   if Hd == nil then
-    Hd = {key = hk, a = {}, n = 0, H = L.H, dirty = false, moved = false}
+    Hd = {key = hk, a = {}, n = 0, H = L.H, dirty = false, moved = false, ok = 0}
     ws_hc[ws_hn] = Hd
   else
-    Hd.key, Hd.n, Hd.H, Hd.dirty, Hd.moved = hk, 0, L.H, false, false
+    Hd.key, Hd.n, Hd.H, Hd.dirty, Hd.moved, Hd.ok = hk, 0, L.H, false, false, 0
   end
   if s then
     local n = #s / (8 * WS_REC)
@@ -78,7 +78,13 @@ local function ws_hget(L, key)
       ws_hn = ws_hn - 1
       ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s')
     end
-    Hd.a, Hd.n = {ws_unpack(ws_fmt(n), s)}, n -- (one call: past its records, a holds unpack's position)
+    if n == 1 then
+      local a = Hd.a
+      a[1], a[2], a[3], a[4], a[5], a[6] = ws_unpack(WS_REC1, s)
+    else
+      Hd.a = {ws_unpack(ws_fmt(n), s)} -- (one call; past its records, a holds unpack's position)
+    end
+    Hd.n = n
   end
   if ws_hmap ~= nil then
     ws_hmap[hk] = Hd
@@ -99,13 +105,16 @@ local function ws_hfind(Hd, L)
 end
 
 -- ws_hcheck raises WS_E_NOTCOUNTER when record i of Hd holds a number that is
--- not an integer below 2^53.
+-- not an integer below 2^53; Hd.ok is the last record it passed since the
+-- head was read (a record's own writes keep it so).
 local function ws_hcheck(Hd, i)
+  if Hd.ok == i then return end
   local a = Hd.a
   for x = i + 2, i + 5 do
     local y = a[x]
     if y % 1 ~= 0 or y >= WS_BIG or y <= -WS_BIG then ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s') end
   end
+  Hd.ok = i
 end
 
 -- ws_hset writes window L's record into Hd (at i, or a new one), saved at the

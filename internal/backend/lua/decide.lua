@@ -77,6 +77,19 @@ end
 
 local function ws_retry(L, S, cost, limit)
   if cost > limit then return -1 end
+  if S.kmag < WS_BIG then
+    -- On doubles (exact: see above), the buckets taken off as they leave, as
+    -- ws_walker does, without its tables.
+    local vals, rem, x = S.vals, 0, limit - cost
+    for i = 1, S.live do rem = rem + vals[i] end
+    if rem <= x then return 0 end
+    local order = ws_leaving(S)
+    for _, j in ipairs(order) do
+      rem = rem - vals[j]
+      if rem <= x then return S.starts[j] + L.w - L.now end
+    end
+    return -1
+  end
   local r = ws_walker({L = L, S = S, cost = cost, limit = limit})
   if r.fits then return 0 end
   for _, j in ipairs(r.order) do
