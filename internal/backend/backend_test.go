@@ -1,6 +1,9 @@
 package backend
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -138,4 +141,33 @@ func TestCommands(t *testing.T) {
 			t.Errorf("%s calls a command that is not a literal", sc.Name())
 		}
 	}
+}
+
+// TestLuaBudget: the Lua of every backend and limiter together stays within
+// 3,000 lines (one engine per backend: a fast path earns its lines).
+func TestLuaBudget(t *testing.T) {
+	lines := 0
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "../.." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "tools" || d.Name() == "tests") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".lua") {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			lines += strings.Count(string(b), "\n")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines < 1000 || lines > 3000 {
+		t.Fatalf("%d lines of Lua, want at most 3,000 (and the walk to find them)", lines)
+	}
+	t.Logf("%d lines of Lua", lines)
 }

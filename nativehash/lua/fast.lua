@@ -1,18 +1,15 @@
 -- The plain hash's fast path, the one path beside event.lua's pipeline: an
--- event of counts and limits without an event id or time (Add, Allow,
--- AllowAll on one key or several) whose every limit admits. It reads its
--- operation from ARGV in place, each head once, and a counter synced on the
--- current bucket in its head alone (others through plain.lua's operations),
--- and writes each head once at the end: no table per item. Any other, or one
--- it gives up on (having written nothing), takes the pipeline, which answers
--- and writes the same (TestFastPathDifferential).
+-- event of counts and limits without an id or time (Add, Allow, AllowAll)
+-- whose every limit admits, read from ARGV in place, a counter synced on the
+-- current bucket in its head alone, no table per item. Any other, or one it
+-- gives up on (having written nothing), takes the pipeline, which answers and
+-- writes the same (TestFastPathDifferential).
 
--- ws_fcheck decides an item of the fast path: a cost (costs, a decimal
--- string) under a limit (a number) in the counter at KEYS[k] of window shape.
--- When the cost fits it answers the window L, the head Hd and its record i,
--- and the new total and current bucket value (nt, nv) for a record synced
--- on the current bucket (the head alone), or, for any other, the counter's
--- state C from ws_open, prepared (ws_commit writes it); else nil. Reads only.
+-- ws_fcheck decides a cost (costs, a decimal string) under a limit in the
+-- counter at KEYS[k] of window shape. When it fits: the window L, the head Hd,
+-- its record i, the new total and bucket value (nt, nv), and for a record not
+-- synced on the current bucket the counter's state C from ws_open, prepared
+-- (ws_commit writes it); else nil. Reads only.
 local function ws_fcheck(H, shape, k, limit, costs)
   local cost = ws_tonum(costs)
   if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return nil end
@@ -20,9 +17,8 @@ local function ws_fcheck(H, shape, k, limit, costs)
   local Hd = ws_hget(L, k)
   local i = ws_hfind(Hd, L)
   if i ~= nil then
-    -- (No ws_hcheck: a record taken here has m and c equal to the clock's
-    -- buckets, and t and v integers within bounds; any other takes the
-    -- pipeline, which checks it.)
+    -- (No ws_hcheck: m and c equal the clock's buckets, t and v are integers
+    -- within bounds; any other record takes the pipeline, which checks it.)
     local a = Hd.a
     local t, v = a[i + 3], a[i + 5]
     if a[i + 4] == L.cstart and a[i + 2] == L.low and t > -WS_BIG and v > -WS_BIG and v + cost < WS_BIG and v + cost ~= 0 and
@@ -38,27 +34,14 @@ local function ws_fcheck(H, shape, k, limit, costs)
   return L, Hd, i, C.nsum, C.nv, C
 end
 
--- ws_fwrite writes what ws_fcheck decided for the counter at KEYS[k].
-local function ws_fwrite(L, k, Hd, i, nt, nv, C)
-  if C ~= nil then
-    ws_commit(L, k, C, L.target)
-    return
-  end
-  local a = Hd.a
-  a[i + 3], a[i + 5], Hd.dirty = nt, nv, true
-end
-
--- ws_fu holds, for each record the fast path moved in its head, what undoes
--- it (the head, the record, the cost added to t and v: exact, as every
--- number there is an integer below 2^53); ws_fd the counters it opened
--- whole, whose writes wait until every item has been decided. Both are
--- reused from call to call.
+-- ws_fu holds what undoes each record moved in its head (head, record, the
+-- cost added to t and v: exact on integers below 2^53); ws_fd the counters
+-- opened whole, written once every item is decided. Reused from call to call.
 local ws_fu, ws_fd = {}, {}
 
--- ws_fback gives up on a group or link: the records moved so far (nu
--- entries of ws_fu) are put back, their heads clean again (as every head is
--- when an operation starts), and its answers past out[o] dropped, so nothing
--- is written and the pipeline starts afresh.
+-- ws_fback gives up: the records moved (nu entries of ws_fu) put back, their
+-- heads clean again (as at an operation's start), the answers past out[o]
+-- dropped, so the pipeline starts afresh with nothing written.
 local function ws_fback(nu, nd, out, o)
   local u = ws_fu
   for x = 1, nu, 3 do
@@ -82,7 +65,7 @@ local function ws_fast(H, i, k, out)
     if op == WS_OP_ALLOW then limit, costs, ni = ws_tonum(ARGV[i + 2]), ARGV[i + 3], i + 4 end
     local L, Hd, j, nt, nv, C = ws_fcheck(H, ARGV[i + 1], k, limit, costs)
     if L == nil then return nil end
-    ws_fwrite(L, k, Hd, j, nt, nv, C)
+    if C ~= nil then ws_commit(L, k, C, L.target) else Hd.a[j + 3], Hd.a[j + 5], Hd.dirty = nt, nv, true end
     if ws_tracing ~= nil then ws_trace('fast') end
     if op == WS_OP_ADD then
       out[o + 1] = nt
@@ -113,9 +96,8 @@ local function ws_fast(H, i, k, out)
       end
     end
   end
-  -- One pass: each item decided in turn, a synced record moved in its head
-  -- at once (undone by ws_fback), a counter opened whole written after the
-  -- last item (the one write the server sees before the heads').
+  -- One pass: a synced record moves in its head at once (ws_fback undoes
+  -- it); a counter opened whole is written after the last item.
   local o0, nu, nd = o, 0, 0
   for q = 1, ng do
     local n = ws_tonum(ARGV[a])

@@ -78,13 +78,7 @@ local function ws_hget(L, key)
       ws_hn = ws_hn - 1
       ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s')
     end
-    if n == 1 then
-      local a = Hd.a
-      a[1], a[2], a[3], a[4], a[5], a[6] = ws_unpack(WS_REC1, s)
-    else
-      Hd.a = {ws_unpack(ws_fmt(n), s)} -- (one call; past its records, a holds unpack's position)
-    end
-    Hd.n = n
+    Hd.a, Hd.n = {ws_unpack(ws_fmt(n), s)}, n -- (one call; past its records, a holds unpack's position)
   end
   if ws_hmap ~= nil then
     ws_hmap[hk] = Hd
@@ -143,11 +137,7 @@ local function ws_hsave(Hd)
   Hd.dirty = false
   local a, n = Hd.a, Hd.n
   if not Hd.moved then
-    if n == 1 then
-      redis.call('SET', Hd.key, ws_pack(WS_REC1, a[1], a[2], a[3], a[4], a[5], a[6]), 'KEEPTTL')
-    else
-      redis.call('SET', Hd.key, ws_pack(ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL')
-    end
+    redis.call('SET', Hd.key, ws_pack(ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL')
     return
   end
   Hd.moved = false

@@ -78,8 +78,7 @@ end
 local function ws_retry(L, S, cost, limit)
   if cost > limit then return -1 end
   if S.kmag < WS_BIG then
-    -- On doubles (exact: see above), the buckets taken off as they leave, as
-    -- ws_walker does, without its tables.
+    -- (On doubles, exact: ws_walker's walk without its tables.)
     local vals, rem, x = S.vals, 0, limit - cost
     for i = 1, S.live do rem = rem + vals[i] end
     if rem <= x then return 0 end
