@@ -19,12 +19,11 @@ local WS_RESERVED = {m = true, t = true}
 -- WS_KPC is how many entries of KEYS a counter takes: its hash and its head.
 local WS_KPC = 2
 
--- WS_REC is how many numbers a head record holds; WS_REC1 packs one.
+-- WS_REC is how many numbers a head record holds.
 local WS_REC = 6
-local WS_REC1 = '<dddddd'
 
 -- ws_fmts caches the struct formats of heads by their number of records.
-local ws_fmts = {WS_REC1}
+local ws_fmts = {}
 
 local function ws_fmt(n)
   local f = ws_fmts[n]
