@@ -103,7 +103,7 @@ var plain = backend.Register(backend.New(backend.Spec{
 	Why:      "the plain native hash works on any Redis or Valkey: writes delete the buckets that left the window",
 	Prims:    []backend.Fragment{frag("pack.lua"), frag("plainprims.lua")},
 	Ops:      []backend.Fragment{frag("plain.lua"), frag("fast.lua")},
-	ACL:      backend.ACLRule{Label: "plain hash", Rule: "+time +pttl +hgetall +hmget +hset +pexpireat +hdel +get +set +del"},
+	ACL:      backend.ACLRule{Label: "plain hash", Rule: "+time +pttl +hgetall +hmget +hset +pexpireat +hdel +get +mget +set +del"},
 }))
 
 // fieldTTL is the backend for servers with hash-field TTL (HPEXPIREAT). Every

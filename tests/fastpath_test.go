@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,15 +229,17 @@ func withZeros(p map[string]int64) map[string]int64 {
 	return out
 }
 
-// TestSumHeadDifferential: the plain hash's sum from the head (ws_headsum in
-// nativehash/lua/plain.lua) answers what the general path (ws_open, as a
-// write opens a counter) answers, on the same keys: two readers of one
+// TestSumHeadDifferential: the plain hash's sums from the heads (ws_sumrun in
+// nativehash/lua/plain.lua: a run's heads in one MGET, each record through
+// ws_recsum) answer what the general path (ws_open, as a write opens a
+// counter) answers, on the same keys: two readers of one
 // prefix, one with the test-only switch on, read SumMany and Sum after random
 // writes (amounts near 2^53 and negative ones), a clock that moves by less
 // than a bucket, by buckets, past the sweep (60 buckets) and past every
 // window, heads deleted or garbled, a bucket field that is not an integer,
-// and keys of the wrong type. Every answer and error must be the same; the
-// head must have answered many reads, and the switched reader none.
+// and keys of the wrong type (a hash beside its head too). Every answer and
+// error must be the same; the run must have answered many reads, and the
+// switched reader none.
 func TestSumHeadDifferential(t *testing.T) {
 	for _, tg := range plainTargets() {
 		t.Run(tg.name, func(t *testing.T) {
@@ -278,14 +282,16 @@ func TestSumHeadDifferential(t *testing.T) {
 				case r == 1: // a head that is not a counter's
 					require.NoError(t, c.Do(ctx, c.B().Set().Key(ks[1]).Value("garbled").Build()).Error())
 				case r == 2: // a bucket that is not an integer
-					fields, err := c.Do(ctx, c.B().Hkeys().Key(ks[0]).Build()).AsStrSlice()
-					require.NoError(t, err)
+					fields, _ := c.Do(ctx, c.B().Hkeys().Key(ks[0]).Build()).AsStrSlice() // (none: a list there)
 					if len(fields) > 0 {
 						require.NoError(t, c.Do(ctx, c.B().Hset().Key(ks[0]).FieldValue().FieldValue(fields[rng.IntN(len(fields))], "x").Build()).Error())
 					}
 				case r == 3: // a key of the wrong type
 					require.NoError(t, c.Do(ctx, c.B().Del().Key(ks...).Build()).Error())
 					require.NoError(t, c.Do(ctx, c.B().Rpush().Key(ks[rng.IntN(2)]).Element("x").Build()).Error())
+				case r == 4: // a hash of the wrong type beside its head
+					require.NoError(t, c.Do(ctx, c.B().Del().Key(ks[0]).Build()).Error())
+					require.NoError(t, c.Do(ctx, c.B().Rpush().Key(ks[0]).Element("x").Build()).Error())
 				case r < 6: // a fresh start
 					require.NoError(t, c.Do(ctx, c.B().Del().Key(ks...).Build()).Error())
 				default:
@@ -318,9 +324,9 @@ func TestSumHeadDifferential(t *testing.T) {
 			pg, err := hook.Paths(ctx, sides[0].slow, tag+"g")
 			require.NoError(t, err)
 			t.Logf("paths: head side %v, general side %v", pf, pg)
-			require.Greater(t, pf["sumhead"], int64(500), "the head answered too few sums to compare: %v", pf)
+			require.Greater(t, pf["sumrun"], int64(300), "the run of heads answered too few sums to compare: %v", pf)
 			require.Greater(t, pf["sumopen"], int64(50), "too few sums left the head: %v", pf)
-			require.Zero(t, pg["sumhead"], "the switch did not keep the head path off: %v", pg)
+			require.Zero(t, pg["sumhead"]+pg["sumrun"], "the switch did not keep the head paths off: %v", pg)
 			require.Positive(t, pg["sumopen"], "%v", pg)
 		})
 	}
@@ -378,6 +384,143 @@ func TestHeadRecordNotACounter(t *testing.T) {
 					require.NoError(t, err)
 				}
 			}
+		})
+	}
+}
+
+// TestSumRunLookbacks: a run of heads (ws_sumrun) takes the sums of one shape
+// and lookback only. Sums of one counter over its whole window and over a
+// shorter lookback (an Over view) from 40 callers at one instant share script
+// calls, and each answers its own window's sum.
+func TestSumRunLookbacks(t *testing.T) {
+	for _, tg := range plainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			p := harness.Prefix(t)
+			tag := strings.ReplaceAll(p, ":", "")
+			s, err := store.New(ctx, c, store.Window{Length: 10 * time.Second, Bucket: time.Second}, store.WithPrefix(p),
+				store.WithBackend("nativehash-plain"), hook.WithTrace(tag, false).(store.Option))
+			require.NoError(t, err)
+			at := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+			for _, w := range []struct {
+				ago time.Duration
+				n   int64
+			}{{8 * time.Second, 5}, {time.Second, 7}} {
+				_, err := s.At(at.Add(-w.ago)).Add(ctx, "k", w.n)
+				require.NoError(t, err)
+			}
+			_, err = s.At(at).Add(ctx, "k", 0) // (the head synced at the instant read)
+			require.NoError(t, err)
+			var wrong atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 40 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 25 {
+						v, want := s.At(at), int64(12)
+						if (g+i)%2 == 1 {
+							v, want = s.At(at).Over(5*time.Second), 7
+						}
+						n, err := v.Sum(ctx, "k")
+						if err != nil || n != want {
+							wrong.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			require.Zero(t, wrong.Load(), "sums that answered another lookback's window, or failed")
+			paths, err := hook.Paths(ctx, s, tag)
+			require.NoError(t, err)
+			require.Positive(t, paths["sumrun"], "the run of heads answered no sum: %v", paths)
+		})
+	}
+}
+
+// TestSumPastItsWindow: a record whose current bucket has left its window is
+// read whole, never swept: the window's hash expired with that bucket, while
+// the key's head lives on for another window's record. On the server's
+// clock: a 1 s window of 100 ms buckets counts 5, then 7 a bucket later; a
+// 1 min window of the same key keeps the head. Once the hash has expired
+// (read after the fact), the 1 s window's sum is 0, never 5.
+func TestSumPastItsWindow(t *testing.T) {
+	for _, tg := range plainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			p := harness.Prefix(t)
+			mk := func(w store.Window) *store.Store {
+				s, err := store.New(ctx, c, w, store.WithPrefix(p), store.WithBackend("nativehash-plain"))
+				require.NoError(t, err)
+				return s
+			}
+			short, long := mk(store.Window{Length: time.Second, Bucket: 100 * time.Millisecond}), mk(store.Window{Length: time.Minute, Bucket: time.Second})
+			_, err := short.Add(ctx, "k", 5)
+			require.NoError(t, err)
+			time.Sleep(150 * time.Millisecond)
+			_, err = short.Add(ctx, "k", 7)
+			require.NoError(t, err)
+			_, err = long.Add(ctx, "k", 1)
+			require.NoError(t, err)
+			ks, err := hook.CounterKeys(short, "k")
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				n, err := c.Do(ctx, c.B().Exists().Key(ks[0]).Build()).AsInt64()
+				return err == nil && n == 0
+			}, 10*time.Second, 50*time.Millisecond, "the 1 s window's hash never expired")
+			n, err := c.Do(ctx, c.B().Exists().Key(ks[1]).Build()).AsInt64()
+			require.NoError(t, err)
+			require.EqualValues(t, 1, n, "the head expired too: the case is not made")
+			sum, err := short.Sum(ctx, "k")
+			require.NoError(t, err)
+			require.Zero(t, sum, "Sum")
+			many, err := short.SumMany(ctx, []string{"k", "k"})
+			require.NoError(t, err)
+			require.Equal(t, []int64{0, 0}, many, "SumMany")
+		})
+	}
+}
+
+// TestSumHashOfWrongType: a counter whose hash is of another type beside a
+// head whose record has moved on (so a read must sweep the hash) fails with
+// ErrWrongType on every read and write, and writes nothing.
+func TestSumHashOfWrongType(t *testing.T) {
+	for _, tg := range plainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			p := harness.Prefix(t)
+			s, err := store.New(ctx, c, store.Window{Length: 10 * time.Second, Bucket: time.Second}, store.WithPrefix(p),
+				store.WithBackend("nativehash-plain"))
+			require.NoError(t, err)
+			at := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+			for i := range 3 {
+				_, err := s.At(at.Add(time.Duration(i)*time.Second)).Add(ctx, "k", 2)
+				require.NoError(t, err)
+			}
+			ks, err := hook.CounterKeys(s, "k")
+			require.NoError(t, err)
+			require.NoError(t, c.Do(ctx, c.B().Del().Key(ks[0]).Build()).Error())
+			require.NoError(t, c.Do(ctx, c.B().Rpush().Key(ks[0]).Element("x").Build()).Error())
+			v := s.At(at.Add(5 * time.Second)) // (the record's bucket is live, buckets before the last write's window have left)
+			before := takeSnapshot(t, ctx, []rueidis.Client{c}, p)
+			_, err = v.Sum(ctx, "k")
+			require.ErrorIs(t, err, store.ErrWrongType, "Sum")
+			_, err = v.SumMany(ctx, []string{"k"})
+			require.ErrorIs(t, err, store.ErrWrongType, "SumMany")
+			_, err = v.Add(ctx, "k", 1)
+			require.ErrorIs(t, err, store.ErrWrongType, "Add")
+			_, err = v.Allow(ctx, "k", 100, 1)
+			require.ErrorIs(t, err, store.ErrWrongType, "Allow")
+			require.Equal(t, before.keys, takeSnapshot(t, ctx, []rueidis.Client{c}, p).keys, "written")
 		})
 	}
 }

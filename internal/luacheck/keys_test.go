@@ -131,7 +131,7 @@ func keysOf(cmd string, args []string) []string {
 	switch cmd {
 	case "TIME":
 		return nil
-	case "DEL", "PFCOUNT", "PFMERGE", "EXISTS":
+	case "DEL", "PFCOUNT", "PFMERGE", "EXISTS", "MGET":
 		return args
 	}
 	if len(args) == 0 {
@@ -165,6 +165,16 @@ func (f *fakeRedis) call(L *lua.LState, nowMs int64) int {
 		} else {
 			L.Push(lua.LFalse)
 		}
+	case "MGET":
+		t := L.NewTable()
+		for _, k := range args {
+			if s, ok := f.strs[k]; ok {
+				t.Append(str(s))
+			} else {
+				t.Append(lua.LFalse)
+			}
+		}
+		L.Push(t)
 	case "GETRANGE": // (of a HyperLogLog: its magic)
 		switch {
 		case f.hlls[args[0]] != nil:

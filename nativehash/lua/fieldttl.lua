@@ -17,11 +17,7 @@ local function ws_get(key, field) return redis.call('HGET', key, field) end
 local function ws_fieldexpire(L, key, B)
   local at = ws_expiry(L.H, B.start + L.w)
   redis.call('HPEXPIREAT', key, at, 'FIELDS', 1, B.field)
-  if B.current then
-    redis.call('PEXPIREAT', key, at)
-  else
-    redis.call('PEXPIREAT', key, at, 'GT')
-  end
+  if B.current then redis.call('PEXPIREAT', key, at) else redis.call('PEXPIREAT', key, at, 'GT') end
 end
 
 local function ws_incr(L, key, B, delta)

@@ -11,7 +11,7 @@
 -- there to be swept. The head is written at the operation's end (ws_end):
 -- the only write the server can refuse (OOM) is an operation's first.
 
--- WS_SWEEP is how many buckets a read may sweep one by one (see ws_headsum).
+-- WS_SWEEP is how many buckets a read may sweep one by one (see ws_recsum).
 local WS_SWEEP = 32
 
 -- ws_codes appends to codes and starts the buckets that start in [from, to),
@@ -22,20 +22,10 @@ local function ws_codes(L, from, to, n, codes, starts)
   local s, got = from, 0
   while s < to do
     if got == n then return false, s end
-    local y, ny
-    if s >= L.nxt then
-      y, ny = L.nxt, math.huge
-    elseif s >= L.cur then
-      y, ny = L.cur, L.nxt
-    elseif s >= L.prev then
-      y, ny = L.prev, L.cur
-    else
-      return nil
-    end
-    local k = (s - y) / L.b
-    if k % 1 ~= 0 then return nil end
-    codes[#codes + 1], starts[#starts + 1], got = string.format('%d', k), s, got + 1
-    s = math.min(s + L.b, ny)
+    local f = ws_code(L, s)
+    if f == nil then return nil end
+    codes[#codes + 1], starts[#starts + 1], got = f, s, got + 1
+    s = math.min(s + L.b, s >= L.nxt and math.huge or (s >= L.cur and L.nxt or L.cur))
   end
   return true, s
 end
@@ -53,50 +43,65 @@ local function ws_rebuild(L, key, B, Hd, i)
   return C
 end
 
--- ws_headsum is counter key's window sum from its head's record, less the
--- buckets that left the window since (one HMGET, which reads bucket B's field
--- too when B is given and not the record's): sum, B's value (false: none),
--- the dead fields to delete, the head, the record. Reads only. sum is nil for
--- a counter to read whole: no record, idle past WS_SWEEP buckets or its
--- window, beyond 2^53, a field that is not an integer.
-local function ws_headsum(L, key, B)
-  local Hd = ws_hget(L, key)
-  local i = ws_hfind(Hd, L)
-  if i == nil then return nil, nil, nil, Hd, nil end
-  ws_hcheck(Hd, i)
-  local a, low = Hd.a, L.low
-  local m, t, c, v = a[i + 2], a[i + 3], a[i + 4], a[i + 5]
-  if m > low or c > L.cstart or c + L.w <= L.now then return nil, nil, nil, Hd, i end
+-- ws_recsum is the window sum of the counter whose hash is KEYS[key], from its
+-- head's record (m, t, c, v: past ws_recok), less the buckets that left the
+-- window since (one HMGET, which reads bucket B's field too when B is given
+-- and not the record's): sum, B's value (false: none), and with keep the dead
+-- fields to delete. Reads only, and raises nothing. sum is nil for a counter
+-- to read whole: idle past WS_SWEEP buckets or its window, beyond 2^53, a
+-- field not an integer, a hash of another type.
+local function ws_recsum(L, key, m, t, c, v, B, keep)
+  local low = L.low
+  if m > low or c > L.cstart or c + L.w <= L.now then return nil end
   local own = B == nil or B.start == c
-  if m == low and own then return t, v, nil, Hd, i end
-  local names, starts, D = {}, nil, L.dead
+  if m == low and own then return t, v, nil end
+  local names, starts = nil, nil
   if m < low then
-    if not D or D.from ~= m then -- (L keeps the codes for the next counter last written at m)
-      D = {from = m, codes = {}, starts = {}}
-      if not ws_codes(L, m, low, WS_SWEEP, D.codes, D.starts) then return nil, nil, nil, Hd, i end
-      L.dead = D
+    local DD = L.dead
+    if not DD then DD = {}; L.dead = DD end
+    local D = DD[m]
+    if D == nil then -- (L keeps them for every counter last written at m)
+      D = {codes = {}, starts = {}}
+      if not ws_codes(L, m, low, WS_SWEEP, D.codes, D.starts) then D = false end
+      DD[m] = D
     end
+    if not D then return nil end
     names, starts = D.codes, D.starts
   end
-  local nd, o = #names, own and 0 or 1
-  local vals = own and redis.call('HMGET', KEYS[key], unpack(names)) or redis.call('HMGET', KEYS[key], B.field, unpack(names))
-  local gone, mag, del = 0, t < 0 and -t or t, {}
+  local nd, o = names and #names or 0, own and 0 or 1 -- (own: m < low, some names)
+  local vals = own and redis.pcall('HMGET', KEYS[key], unpack(names)) or
+    redis.pcall('HMGET', KEYS[key], B.field, unpack(names or {}))
+  if vals.err then return nil end -- (a hash of another type: the whole read raises its error)
+  local gone, mag, del = 0, t < 0 and -t or t, keep and {} or nil
   for j = 1, nd do
     local x, val = vals[j + o], 0
     if x then
       val = tonumber(x)
-      if val == nil then return nil, nil, nil, Hd, i end
-      del[#del + 1] = names[j]
+      if val == nil then return nil end
+      if keep then del[#del + 1] = names[j] end
     end
     if starts[j] == c then val = v end
     gone, mag = gone + val, mag + (val < 0 and -val or val)
   end
-  if mag >= WS_BIG then return nil, nil, nil, Hd, i end
+  if mag >= WS_BIG then return nil end
   if not own then
     v = vals[1] or false
-    if v and tonumber(v) == nil then return nil, nil, nil, Hd, i end
+    if v and tonumber(v) == nil then return nil end
   end
-  return t - gone, v, del, Hd, i
+  return t - gone, v, del
+end
+
+-- ws_headsum is ws_recsum of counter key's record in its head (pre: the head,
+-- if read already), with the head and the record: sum, B's value, the dead
+-- fields, Hd, i.
+local function ws_headsum(L, key, B, pre)
+  local Hd = ws_hget(L, key, pre)
+  local i = ws_hfind(Hd, L)
+  if i == nil then return nil, nil, nil, Hd, nil end
+  ws_hcheck(Hd, i)
+  local a = Hd.a
+  local sum, v, del = ws_recsum(L, key, a[i + 2], a[i + 3], a[i + 4], a[i + 5], B, B ~= nil)
+  return sum, v, del, Hd, i
 end
 
 -- ws_open reads the counter for a write to bucket B: C.sum (C.fits: within
@@ -132,17 +137,6 @@ end
 -- ws_exact reports whether x (a sum or a bucket as ws_num leaves it) is an
 -- integer a record can hold.
 local function ws_exact(x) return type(x) == 'number' and x < WS_BIG and x > -WS_BIG end
-
--- ws_hexpire makes hash hk expire at instant at (script clock), or, with
--- only, no sooner than it already does.
-local function ws_hexpire(L, hk, at, only)
-  local e = ws_expiry(L.H, at)
-  if only then
-    local pttl = redis.call('PTTL', hk)
-    if pttl >= 0 and ws_expiry(L.H, L.now) + pttl >= e then return end
-  end
-  redis.call('PEXPIREAT', hk, e)
-end
 
 -- ws_commit writes what ws_prepare prepared to bucket B, and answers the new
 -- window sum and the bucket's value. A write to the current bucket moves the
@@ -184,15 +178,12 @@ local function ws_commit(L, key, C, B)
     if f2 ~= nil then v2 = string.format('%d', ov) end
   end
   if f1 == nil then f1, v1, f2 = f2, v2, nil end
-  local ns = 0
   if f2 ~= nil then
     redis.call('HSET', KEYS[key], f1, v1, f2, v2)
-    ns = 2
   elseif f1 ~= nil then
     redis.call('HSET', KEYS[key], f1, v1)
-    ns = 1
   end
-  if ns > 0 or (nc ~= oc and not (C.all ~= nil and #C.all == 0)) then
+  if f1 ~= nil or (nc ~= oc and not (C.all ~= nil and #C.all == 0)) then
     -- The hash lives while the record's bucket (or a later one) is live; a
     -- write to an earlier bucket may only extend it. (A full read that
     -- found no field: there is no hash.)
@@ -202,11 +193,7 @@ local function ws_commit(L, key, C, B)
     ws_hexpire(L, KEYS[key], at + L.w, B.start ~= cst)
   end
   if C.dead ~= nil and #C.dead > 0 then ws_drop(KEYS[key], C.dead) end
-  if keep then
-    ws_hset(Hd, L, i, L.low, sum, nc, nvv)
-  else
-    ws_hset(Hd, L, i, nil)
-  end
+  ws_hset(Hd, L, i, keep and L.low or nil, sum, nc, nvv) -- (no record past 2^53)
   if type(nv) == 'string' then nv = tonumber(nv) end
   return sum, nv
 end
@@ -227,14 +214,44 @@ local function ws_detail(L, key, C)
 end
 
 -- ws_sumover is the read-only sum of counter key over lookback lb: the window's from its
--- head (ws_headsum), else read whole as ws_open would (under a trace of the general path
--- alone, as a write opens it); a shorter lookback's from a full read.
-local function ws_sumover(L, key, lb)
+-- head (ws_headsum; pre, its head if read already), else read whole as ws_open would
+-- (under a trace of the general path alone, as a write opens it); a shorter lookback's
+-- from a full read.
+local function ws_sumover(L, key, lb, pre)
   if lb ~= L.w then return ws_scanread(L, key, lb) end
   local general, sum, _, Hd, i = ws_tracing and ws_tracing.general, nil, nil, nil, nil
-  if not general then sum, _, _, Hd, i = ws_headsum(L, key) end
+  if not general then sum, _, _, Hd, i = ws_headsum(L, key, nil, pre) end
   ws_trace(sum ~= nil and 'sumhead' or 'sumopen')
   if sum ~= nil then return sum end
   local C = general and ws_open(L, key, L.target) or ws_rebuild(L, key, L.target, Hd, i)
   return ws_checked(C.sum, C.fits)
+end
+
+-- ws_sumrun answers out[j .. j + n - 1], the window sums of the n counters
+-- from KEYS index k (a run of one shape in a Sum call), their heads read in
+-- one MGET and each record taken as ws_headsum takes it; a counter without a
+-- record, or one ws_recsum cannot answer, takes ws_sumover.
+local function ws_sumrun(L, k, n, out, j)
+  local hk = {}
+  for x = 1, n do hk[x] = KEYS[k + WS_KPC * x - 1] end
+  local heads = redis.call('MGET', unpack(hk, 1, n))
+  local b, w, f, len = L.b, L.w, ws_fmt(1), 8 * WS_REC
+  for x = 1, n do
+    local s, key, sum = heads[x], k + WS_KPC * (x - 1), nil
+    if s and #s % len == 0 then
+      for p = 1, #s - len + 1, len do
+        local rb, rw, m, t, c, v = ws_unpack(f, s, p)
+        if rb == b and rw == w then
+          if ws_recok(m, t, c, v) then sum = ws_recsum(L, key, m, t, c, v) end
+          break
+        end
+      end
+    end
+    if sum ~= nil then
+      ws_trace('sumrun')
+      out[j + x - 1] = sum
+    else
+      out[j + x - 1] = ws_result(pcall(ws_sumover, L, key, w, s))
+    end
+  end
 end

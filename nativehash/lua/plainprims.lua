@@ -50,8 +50,9 @@ local ws_abort = ws_begin
 local function ws_ckey(k, j) return k + WS_KPC * j end
 
 -- ws_hget returns the head of counter key, read once per operation (one not
--- windowstore's raises WS_E_NOTCOUNTER, or WRONGTYPE).
-local function ws_hget(L, key)
+-- windowstore's raises WS_E_NOTCOUNTER, or WRONGTYPE); pre, when a string,
+-- is the head a caller read already (ws_sumrun's MGET).
+local function ws_hget(L, key, pre)
   local hk = KEYS[key + 1]
   if ws_hmap ~= nil then
     local Hd = ws_hmap[hk]
@@ -62,7 +63,7 @@ local function ws_hget(L, key)
       if Hd.key == hk then return Hd end
     end
   end
-  local s = redis.call('GET', hk)
+  local s = pre or redis.call('GET', hk)
   ws_hn = ws_hn + 1
   local Hd = ws_hc[ws_hn]
   if Hd == nil then
@@ -97,16 +98,21 @@ local function ws_hfind(Hd, L)
   return nil
 end
 
--- ws_hcheck raises WS_E_NOTCOUNTER when record i of Hd holds a number that is
--- not an integer below 2^53; Hd.ok is the last record it passed since the
--- head was read (a record's own writes keep it so).
+-- ws_recok reports whether a record's m, t, c and v are integers below 2^53,
+-- as every counter's are.
+local function ws_recok(m, t, c, v)
+  local big = WS_BIG
+  return m % 1 == 0 and t % 1 == 0 and c % 1 == 0 and v % 1 == 0 and m < big and m > -big and t < big and t > -big and
+    c < big and c > -big and v < big and v > -big
+end
+
+-- ws_hcheck raises WS_E_NOTCOUNTER when record i of Hd fails ws_recok; Hd.ok
+-- is the last record it passed since the head was read (a record's own
+-- writes keep it so).
 local function ws_hcheck(Hd, i)
   if Hd.ok == i then return end
   local a = Hd.a
-  for x = i + 2, i + 5 do
-    local y = a[x]
-    if y % 1 ~= 0 or y >= WS_BIG or y <= -WS_BIG then ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s') end
-  end
+  if not ws_recok(a[i + 2], a[i + 3], a[i + 4], a[i + 5]) then ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s') end
   Hd.ok = i
 end
 
@@ -225,23 +231,22 @@ end
 local function ws_life(key)
   local a, b = redis.call('PTTL', KEYS[key]), redis.call('PTTL', KEYS[key + 1])
   if a == -1 or b == -1 then return -1 end
-  if a > b then return a end
-  return b
+  return math.max(a, b)
 end
 
 local function ws_drop(key, fields)
   ws_chunks(fields, function(...) redis.call('HDEL', key, ...) end)
 end
 
--- ws_touch makes a window extreme's hash expire when bucket B, just created,
--- leaves the window (a late bucket may only extend it).
-local function ws_touch(L, key, B)
-  local at = ws_expiry(L.H, B.start + L.w)
-  if not B.current then
-    local pttl = redis.call('PTTL', key)
-    if pttl >= 0 and ws_expiry(L.H, L.now) + pttl >= at then return end
+-- ws_hexpire makes hash hk expire at instant at (script clock), or, with
+-- only, no sooner than it already does.
+local function ws_hexpire(L, hk, at, only)
+  local e = ws_expiry(L.H, at)
+  if only then
+    local pttl = redis.call('PTTL', hk)
+    if pttl >= 0 and ws_expiry(L.H, L.now) + pttl >= e then return end
   end
-  redis.call('PEXPIREAT', key, at)
+  redis.call('PEXPIREAT', hk, e)
 end
 
 -- No field has a TTL of its own: each lives as long as the key.
@@ -255,8 +260,9 @@ end
 local function ws_get(key, field) return redis.call('HMGET', key, field)[1] end
 
 -- ws_setx sets bucket B's field to v (a window extreme, see extreme.lua); a
--- new field sets the key's expiry as a counter's new bucket does.
+-- new field makes the hash expire when B leaves the window (a late bucket
+-- may only extend it).
 local function ws_setx(L, key, B, v, new)
   redis.call('HSET', key, B.field, v)
-  if new then ws_touch(L, key, B) end
+  if new then ws_hexpire(L, key, B.start + L.w, not B.current) end
 end

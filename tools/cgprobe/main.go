@@ -111,7 +111,11 @@ func main() {
 			if err == nil && d.Allowed && i >= *keys {
 				err = fmt.Errorf("refuse3: admitted")
 			}
-		case "sum":
+		case "sum": // a Sum of one key; the warm-up adds
+			if i < *keys {
+				_, err = st[0].Add(ctx, k, 1)
+				break
+			}
 			_, err = st[0].Sum(ctx, k)
 		case "summany": // a SumMany of every key, from this one on; the warm-up adds
 			if i < *keys {

@@ -99,18 +99,21 @@ local function ws_plus(a, delta)
   return ws_num(hi, lo), ws_fits(hi, lo)
 end
 
--- ws_bucketplus returns a bucket's value (cur, as stored) plus delta (a
--- decimal string), exactly; it raises WS_E_OVERFLOW, having written nothing,
--- when the bucket would leave int64, and WS_E_NOTCOUNTER when cur is not an
--- integer.
+-- ws_addsum returns sum + delta (sum as ws_num leaves it, delta a decimal
+-- string), exactly; or raises WS_E_OVERFLOW, having written nothing, when it
+-- leaves int64 (of: what the error names, the window sum unless given).
+local function ws_addsum(sum, delta, of)
+  local n, ok = ws_plus(sum, delta)
+  if not ok then ws_err(WS_E_OVERFLOW, (of or 'the window sum') .. ' would leave the int64 range; nothing was written') end
+  return n
+end
+
+-- ws_bucketplus returns a bucket's value (cur, as stored) plus delta, as
+-- ws_addsum does; WS_E_NOTCOUNTER when cur is not an integer.
 local function ws_bucketplus(cur, delta)
   local v = tonumber(cur)
   if v == nil or v >= WS_BIG or v <= -WS_BIG then v = cur end
-  local nv, ok = ws_plus(v, delta)
-  if not ok then
-    ws_err(WS_E_OVERFLOW, 'the bucket would leave the int64 range; nothing was written')
-  end
-  return nv
+  return ws_addsum(v, delta, 'the bucket')
 end
 
 -- ws_le reports whether sum (a double, or a decimal string past 2^53) <= x

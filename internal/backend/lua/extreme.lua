@@ -56,25 +56,11 @@ end
 -- not a counter's raises WS_E_NOTCOUNTER.
 local function ws_xscan(L, key, dir)
   local all = ws_read(key)
-  local lo, hi, plo, phi, nhi = L.lo, L.hi, L.plo, L.phi, L.nhi
-  local cur, prev, nxt, b = L.cur, L.prev, L.nxt, L.b
   local best, bs, stale, ns = nil, nil, {}, 0
   for i = 1, #all, 2 do
     local f = all[i]
     if f ~= WS_XCACHE then
-      local k = tonumber(f)
-      local b1 = string.byte(f, 1)
-      if k == nil or k < 0 or k % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
-        ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
-      end
-      local s
-      if k >= lo and k <= hi then
-        s = cur + k * b
-      elseif k >= plo and k <= phi then
-        s = prev + k * b
-      elseif k <= nhi then
-        s = nxt + k * b
-      end
+      local s = ws_fstart(L, f, tonumber(f))
       if s == nil then
         ns = ns + 1
         stale[ns] = f

@@ -71,7 +71,7 @@ end
 --               of the next (an empty range has lo > hi)
 --   low         the start of the oldest live bucket
 --   reset       ms from the instant until the current bucket leaves the window
---   dead        the plain hash's last codes of buckets that left (ws_headsum)
+--   dead        the plain hash's codes of the buckets that left since each mark (ws_recsum)
 -- A shape's table is kept from one call to the next (at most 256 shapes) and
 -- filled in place for each new header: a new table per header would be
 -- garbage to collect on every call. So a shape's table is its header's until
@@ -133,6 +133,18 @@ local function ws_start(L, k)
   if k >= L.plo and k <= L.phi then return L.prev + k * L.b end
   if k >= 0 and k <= L.nhi then return L.nxt + k * L.b end
   return nil
+end
+
+-- ws_fstart is ws_start of field f (k: tonumber(f)). A field that is not a
+-- code raises WS_E_NOTCOUNTER: a code is decimal digits with no leading zero
+-- (the check looks at the first byte and the number only: it lets "1e3"
+-- through, which no counter writes).
+local function ws_fstart(L, f, k)
+  local b1 = string.byte(f, 1)
+  if k == nil or k < 0 or k % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
+    ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
+  end
+  return ws_start(L, k)
 end
 
 -- ws_target returns the bucket an event at instant e (nil: now) counts in, as

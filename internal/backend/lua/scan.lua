@@ -7,34 +7,15 @@
 -- magnitudes (exact when mag < 2^53); live, their number; stale, the fields
 -- that left; with keep, starts, raw, vals and kmag, every live bucket's start,
 -- value as stored and as a double, and their magnitudes' sum.
--- A code is decimal digits with no leading zero (the check looks at the first
--- byte and the number only: it lets "1e3" through, which no counter writes).
 local function ws_scan(L, all, lthr, keep)
-  local lo, hi, plo, phi, nhi = L.lo, L.hi, L.plo, L.phi, L.nhi
-  local cur, prev, nxt, b = L.cur, L.prev, L.nxt, L.b
   local sum, mag, nlive, nstale, stale = 0, 0, 0, 0, {}
   local starts, raw, vals, kmag
   if keep then starts, raw, vals, kmag = {}, {}, {}, 0 end
   for i = 1, #all, 2 do
     local f = all[i]
     local k = tonumber(f)
-    if k == nil then
-      if not WS_RESERVED[f] then
-        ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
-      end
-    else
-      local b1 = string.byte(f, 1)
-      if k < 0 or k % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
-        ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
-      end
-      local s
-      if k >= lo and k <= hi then
-        s = cur + k * b
-      elseif k >= plo and k <= phi then
-        s = prev + k * b
-      elseif k <= nhi then
-        s = nxt + k * b
-      end
+    if k ~= nil or not WS_RESERVED[f] then
+      local s = ws_fstart(L, f, k)
       if s == nil then
         nstale = nstale + 1
         stale[nstale] = f
@@ -88,16 +69,6 @@ end
 local function ws_checked(sum, ok)
   if not ok then ws_err(WS_E_OVERFLOW, 'the window sum ' .. sum .. ' leaves the int64 range') end
   return sum
-end
-
--- ws_addsum returns sum + delta (sum as ws_num leaves it, delta a decimal
--- string), exactly; or raises WS_E_OVERFLOW when it leaves int64.
-local function ws_addsum(sum, delta)
-  local n, ok = ws_plus(sum, delta)
-  if not ok then
-    ws_err(WS_E_OVERFLOW, 'the window sum would leave the int64 range; nothing was written')
-  end
-  return n
 end
 
 -- ws_scanread is the read-only sum over a lookback.

@@ -55,6 +55,7 @@ local function ws_detail(L, key, C)
 end
 
 local ws_sumover = ws_scanread
+local ws_sumrun = nil
 
 -- No fast path: every operation reads the counter whole, the pipeline's way.
 local ws_fast = nil
