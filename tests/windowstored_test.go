@@ -155,10 +155,14 @@ func tryStartWSD(t *testing.T, env []string, clientTLS *tls.Config, addr, file s
 			t.Fatalf("windowstored exited with %d:\n%s", d.exit, d.logs.String())
 		default:
 		}
-		if resp, err := health.Get(scheme + "://" + d.http + "/healthcheck"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
+		// Only once this process has bound its HTTP port: before, the port may
+		// be another's (a parallel test's windowstored), which answers.
+		if strings.Contains(d.logs.String(), `msg="serving HTTP"`) {
+			if resp, err := health.Get(scheme + "://" + d.http + "/healthcheck"); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
 			}
 		}
 		require.True(t, time.Now().Before(deadline), "windowstored did not answer its health check:\n%s", d.logs.String())
