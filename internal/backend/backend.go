@@ -285,7 +285,7 @@ const (
 	CodeOverflow   = "WSOVERFLOW"   // a bucket or a sum would leave int64
 	CodeClock      = "WSCLOCK"      // server and client clocks a year apart
 	CodeArgs       = "WSARGS"       // a malformed call: a bug, not bad input
-	CodeTooOld     = "WSTOOOLD"     // an event whose bucket has left the window
+	CodeTooOld     = "WSTOOOLD"     // an event whose bucket has left the window (no script raises it now)
 	CodeFuture     = "WSFUTURE"     // an event beyond the future tolerance
 	CodePending    = "WSPENDING"    // an event id another call is recording (a cluster's check)
 )
@@ -302,11 +302,20 @@ func constants() Fragment {
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},
 		{"WS_IT_ACQUIRE", ItemAcquire}, {"WS_IT_REFRESH", ItemRefresh}, {"WS_IT_RELEASE", ItemRelease},
-		{"WS_E_NOTCOUNTER", CodeNotCounter}, {"WS_E_OVERFLOW", CodeOverflow}, {"WS_E_CLOCK", CodeClock},
-		{"WS_E_ARGS", CodeArgs}, {"WS_E_TOOOLD", CodeTooOld}, {"WS_E_FUTURE", CodeFuture}, {"WS_E_PENDING", CodePending},
 	} {
 		fmt.Fprintf(&b, "local %s = '%s'\n", c[0], c[1])
 	}
+	// The error codes the scripts raise, in one table: they are read on
+	// errors only, and a library's main chunk has room for about 200 locals.
+	b.WriteString("local WS_E = {")
+	for i, c := range [][2]string{{"NOTCOUNTER", CodeNotCounter}, {"OVERFLOW", CodeOverflow}, {"CLOCK", CodeClock},
+		{"ARGS", CodeArgs}, {"FUTURE", CodeFuture}, {"PENDING", CodePending}} {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s = '%s'", c[0], c[1])
+	}
+	b.WriteString("}\n")
 	fmt.Fprintf(&b, "local WS_HEADER = %d\n", HeaderLen)
 	fmt.Fprintf(&b, "local WS_RECENT = %d\n", MaxRecent)
 	return Fragment{Name: "backend/constants (generated)", Src: b.String()}

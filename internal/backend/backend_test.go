@@ -52,8 +52,8 @@ func TestAssembly(t *testing.T) {
 // TestConstants: the op and error codes reach the Lua from Go, once.
 func TestConstants(t *testing.T) {
 	src := constants().Src
-	for _, want := range []string{"local WS_OP_ADD = '" + OpAdd + "'", "local WS_E_OVERFLOW = '" + CodeOverflow + "'",
-		"local WS_E_TOOOLD = '" + CodeTooOld + "'", "local WS_HEADER = 8"} {
+	for _, want := range []string{"local WS_OP_ADD = '" + OpAdd + "'", "local WS_E = {NOTCOUNTER = '" + CodeNotCounter + "', OVERFLOW = '" + CodeOverflow + "'",
+		"PENDING = '" + CodePending + "'}", "local WS_HEADER = 8"} {
 		if !strings.Contains(src, want) {
 			t.Errorf("constants lack %q", want)
 		}

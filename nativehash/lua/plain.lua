@@ -115,7 +115,7 @@ end
 
 -- ws_prepare computes what adding delta (a decimal string) to bucket B does
 -- to the window sum and the bucket, exactly, into C, and raises
--- WS_E_OVERFLOW, having written nothing, when either would leave int64: on
+-- WS_E.OVERFLOW, having written nothing, when either would leave int64: on
 -- doubles while every number stays below 2^53, else on pairs.
 local function ws_prepare(L, C, delta, B)
   local s, d, cur = C.sum, tonumber(delta), C.cur
@@ -130,7 +130,7 @@ local function ws_prepare(L, C, delta, B)
     end
   end
   C.nsum = ws_addsum(s, delta)
-  -- A bucket that is not an integer raises WS_E_NOTCOUNTER (ws_split).
+  -- A bucket that is not an integer raises WS_E.NOTCOUNTER (ws_split).
   C.nv = ws_bucketplus(cur and ws_str(cur) or '0', delta)
 end
 

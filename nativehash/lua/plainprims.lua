@@ -50,7 +50,7 @@ local ws_abort = ws_begin
 local function ws_ckey(k, j) return k + WS_KPC * j end
 
 -- ws_hget returns the head of counter key, read once per operation (one not
--- windowstore's raises WS_E_NOTCOUNTER, or WRONGTYPE); pre, when a string,
+-- windowstore's raises WS_E.NOTCOUNTER, or WRONGTYPE); pre, when a string,
 -- is the head a caller read already (ws_sumrun's MGET).
 local function ws_hget(L, key, pre)
   local hk = KEYS[key + 1]
@@ -76,7 +76,7 @@ local function ws_hget(L, key, pre)
     local n = #s / (8 * WS_REC)
     if n < 1 or n % 1 ~= 0 then
       ws_hn = ws_hn - 1
-      ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s')
+      ws_err(WS_E.NOTCOUNTER, 'a head that is not a counter\'s')
     end
     Hd.a, Hd.n = {ws_unpack(ws_fmt(n), s)}, n -- (one call; past its records, a holds unpack's position)
   end
@@ -106,13 +106,13 @@ local function ws_recok(m, t, c, v)
     c < big and c > -big and v < big and v > -big
 end
 
--- ws_hcheck raises WS_E_NOTCOUNTER when record i of Hd fails ws_recok; Hd.ok
+-- ws_hcheck raises WS_E.NOTCOUNTER when record i of Hd fails ws_recok; Hd.ok
 -- is the last record it passed since the head was read (a record's own
 -- writes keep it so).
 local function ws_hcheck(Hd, i)
   if Hd.ok == i then return end
   local a = Hd.a
-  if not ws_recok(a[i + 2], a[i + 3], a[i + 4], a[i + 5]) then ws_err(WS_E_NOTCOUNTER, 'a head that is not a counter\'s') end
+  if not ws_recok(a[i + 2], a[i + 3], a[i + 4], a[i + 5]) then ws_err(WS_E.NOTCOUNTER, 'a head that is not a counter\'s') end
   Hd.ok = i
 end
 

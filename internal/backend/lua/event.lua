@@ -49,7 +49,7 @@
 --   WS_OP_GROUP    group       one group
 --   WS_OP_LINK     n group...  the groups of one event on one server
 --   WS_OP_CHECK    group       a cluster's phase one: the stages before the
---                              commit; 1, or the error (WS_E_PENDING: the
+--                              commit; 1, or the error (WS_E.PENDING: the
 --                              id is another call's reservation in flight)
 --   WS_OP_RESERVE  nonce group phase two: the group deciding alone; an
 --                              admitted one that wrote records '1@T@S#nonce'
@@ -115,7 +115,7 @@ local function ws_parse(H, i, k)
         it = ws_item(kind, L, KEYS[k], ARGV[i + 3])
         it.dir, i, k = ARGV[i + 2], i + 4, k + 1
       else
-        ws_err(WS_E_ARGS, 'unknown item ' .. tostring(kind))
+        ws_err(WS_E.ARGS, 'unknown item ' .. tostring(kind))
       end
     end
     G.items[j] = it
@@ -143,7 +143,7 @@ local function ws_pending(rec, nonce)
 end
 
 -- ws_place is the first stage: the id's record, each write's bucket (an event
--- beyond the future tolerance raises WS_E_FUTURE), each counter opened, each
+-- beyond the future tolerance raises WS_E.FUTURE), each counter opened, each
 -- lease read. Reads only.
 local function ws_place(G)
   if G.idkey ~= nil then
@@ -152,7 +152,7 @@ local function ws_place(G)
     local T, own, stale = nil, false, false
     if rec then T, own, stale = ws_pending(rec, G.nonce) end
     if T ~= nil and G.check and not stale then
-      ws_err(WS_E_PENDING, 'the event is being recorded by another call; nothing was written')
+      ws_err(WS_E.PENDING, 'the event is being recorded by another call; nothing was written')
     elseif T ~= nil and G.nonce ~= nil and stale then
       -- This call's own reservation, resent, or one of a call that never
       -- finished (its undo or its settle lost), taken over: its cost is
@@ -556,7 +556,7 @@ local function ws_op(H, i, k)
     local K, nk = ws_dk(L, k)
     return i + 3, nk, ws_dcount1, K, L, L.now - tonumber(ARGV[i + 2])
   end
-  ws_err(WS_E_ARGS, 'unknown operation ' .. tostring(op))
+  ws_err(WS_E.ARGS, 'unknown operation ' .. tostring(op))
 end
 
 -- ws_run runs the operation at ARGV[i] and KEYS[k], appending its values to

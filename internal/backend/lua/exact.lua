@@ -23,7 +23,7 @@ local function ws_split(v)
     lo = tonumber(string.sub(d, #d - 8))
   end
   if hi == nil or lo == nil or string.find(d, '^%d+$') == nil then
-    ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers')
+    ws_err(WS_E.NOTCOUNTER, 'a hash whose values are not all integers')
   end
   if neg then return -hi, -lo end
   return hi, lo
@@ -100,16 +100,16 @@ local function ws_plus(a, delta)
 end
 
 -- ws_addsum returns sum + delta (sum as ws_num leaves it, delta a decimal
--- string), exactly; or raises WS_E_OVERFLOW, having written nothing, when it
+-- string), exactly; or raises WS_E.OVERFLOW, having written nothing, when it
 -- leaves int64 (of: what the error names, the window sum unless given).
 local function ws_addsum(sum, delta, of)
   local n, ok = ws_plus(sum, delta)
-  if not ok then ws_err(WS_E_OVERFLOW, (of or 'the window sum') .. ' would leave the int64 range; nothing was written') end
+  if not ok then ws_err(WS_E.OVERFLOW, (of or 'the window sum') .. ' would leave the int64 range; nothing was written') end
   return n
 end
 
 -- ws_bucketplus returns a bucket's value (cur, as stored) plus delta, as
--- ws_addsum does; WS_E_NOTCOUNTER when cur is not an integer.
+-- ws_addsum does; WS_E.NOTCOUNTER when cur is not an integer.
 local function ws_bucketplus(cur, delta)
   local v = tonumber(cur)
   if v == nil or v >= WS_BIG or v <= -WS_BIG then v = cur end

@@ -37,12 +37,12 @@ local function ws_xbeats(dir, a, b)
   return a > b
 end
 
--- ws_xcheck raises WS_E_ARGS unless v is a canonical decimal int64.
+-- ws_xcheck raises WS_E.ARGS unless v is a canonical decimal int64.
 local function ws_xcheck(v)
   if not string.find(v, '^%-?[1-9]%d*$') and v ~= '0' or #v > 20 or
       (#v == 19 and string.byte(v, 1) ~= 45 and v > '9223372036854775807') or
       (#v == 20 and v > '-9223372036854775808') then
-    ws_err(WS_E_ARGS, 'not an int64: ' .. v)
+    ws_err(WS_E.ARGS, 'not an int64: ' .. v)
   end
 end
 
@@ -53,7 +53,7 @@ end
 
 -- ws_xscan reads the whole hash: the live buckets' extreme (nil: none) and its
 -- bucket's start, the stale fields, and the reply; a field or value that is
--- not a counter's raises WS_E_NOTCOUNTER.
+-- not a counter's raises WS_E.NOTCOUNTER.
 local function ws_xscan(L, key, dir)
   local all = ws_read(key)
   local best, bs, stale, ns = nil, nil, {}, 0
@@ -66,7 +66,7 @@ local function ws_xscan(L, key, dir)
         stale[ns] = f
       else
         local v = all[i + 1]
-        if tonumber(v) == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers') end
+        if tonumber(v) == nil then ws_err(WS_E.NOTCOUNTER, 'a hash whose values are not all integers') end
         if best == nil or ws_xbeats(dir, v, best) or (v == best and s > bs) then best, bs = v, s end
       end
     end
@@ -114,7 +114,7 @@ local function ws_rparse(L, list)
     local a = string.find(e, ':', 1, true)
     local c = a and string.find(e, ':', a + 1, true)
     local s, t = a and tonumber(string.sub(e, 1, a - 1)), c and tonumber(string.sub(e, a + 1, c - 1))
-    if s == nil or t == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not recent values') end
+    if s == nil or t == nil then ws_err(WS_E.NOTCOUNTER, 'a hash whose values are not recent values') end
     if ws_xlive(L, s) then out[#out + 1] = {s = s, t = t, e = e} end
   end
   return out

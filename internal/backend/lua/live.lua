@@ -48,7 +48,7 @@ local function ws_header(a)
     if y4 <= now and now < y5 then
       prev, cur, nxt = y3, y4, y5
     else
-      ws_err(WS_E_CLOCK, 'the server clock ' .. now .. ' is more than a year from the client clock')
+      ws_err(WS_E.CLOCK, 'the server clock ' .. now .. ' is more than a year from the client clock')
     end
   end
   local H = {now = now, srv = srv, prev = prev, cur = cur, nxt = nxt, F = ws_tonum(a[7]), shapes = {}}
@@ -136,13 +136,13 @@ local function ws_start(L, k)
 end
 
 -- ws_fstart is ws_start of field f (k: tonumber(f)). A field that is not a
--- code raises WS_E_NOTCOUNTER: a code is decimal digits with no leading zero
+-- code raises WS_E.NOTCOUNTER: a code is decimal digits with no leading zero
 -- (the check looks at the first byte and the number only: it lets "1e3"
 -- through, which no counter writes).
 local function ws_fstart(L, f, k)
   local b1 = string.byte(f, 1)
   if k == nil or k < 0 or k % 1 ~= 0 or b1 < 48 or b1 > 57 or (b1 == 48 and #f > 1) then
-    ws_err(WS_E_NOTCOUNTER, 'a hash whose fields are not bucket codes')
+    ws_err(WS_E.NOTCOUNTER, 'a hash whose fields are not bucket codes')
   end
   return ws_start(L, k)
 end
@@ -150,11 +150,11 @@ end
 -- ws_target returns the bucket an event at instant e (nil: now) counts in, as
 -- {field, start, current}; nil when that bucket has already left the window
 -- (a late event). An event ahead of now within the tolerance counts in the
--- current bucket; one further ahead raises WS_E_FUTURE.
+-- current bucket; one further ahead raises WS_E.FUTURE.
 local function ws_target(L, e)
   if e == nil or e >= L.now then
     if e ~= nil and e > L.now + L.H.F then
-      ws_err(WS_E_FUTURE, 'the event time is ' .. (e - L.now) .. ' ms ahead of the clock, beyond the tolerance of ' ..
+      ws_err(WS_E.FUTURE, 'the event time is ' .. (e - L.now) .. ' ms ahead of the clock, beyond the tolerance of ' ..
         L.H.F .. ' ms; nothing was written')
     end
     return L.target

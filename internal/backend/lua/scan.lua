@@ -2,7 +2,7 @@
 -- expire on their own, and the plain hash's when its running total cannot.
 
 -- ws_scan classifies the fields of ws_read's flat reply (a field neither a
--- bucket code nor reserved, WS_RESERVED, raises WS_E_NOTCOUNTER). S: sum and
+-- bucket code nor reserved, WS_RESERVED, raises WS_E.NOTCOUNTER). S: sum and
 -- mag, the sum of the live values that start after lthr and of their
 -- magnitudes (exact when mag < 2^53); live, their number; stale, the fields
 -- that left; with keep, starts, raw, vals and kmag, every live bucket's start,
@@ -21,7 +21,7 @@ local function ws_scan(L, all, lthr, keep)
         stale[nstale] = f
       else
         local v = tonumber(all[i + 1])
-        if v == nil then ws_err(WS_E_NOTCOUNTER, 'a hash whose values are not all integers') end
+        if v == nil then ws_err(WS_E.NOTCOUNTER, 'a hash whose values are not all integers') end
         nlive = nlive + 1
         local a = v < 0 and -v or v
         if keep then
@@ -65,9 +65,9 @@ local function ws_scansum(L, all, S, lthr)
   return ws_exactsum(L, all, lthr, nil)
 end
 
--- ws_checked raises WS_E_OVERFLOW for a sum that is not within int64.
+-- ws_checked raises WS_E.OVERFLOW for a sum that is not within int64.
 local function ws_checked(sum, ok)
-  if not ok then ws_err(WS_E_OVERFLOW, 'the window sum ' .. sum .. ' leaves the int64 range') end
+  if not ok then ws_err(WS_E.OVERFLOW, 'the window sum ' .. sum .. ' leaves the int64 range') end
   return sum
 end
 

@@ -2,7 +2,7 @@
 -- (field TTL, TairHash), on a full read of the counter (ws_read) and the
 -- backend's ws_incr, ws_get and ws_drop; a counter is one key. The stages of
 -- event.lua call: ws_open(L, key, B) -> C (C.sum, C.fits: within int64);
--- ws_prepare(L, C, delta, B), which raises WS_E_OVERFLOW before any write;
+-- ws_prepare(L, C, delta, B), which raises WS_E.OVERFLOW before any write;
 -- ws_commit(L, key, C, B) -> sum, v; ws_quiet and ws_quietcommit, a write
 -- that answers no sum (the bucket read alone, the counter whole once per
 -- bucket, to refuse a hash that is not a counter); ws_detail (the live
