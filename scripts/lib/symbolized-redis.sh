@@ -37,3 +37,24 @@ need_tools() {
     exit 1
   fi
 }
+
+# luaprof_redis: the same Redis, built again in a tree of its own whose
+# Functions engine keeps Lua's debug library (stock Redis sets debug to nil),
+# for scripts/luaprof.sh: never for serving. After it, server is that binary.
+luaprof_redis() {
+  symbolized_redis
+  local version=7.0.15
+  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/windowstore
+  local tree=$cache/redis-$version-luaprof
+  if [ ! -x "$tree/src/redis-server" ]; then
+    echo "building Redis $version with Lua's debug library kept in $tree (once, a few minutes)" >&2
+    rm -rf "$tree"
+    mkdir -p "$tree"
+    tar -xzf "$cache/redis-$version.tar.gz" -C "$tree" --strip-components=1
+    grep -q '"debug = nil\\n"' "$tree/src/function_lua.c" || { echo "luaprof: function_lua.c has changed" >&2; return 1; }
+    sed -i 's/"debug = nil\\n"/""/' "$tree/src/function_lua.c"
+    make -C "$tree" -j"$(nproc)" BUILD_TLS=no OPTIMIZATION=-O2 >"$cache/build-luaprof.log" 2>&1 ||
+      { tail -20 "$cache/build-luaprof.log" >&2; return 1; }
+  fi
+  server=$tree/src/redis-server
+}

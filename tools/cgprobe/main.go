@@ -16,7 +16,8 @@
 // synced (no bucket starts), --step 300ms starts the 1 s window's bucket on
 // about one operation in three. With --pid, it zeroes callgrind's counters
 // after the first operations (callgrind_control -z) and dumps them at the
-// end (-d).
+// end (-d); with --luaprof, it counts the scripts' Lua instructions line by
+// line instead (scripts/luaprof.sh).
 //
 //	go run ./tools/cgprobe --addr 127.0.0.1:6379 --op allow3 --step 300ms --conc 32
 package main
@@ -36,6 +37,7 @@ import (
 	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/baseline"
 	"github.com/windowstore/windowstore/store"
+	"github.com/windowstore/windowstore/tools/internal/luaprof"
 	"github.com/windowstore/windowstore/tools/internal/workload"
 )
 
@@ -49,6 +51,8 @@ func main() {
 	pid := flag.Int("pid", 0, "the callgrind process to zero after the first operations, and dump at the end")
 	warm := flag.Bool("warm", true, "one operation per key before measuring")
 	prefix := flag.String("prefix", "cg:", "key prefix")
+	lp := flag.Int("luaprof", 0, "after the warm-up, count the scripts' Lua instructions line by line (a server whose Lua keeps "+
+		"its debug library: scripts/luaprof.sh), and print that many top lines")
 	flag.Parse()
 	ctx := context.Background()
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{*addr}, DisableCache: true})
@@ -153,6 +157,12 @@ func main() {
 			log.Fatal(err)
 		}
 	}
+	var prof *luaprof.Prof
+	if *lp > 0 {
+		if prof, err = luaprof.Hook(ctx, c); err != nil {
+			log.Fatal(err)
+		}
+	}
 	t1 := time.Now()
 	var wg sync.WaitGroup
 	for g := 0; g < *conc; g++ {
@@ -171,4 +181,11 @@ func main() {
 		}
 	}
 	fmt.Fprintf(os.Stderr, "cgprobe: %d %s in %v\n", *n, *op, time.Since(t1))
+	if prof != nil {
+		lines, err := prof.Lines(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		luaprof.Report(os.Stdout, lines, *n, *lp)
+	}
 }
