@@ -22,15 +22,9 @@ cd "$(dirname "$0")/.."
 op=${1:?usage: ./scripts/callgrind.sh OPERATION [cgprobe flags]}
 shift
 n=${N:-3000}
-port=${CALLGRIND_PORT:-}
-if [ -z "$port" ]; then # a free port
-  for _ in $(seq 20); do
-    port=$((20000 + RANDOM % 10000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
-  done
-fi
 # shellcheck source=scripts/lib/symbolized-redis.sh
 . scripts/lib/symbolized-redis.sh
+port=${CALLGRIND_PORT:-$(free_port)}
 need_tools callgrind "on Debian: apt-get install valgrind gcc make curl" valgrind callgrind_control cc make curl
 symbolized_redis
 

@@ -5,8 +5,7 @@
 # store's loaded libraries with a count hook after the warm-up, and prints the
 # instructions per operation: the total, each file's and the top lines. Like
 # callgrind's count it is the same from run to run, and it says which lines
-# of which script a change moves (one Lua instruction costs the server about
-# a hundred of its own).
+# of which script a change moves.
 #
 #   ./scripts/luaprof.sh allow3                        1,000 operations, one caller, the top 40 lines
 #   N=300 TOP=80 ./scripts/luaprof.sh record6 --step 300ms
@@ -20,15 +19,9 @@ op=${1:?usage: ./scripts/luaprof.sh OPERATION [cgprobe flags]}
 shift
 n=${N:-1000}
 top=${TOP:-40}
-port=${LUAPROF_PORT:-}
-if [ -z "$port" ]; then # a free port
-  for _ in $(seq 20); do
-    port=$((20000 + RANDOM % 10000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
-  done
-fi
 # shellcheck source=scripts/lib/symbolized-redis.sh
 . scripts/lib/symbolized-redis.sh
+port=${LUAPROF_PORT:-$(free_port)}
 need_tools luaprof "on Debian: apt-get install gcc make curl" cc make curl
 luaprof_redis
 

@@ -34,6 +34,14 @@ func plainTargets() []target {
 	return out
 }
 
+// plainStore is a store of window w on the plain hash under prefix p.
+func plainStore(t *testing.T, c rueidis.Client, p string, w store.Window, opts ...store.Option) *store.Store {
+	t.Helper()
+	s, err := store.New(ctxT(t), c, w, append(opts, store.WithPrefix(p), store.WithBackend("nativehash-plain"))...)
+	require.NoError(t, err)
+	return s
+}
+
 // traced makes stores of the three windows of the bench's allow3 (10s/1s,
 // 100s/10s, 1000s/100s) under one prefix, whose scripts count the paths they
 // take under tag; general makes them take the pipeline alone.
@@ -253,13 +261,8 @@ func TestSumHeadDifferential(t *testing.T) {
 			type side struct{ w, fast, slow *store.Store }
 			var sides []side
 			for _, w := range []store.Window{{Length: 10 * time.Second, Bucket: time.Second}, {Length: time.Minute, Bucket: time.Second}} {
-				mk := func(opts ...store.Option) *store.Store {
-					s, err := store.New(ctx, c, w, append(opts, store.WithPrefix(p), store.WithBackend("nativehash-plain"))...)
-					require.NoError(t, err)
-					return s
-				}
-				sides = append(sides, side{w: mk(), fast: mk(hook.WithTrace(tag+"f", false).(store.Option)),
-					slow: mk(hook.WithTrace(tag+"g", true).(store.Option))})
+				sides = append(sides, side{w: plainStore(t, c, p, w), fast: plainStore(t, c, p, w, hook.WithTrace(tag+"f", false).(store.Option)),
+					slow: plainStore(t, c, p, w, hook.WithTrace(tag+"g", true).(store.Option))})
 			}
 			keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
 			at := time.Date(2026, 12, 31, 23, 58, 30, 0, time.UTC)
@@ -401,9 +404,7 @@ func TestSumRunLookbacks(t *testing.T) {
 			ctx := ctxT(t)
 			p := harness.Prefix(t)
 			tag := strings.ReplaceAll(p, ":", "")
-			s, err := store.New(ctx, c, store.Window{Length: 10 * time.Second, Bucket: time.Second}, store.WithPrefix(p),
-				store.WithBackend("nativehash-plain"), hook.WithTrace(tag, false).(store.Option))
-			require.NoError(t, err)
+			s := plainStore(t, c, p, store.Window{Length: 10 * time.Second, Bucket: time.Second}, hook.WithTrace(tag, false).(store.Option))
 			at := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 			for _, w := range []struct {
 				ago time.Duration
@@ -412,7 +413,7 @@ func TestSumRunLookbacks(t *testing.T) {
 				_, err := s.At(at.Add(-w.ago)).Add(ctx, "k", w.n)
 				require.NoError(t, err)
 			}
-			_, err = s.At(at).Add(ctx, "k", 0) // (the head synced at the instant read)
+			_, err := s.At(at).Add(ctx, "k", 0) // (the head synced at the instant read)
 			require.NoError(t, err)
 			var wrong atomic.Int64
 			var wg sync.WaitGroup
@@ -455,12 +456,8 @@ func TestSumPastItsWindow(t *testing.T) {
 			c := srv.Client(t)
 			ctx := ctxT(t)
 			p := harness.Prefix(t)
-			mk := func(w store.Window) *store.Store {
-				s, err := store.New(ctx, c, w, store.WithPrefix(p), store.WithBackend("nativehash-plain"))
-				require.NoError(t, err)
-				return s
-			}
-			short, long := mk(store.Window{Length: time.Second, Bucket: 100 * time.Millisecond}), mk(store.Window{Length: time.Minute, Bucket: time.Second})
+			short := plainStore(t, c, p, store.Window{Length: time.Second, Bucket: 100 * time.Millisecond})
+			long := plainStore(t, c, p, store.Window{Length: time.Minute, Bucket: time.Second})
 			_, err := short.Add(ctx, "k", 5)
 			require.NoError(t, err)
 			time.Sleep(150 * time.Millisecond)
@@ -498,9 +495,7 @@ func TestSumHashOfWrongType(t *testing.T) {
 			c := srv.Client(t)
 			ctx := ctxT(t)
 			p := harness.Prefix(t)
-			s, err := store.New(ctx, c, store.Window{Length: 10 * time.Second, Bucket: time.Second}, store.WithPrefix(p),
-				store.WithBackend("nativehash-plain"))
-			require.NoError(t, err)
+			s := plainStore(t, c, p, store.Window{Length: 10 * time.Second, Bucket: time.Second})
 			at := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 			for i := range 3 {
 				_, err := s.At(at.Add(time.Duration(i)*time.Second)).Add(ctx, "k", 2)

@@ -26,6 +26,16 @@ symbolized_redis() {
   fi
 }
 
+# free_port prints a port on 127.0.0.1 that nothing listens on.
+free_port() {
+  local port
+  for _ in $(seq 20); do
+    port=$((20000 + RANDOM % 10000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || break
+  done
+  echo "$port"
+}
+
 # need_tools WHO HINT TOOL... exits, saying which are missing and HINT (how
 # to install them), unless every TOOL is on PATH.
 need_tools() {

@@ -4,9 +4,8 @@
 // replaces each of the store's loaded libraries by a copy of itself, under
 // the same name (so the store goes on calling it), whose functions run under
 // a count hook; Report reads the counts and maps each line back to its file
-// by the library's "-- @file" markers. One Lua instruction costs the server
-// about a hundred of its own, so the count says what a change of a script
-// moves, the same from run to run.
+// by the library's "-- @file" markers. The count is the same from run to
+// run, so it says what a change of a script moves.
 package luaprof
 
 import (
