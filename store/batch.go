@@ -230,7 +230,7 @@ func apply(ctx context.Context, batches []Batch) ([]BatchResult, error) {
 		b := ps[0].st.writes
 		ops := make([]*batch.Op, len(calls))
 		for i, c := range calls {
-			ops[i] = b.NewOp(ctx, c.p.group.Keys, hdr, append([]string{backend.OpGroup}, c.p.group.Args...))
+			ops[i] = b.NewOp(ctx, c.p.group.Keys, hdr, c.p.group.Op())
 		}
 		b.DoAll(ctx, ops)
 		for i, c := range calls {

@@ -544,8 +544,7 @@ func TestTokensAllowAllOneKey(t *testing.T) {
 	hdr = append(hdr, "5000", "")
 	want := append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "4",
 		"ws:{u}:10s/1s:b", "ws:{u}:h", "ws:{u}:100s/10s:b", "ws:{u}:h"}, hdr...)
-	want = append(want, backend.OpGroup, "2", "", "110000", "", backend.ItemLimit, "1000:10000", "5", "1",
-		backend.ItemLimit, "10000:100000", "50", "1")
+	want = append(want, backend.OpLimits, "1000:10000 5 1 10000:100000 50 1")
 	got := scriptCalls(rec)
 	if len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)

@@ -230,20 +230,46 @@ func (b *Backend) IsReserved(field string) bool {
 	return false
 }
 
-// The operation codes of a Write batch (see write.lua and event.lua).
+// The operation codes of a Write batch (write.lua, event.lua), their
+// arguments, and what each answers (a group: see event.lua's header):
+//
+//	OpAdd      shape delta        Add: the new window sum
+//	OpAddNoSum shape delta        AddNoSum: 1
+//	OpAllow    shape limit cost   Allow: allowed, sum, retry ms, reset ms
+//	OpDAdd     shape n member...  a distinct add: the window's count
+//	OpDCount   shape lookback     a distinct count over the lookback (a
+//	                              script of writes: PFCOUNT is a write command)
+//	OpGroup    group              one group
+//	OpLimits   list               a group of limits alone, without an id or
+//	                              time, as one list "shape limit cost ..."
+//	                              (see engine.Group.Op): answers as OpGroup
+//	OpLink     n group...         the groups of one event on one server
+//	OpCheck    group              a cluster's phase one: the stages before the
+//	                              commit; 1, or the error (WS_E.PENDING: the id
+//	                              is another call's reservation in flight)
+//	OpReserve  nonce group        phase two: the group deciding alone; an
+//	                              admitted one that wrote records
+//	                              '1@T@S#nonce' (T its instant, S the server's)
+//	OpUndo     nonce group        phase three after a refusal: what the group
+//	                              counted because its limits admitted, taken
+//	                              back if the record is this reservation's
+//	OpSettle   nonce group        phase three after an admission: the record
+//	                              becomes '1', never taken back
+//	OpPaths    tag                the paths traced under tag (see Trace), for tests
 const (
-	OpAdd      = "a" // shape delta: Add
-	OpAddNoSum = "n" // shape delta: AddNoSum
-	OpAllow    = "w" // shape limit cost: Allow
-	OpDAdd     = "D" // shape n member...: RecordStat of StatDistinct, add and count
-	OpGroup    = "g" // a group: the items of one slot, with an event id and time
-	OpLink     = "L" // n group...: the groups of one event on one server, all or nothing
-	OpCheck    = "C" // a group's arguments: a cluster's phase one, every check and no write
-	OpReserve  = "R" // nonce, then a group's arguments: a cluster's phase two, the group deciding alone
-	OpUndo     = "u" // nonce, then a group's arguments: phase three, the reservation taken back
-	OpSettle   = "s" // nonce, then a group's arguments: phase three, the reservation confirmed
-	OpDCount   = "d" // shape lookback: a distinct count, a read
-	OpPaths    = "P" // tag: the paths traced under tag (see Trace), for tests
+	OpAdd      = "a"
+	OpAddNoSum = "n"
+	OpAllow    = "w"
+	OpDAdd     = "D"
+	OpGroup    = "g"
+	OpLimits   = "W"
+	OpLink     = "L"
+	OpCheck    = "C"
+	OpReserve  = "R"
+	OpUndo     = "u"
+	OpSettle   = "s"
+	OpDCount   = "d"
+	OpPaths    = "P"
 )
 
 // MaxRecent is how many of its most recent values a window keeps (XRecent):
@@ -297,7 +323,7 @@ func constants() Fragment {
 	b.WriteString("-- Generated from package backend's Go constants: op and error codes.\n")
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
-		{"WS_OP_GROUP", OpGroup}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
+		{"WS_OP_GROUP", OpGroup}, {"WS_OP_LIMITS", OpLimits}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
 		{"WS_OP_CHECK", OpCheck}, {"WS_OP_SETTLE", OpSettle}, {"WS_OP_PATHS", OpPaths}, {"WS_OP_RESERVE", OpReserve}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},

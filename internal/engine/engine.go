@@ -4,7 +4,7 @@
 // its calls into groups; this package sends them and reads their replies,
 // and is the one place that decides how an event of several groups is sent:
 //
-//   - one group: one script call (backend.OpGroup);
+//   - one group: one script call (Group.Op);
 //   - several groups on a server that is not a cluster: one script call
 //     (backend.OpLink), whose every check of every group passes before
 //     anything is written;
@@ -55,6 +55,28 @@ func (g *Group) SetID(id string, ttl time.Duration) {
 	g.Args[1], g.Args[2] = id, strconv.FormatInt(ttl.Milliseconds(), 10)
 	g.Keys = append([]string{g.IDKey(id)}, g.Keys...)
 	g.Retry = true
+}
+
+// Op is the group's operation for a script call of its own or in a batch:
+// a group of limits alone, without an event id or time, goes as one list
+// (backend.OpLimits, which the scripts parse once and remember), any other
+// as backend.OpGroup. Both answer the same.
+func (g *Group) Op() []string {
+	n, err := strconv.Atoi(g.Args[0])
+	if err != nil || n < 1 || g.Args[1] != "" || g.Args[3] != "" || len(g.Args) != 4+4*n {
+		return append([]string{backend.OpGroup}, g.Args...)
+	}
+	var b strings.Builder
+	for j := 4; j < len(g.Args); j += 4 {
+		if g.Args[j] != backend.ItemLimit {
+			return append([]string{backend.OpGroup}, g.Args...)
+		}
+		if j > 4 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(g.Args[j+1] + " " + g.Args[j+2] + " " + g.Args[j+3])
+	}
+	return []string{backend.OpLimits, b.String()}
 }
 
 // Reply is a group's answer (see event.lua): its flags, its retry, and one
@@ -183,7 +205,7 @@ func Run(ctx context.Context, parts []Part, oneCall bool) ([]Reply, error) {
 	switch {
 	case len(parts) == 1:
 		p := parts[0]
-		vals, err := p.Via.Send(ctx, p.Group.Keys, p.Group.Retry, append([]string{backend.OpGroup}, p.Group.Args...)...)
+		vals, err := p.Via.Send(ctx, p.Group.Keys, p.Group.Retry, p.Group.Op()...)
 		if err != nil {
 			return nil, &Error{Err: err}
 		}

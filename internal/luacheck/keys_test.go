@@ -1,6 +1,7 @@
 package luacheck
 
 import (
+	"errors"
 	"runtime"
 	"sort"
 	"strconv"
@@ -491,6 +492,8 @@ func TestKeysDeclared(t *testing.T) {
 				{"three windows of one key", b.Write, c("{u}:1", "{u}:2", "{u}:3"), // one head
 					[]string{backend.OpGroup, "3", "", "20000", "", backend.ItemLimit, shape, "100", "1",
 						backend.ItemLimit, shape2, "100", "1", backend.ItemLimit, shape3, strconv.Itoa(step % 4), "1"}},
+				{"a list of limits", b.Write, c("{u}:1", "{u}:2"), // two of the three windows, as one list
+					[]string{backend.OpLimits, shape + " 100 1 " + shape2 + " " + strconv.Itoa(step%4) + " 1"}},
 				{"tiers of one key", b.Write, c("{u}:1", "{u}:2", "{u}:3"),
 					[]string{backend.OpGroup, "3", "", "20000", late, backend.ItemCount, shape, "1",
 						backend.ItemCount, shape2, "1", backend.ItemQuiet, shape3, "-1"}},
@@ -636,6 +639,42 @@ func TestKeysDeclared(t *testing.T) {
 			}
 			if len(bad) > 0 {
 				t.Errorf("%s: touched undeclared keys %v", sc.Name(), bad)
+			}
+		}
+	}
+}
+
+// TestLimitsListMalformed: a list of limits (backend.OpLimits) that is not
+// "shape limit cost ..." fails the call with WSARGS and writes nothing, on
+// every backend.
+func TestLimitsListMalformed(t *testing.T) {
+	shape := backend.Shape(1000, 10000)
+	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	code, err := codec.New(time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := backend.Header(backend.ServerClock, code.YearStarts(at), 2000, "")
+	for _, b := range backends {
+		keys := []string{"{u}:1", "{u}:2"}
+		if b.Head {
+			keys = []string{"{u}:1:b", "{u}:hd", "{u}:2:b", "{u}:hd"}
+		}
+		for _, list := range []string{"", shape, shape + " 5", shape + " x 1", shape + " 5 1 " + shape, shape + " 5 1e", "  "} {
+			f := newFake()
+			_, err := f.run(t, b.Write, at.UnixMilli(), keys, append(append([]string(nil), hdr...), backend.OpLimits, list))
+			var ae *lua.ApiError
+			msg := ""
+			if errors.As(err, &ae) {
+				if e, ok := ae.Object.(*lua.LTable); ok {
+					msg = lua.LVAsString(e.RawGetString("err"))
+				}
+			}
+			if !strings.HasPrefix(msg, backend.CodeArgs+" ") {
+				t.Errorf("%s: list %q: %v (%q), want a %s error", b.Name, list, err, msg, backend.CodeArgs)
+			}
+			if len(f.hashes)+len(f.strs) > 0 {
+				t.Errorf("%s: list %q wrote %v %v", b.Name, list, f.hashes, f.strs)
 			}
 		}
 	}

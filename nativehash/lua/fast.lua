@@ -1,17 +1,15 @@
--- The plain hash's fast path, the one path beside event.lua's pipeline: an
--- event of counts and limits without an id or time (Add, Allow, AllowAll)
--- whose every limit admits, read from ARGV in place, a counter synced on the
--- current bucket in its head alone, no table per item. Any other, or one it
--- gives up on (having written nothing), takes the pipeline, which answers and
--- writes the same (TestFastPathDifferential).
+-- The plain hash's fast path beside event.lua's pipeline: an event of counts
+-- and limits without an id or time (Add, Allow, AllowAll) whose every limit
+-- admits, on counters synced on the current bucket in their head, no table
+-- per item. Any other, or one it gives up on (having written nothing), takes
+-- the pipeline, which answers and writes the same (TestFastPathDifferential).
 
--- ws_fcheck decides a cost (costs, a decimal string) under a limit in the
--- counter at KEYS[k] of window shape. When it fits: the window L, the head Hd,
--- its record i, the new total and bucket value (nt, nv), and for a record not
--- synced on the current bucket the counter's state C from ws_open, prepared
--- (ws_commit writes it); else nil. Reads only.
-local function ws_fcheck(H, shape, k, limit, costs)
-  local cost = ws_tonum(costs)
+-- ws_fcheck decides a cost (costs, a decimal string; cost, its number) under a
+-- limit in the counter at KEYS[k] of window shape. When it fits: the window L,
+-- the head Hd, its record i, the new total and bucket value (nt, nv), and for
+-- a record not synced on the current bucket the counter's state C from
+-- ws_open, prepared (ws_commit writes it); else nil. Reads only.
+local function ws_fcheck(H, shape, k, limit, costs, cost)
   if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return nil end
   local L = ws_shape(H, shape)
   local Hd = ws_hget(L, k)
@@ -19,8 +17,7 @@ local function ws_fcheck(H, shape, k, limit, costs)
   if i ~= nil then
     -- (No ws_hcheck: m and c equal the clock's buckets, t and v are integers
     -- within bounds; any other record takes the pipeline, which checks it.)
-    local a = Hd.a
-    local t, v = a[i + 3], a[i + 5]
+    local a, t, v = Hd.a, Hd.a[i + 3], Hd.a[i + 5]
     if a[i + 4] == L.cstart and a[i + 2] == L.low and t > -WS_BIG and v > -WS_BIG and v + cost < WS_BIG and v + cost ~= 0 and
         t % 1 == 0 and v % 1 == 0 then
       if t > limit - cost then return nil end
@@ -45,8 +42,7 @@ local ws_fu, ws_fd = {}, {}
 local function ws_fback(nu, nd, out, o)
   local u = ws_fu
   for x = 1, nu, 3 do
-    local Hd, r, c = u[x], u[x + 1], u[x + 2]
-    local a = Hd.a
+    local Hd, r, c, a = u[x], u[x + 1], u[x + 2], u[x].a
     a[r + 3], a[r + 5], Hd.dirty = a[r + 3] - c, a[r + 5] - c, false
   end
   for x = 1, nd do ws_fd[x] = false end
@@ -63,29 +59,26 @@ local function ws_fast(H, i, k, out)
   if op == WS_OP_ADD or op == WS_OP_ADDNOSUM or op == WS_OP_ALLOW then
     local limit, costs, ni = WS_BIG - 1, ARGV[i + 2], i + 3
     if op == WS_OP_ALLOW then limit, costs, ni = ws_tonum(ARGV[i + 2]), ARGV[i + 3], i + 4 end
-    local L, Hd, j, nt, nv, C = ws_fcheck(H, ARGV[i + 1], k, limit, costs)
+    local L, Hd, j, nt, nv, C = ws_fcheck(H, ARGV[i + 1], k, limit, costs, ws_tonum(costs))
     if L == nil then return nil end
     if C ~= nil then ws_commit(L, k, C, L.target) else Hd.a[j + 3], Hd.a[j + 5], Hd.dirty = nt, nv, true end
     if ws_tracing ~= nil then ws_trace('fast') end
-    if op == WS_OP_ADD then
-      out[o + 1] = nt
-    elseif op == WS_OP_ADDNOSUM then
-      out[o + 1] = 1
-    else
+    if op == WS_OP_ALLOW then
       out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 1, nt, 0, L.reset
+    else
+      out[o + 1] = op == WS_OP_ADD and nt or 1
     end
     return ni, k + WS_KPC
   end
-  if op ~= WS_OP_GROUP and op ~= WS_OP_LINK then return nil end
-  local ng, a = 1, i + 1
-  if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 end
+  if op ~= WS_OP_GROUP and op ~= WS_OP_LINK and op ~= WS_OP_LIMITS then return nil end
+  local ng, a, P = 1, i + 1, nil
+  if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 elseif op == WS_OP_LIMITS then P = ws_limits(ARGV[a]) end
   -- First, whether every group and item is the fast path's (reads ARGV only).
   local b = a
-  for _ = 1, ng do
+  for _ = 1, P == nil and ng or 0 do
     if ARGV[b + 1] ~= '' or ARGV[b + 3] ~= '' then return nil end
-    local n = ws_tonum(ARGV[b])
     b = b + 4
-    for _ = 1, n do
+    for _ = 1, ws_tonum(ARGV[b - 4]) do
       local kind = ARGV[b]
       if kind == WS_IT_LIMIT then
         b = b + 4
@@ -97,16 +90,24 @@ local function ws_fast(H, i, k, out)
     end
   end
   -- One pass: a synced record moves in its head at once (ws_fback undoes
-  -- it); a counter opened whole is written after the last item.
-  local o0, nu, nd = o, 0, 0
+  -- it); a counter opened whole is written after the last item. A list of
+  -- limits (P) is one group's items, four entries each.
+  local o0, nu, nd, px = o, 0, 0, -3
   for q = 1, ng do
-    local n = ws_tonum(ARGV[a])
-    a = a + 4
+    local n = P ~= nil and #P / 4 or ws_tonum(ARGV[a])
+    a = a + (P ~= nil and 1 or 4)
     out[o + 1], out[o + 2], o = 1, 0, o + 2
     for _ = 1, n do
-      local kind, limit, costs, na = ARGV[a], WS_BIG - 1, ARGV[a + 2], a + 3
-      if kind == WS_IT_LIMIT then limit, costs, na = ws_tonum(costs), ARGV[a + 3], a + 4 end
-      local L, Hd, r, nt, nv, C = ws_fcheck(H, ARGV[a + 1], k, limit, costs)
+      local kind, shape, limit, costs, cost, na
+      if P ~= nil then
+        px = px + 4
+        kind, shape, limit, costs, cost, na = WS_IT_LIMIT, P[px], P[px + 1], P[px + 2], P[px + 3], a
+      else
+        kind, shape, limit, costs, na = ARGV[a], ARGV[a + 1], WS_BIG - 1, ARGV[a + 2], a + 3
+        if kind == WS_IT_LIMIT then limit, costs, na = ws_tonum(costs), ARGV[a + 3], a + 4 end
+        cost = ws_tonum(costs)
+      end
+      local L, Hd, r, nt, nv, C = ws_fcheck(H, shape, k, limit, costs, cost)
       if L == nil then return ws_fback(nu, nd, out, o0) end
       if C == nil then
         local A, u = Hd.a, ws_fu

@@ -45,20 +45,8 @@
 -- nothing and answers its value now, marked late. A refused group without
 -- unconditional writes keeps no id, so that a retry is decided anew.
 --
--- Operations:
---   WS_OP_GROUP    group       one group
---   WS_OP_LINK     n group...  the groups of one event on one server
---   WS_OP_CHECK    group       a cluster's phase one: the stages before the
---                              commit; 1, or the error (WS_E.PENDING: the
---                              id is another call's reservation in flight)
---   WS_OP_RESERVE  nonce group phase two: the group deciding alone; an
---                              admitted one that wrote records '1@T@S#nonce'
---                              (T its instant, S the server's)
---   WS_OP_UNDO     nonce group phase three after a refusal: what the group
---                              counted because its limits admitted, taken
---                              back if the record is this reservation's
---   WS_OP_SETTLE   nonce group phase three after an admission: the record
---                              becomes '1', never taken back
+-- The operations that run groups, and their phases on a cluster, are
+-- package backend's Op constants (internal/backend/backend.go).
 --
 -- A reservation not settled is another call's in flight until WS_STALE ms
 -- after S: a check waits for it, a reservation takes it for a duplicate.
@@ -328,15 +316,10 @@ end
 -- ws_emit appends an item's answer to a group's flat reply: the number of
 -- its values (negative: a write that could not count), then the values.
 local function ws_emit(out, ans, late)
-  local n = #out
-  if type(ans) == 'table' then
-    local c = #ans
-    if late then out[n + 1] = -c else out[n + 1] = c end
-    for x = 1, c do out[n + 1 + x] = ans[x] end
-  else
-    if late then out[n + 1] = -1 else out[n + 1] = 1 end
-    out[n + 2] = ans
-  end
+  local n, s = #out, late and -1 or 1
+  if type(ans) ~= 'table' then out[n + 1], out[n + 2] = s, ans return end
+  out[n + 1] = s * #ans
+  for x = 1, #ans do out[n + 1 + x] = ans[x] end
 end
 
 -- ws_dwrites writes a group's distinct adds: the event's first writes.
@@ -350,11 +333,7 @@ end
 
 -- ws_commit_group is the last stage: write, keep the id, append the answer.
 local function ws_commit_group(G, allowed, out)
-  local flags = 0
-  if allowed then flags = 1 end
-  if G.seen then flags = flags + 2 end
-  if G.late then flags = flags + 4 end
-  if G.own then flags = flags + 16 end
+  local flags = (allowed and 1 or 0) + (G.seen and 2 or 0) + (G.late and 4 or 0) + (G.own and 16 or 0)
   local items, n = G.items, #out
   out[n + 1], out[n + 2] = flags, G.retry
   for j = 1, #items do
@@ -444,12 +423,10 @@ end
 
 -- ws_reserved is the instant this reservation counted at; nil: not this one.
 local function ws_reserved(G)
-  if G.idkey == nil then return nil end
-  local rec = redis.call('GET', G.idkey)
+  local rec = G.idkey ~= nil and redis.call('GET', G.idkey)
   if not rec then return nil end
   local T, own = ws_pending(rec, G.nonce)
-  if not own then return nil end
-  return T
+  return own and T or nil
 end
 
 -- ws_settle confirms a reservation of an event every group admitted: its
@@ -535,6 +512,14 @@ local function ws_op(H, i, k)
     local nk
     G.items[1].members, G.items[1].K, nk = ws_args(i + 3, i + 2 + m), ws_dk(L, k)
     return i + 3 + m, nk, ws_add, G
+  elseif op == WS_OP_LIMITS then
+    local P, G = ws_limits(ARGV[i + 1]), ws_newgroup(H)
+    for x = 1, #P, 4 do
+      local it = ws_item(WS_IT_LIMIT, ws_shape(H, P[x]), ws_ckey(k, 0), P[x + 2])
+      it.limit, it.cost, k = P[x + 1], P[x + 3], k + WS_KPC
+      G.items[#G.items + 1] = it
+    end
+    return i + 2, k, ws_group, G
   elseif op == WS_OP_GROUP or op == WS_OP_CHECK then
     local ni, nk, G = ws_parse(H, i + 1, k)
     G.check = op == WS_OP_CHECK

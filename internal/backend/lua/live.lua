@@ -126,6 +126,26 @@ do
   end
 end
 
+-- ws_limits parses WS_OP_LIMITS's list "shape limit cost ..." into {shape,
+-- limit, cost as sent, cost, ...}, remembered (at most 64 lists: a list
+-- repeats from call to call); one that is not such a list raises WS_E.ARGS.
+local ws_limits = nil
+do
+  local memo, n = {}, 0
+  ws_limits = function(s)
+    if memo[s] ~= nil then return memo[s] end
+    local P, x = {}, 0
+    for shape, limit, cost in string.gmatch(s, '(%S+) (%S+) (%S+)') do
+      P[x + 1], P[x + 2], P[x + 3], P[x + 4], x = shape, tonumber(limit), cost, tonumber(cost), x + 4
+      if P[x - 2] == nil or P[x] == nil then x = 0 break end
+    end
+    if x == 0 or select(2, string.gsub(s, '%S+', '')) * 4 ~= x * 3 then ws_err(WS_E.ARGS, 'a malformed list of limits') end
+    if n >= 64 then memo, n = {}, 0 end
+    memo[s], n = P, n + 1
+    return P
+  end
+end
+
 -- ws_start returns the start of the live bucket with code k (a number), or
 -- nil when no live bucket has that code.
 local function ws_start(L, k)

@@ -1,21 +1,12 @@
 -- The Write script: a batch of write operations, one clock. After the header,
 -- ARGV holds each operation's code and arguments, and KEYS its keys. Every
--- write is an event of event.lua; the shortest forms are parsed into one:
---
---   WS_OP_ADD      shape delta          Add: the new window sum
---   WS_OP_ADDNOSUM shape delta          AddNoSum: 1
---   WS_OP_ALLOW    shape limit cost     Allow: allowed, sum, retry ms, reset ms
---   WS_OP_DADD     shape n member...    AddDistinct: the window's count
---   WS_OP_GROUP, WS_OP_LINK, WS_OP_CHECK, WS_OP_RESERVE, WS_OP_UNDO, WS_OP_SETTLE
---                  (see event.lua)
---   WS_OP_PATHS    tag                  the paths traced under tag (tests)
---   WS_OP_DCOUNT   shape lookback       a distinct count over the lookback
---                                       (PFCOUNT is a write command)
---
--- (a shape is "bucketms:windowms"; a sum is an integer, or an exact decimal
--- string beyond 2^53). The reply is one flat array: per operation the number
--- of its values, then the values; -1 then an error where it failed (a reply
--- pays for every table in it). The error of a batch of one is the call's.
+-- write is an event of event.lua; the shortest forms are parsed into one.
+-- Package backend's Op constants (internal/backend/backend.go) list the
+-- operations, their arguments and answers (a shape is "bucketms:windowms"; a
+-- sum is an integer, or an exact decimal string beyond 2^53). The reply is
+-- one flat array: per operation the number of its values, then the values;
+-- -1 then an error where it failed (a reply pays for every table in it). The
+-- error of a batch of one is the call's.
 
 ws_begin()
 local H = ws_header(ARGV)
