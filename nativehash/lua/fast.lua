@@ -77,8 +77,9 @@ local function ws_fast(H, i, k, out)
   local b = a
   for _ = 1, P == nil and ng or 0 do
     if ARGV[b + 1] ~= '' or ARGV[b + 3] ~= '' then return nil end
+    local n = ws_tonum(ARGV[b])
     b = b + 4
-    for _ = 1, ws_tonum(ARGV[b - 4]) do
+    for _ = 1, n do
       local kind = ARGV[b]
       if kind == WS_IT_LIMIT then
         b = b + 4
