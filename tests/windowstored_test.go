@@ -392,6 +392,22 @@ func TestWindowstoredRLS(t *testing.T) {
 		require.Equal(t, uint32(99), r.Statuses[0].LimitRemaining)
 	})
 
+	t.Run("fixed window that counts nothing resets at its end", func(t *testing.T) {
+		// As envoyproxy/ratelimit: a fixed limit refusing a cost that never
+		// fits (101 of 100), on a counter that holds nothing, resets when
+		// the hour ends, not an hour from now.
+		before := time.Now()
+		r := d.ask(t, "shop", 101, desc("tenant=t-fixed-end"))
+		after := time.Now()
+		require.Equal(t, over, r.OverallCode)
+		reset := r.Statuses[0].DurationUntilReset.AsDuration()
+		end := after.Truncate(time.Hour).Add(time.Hour)
+		if before.Truncate(time.Hour) != after.Truncate(time.Hour) {
+			t.Skip("the hour ended during the call")
+		}
+		requireBetween(t, reset, end.Sub(after)-time.Millisecond, end.Sub(before), "the fixed refusal's reset")
+	})
+
 	t.Run("wildcard and nested", func(t *testing.T) {
 		for i := 0; i < 2; i++ {
 			require.Equal(t, ok, d.ask(t, "shop", 0, desc("api=v1beta", "method=GET")).OverallCode)

@@ -13,6 +13,7 @@ import (
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/windowstore/windowstore/fieldcodec"
 	"github.com/windowstore/windowstore/httplimit"
 	"github.com/windowstore/windowstore/internal/keyspace"
 	"github.com/windowstore/windowstore/limit"
@@ -333,6 +334,11 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 			}
 			remaining = min(max(limit-left, 0), limit)
 			reset = v.ResetAfter
+			if reset <= 0 && p.rule.window.Bucket == p.rule.window.Length {
+				// A fixed window that counts nothing of this descriptor:
+				// as envoyproxy/ratelimit, the window's end.
+				reset = fixedEnd(p.rule.window, time.Now())
+			}
 			if over {
 				remaining = 0
 				// A refusal that waiting settles: when the cost fits. A
@@ -357,6 +363,26 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 		s.refusals.Remember(sig, 0, asked, time.Now(), remembered(vs, retry))
 	}
 	return resp, nil
+}
+
+// fixedEnd is the time from now to the end of the fixed window w (one bucket
+// of its unit) that holds now, on windowstored's clock: buckets start at
+// multiples of the bucket within each UTC year (fieldcodec), and a year's last
+// bucket ends with the year.
+func fixedEnd(w store.Window, now time.Time) time.Duration {
+	c, err := fieldcodec.New(w.Bucket)
+	if err != nil {
+		return w.Length
+	}
+	start, err := c.Start(c.Code(now), now)
+	if err != nil {
+		return w.Length
+	}
+	end := start.Add(w.Bucket)
+	if ny := time.Date(now.UTC().Year()+1, time.January, 1, 0, 0, 0, 0, time.UTC); end.After(ny) {
+		end = ny
+	}
+	return end.Sub(now)
 }
 
 // verdict is one descriptor's part of a decision, as its status shows it.

@@ -1,0 +1,355 @@
+// Command rlsdiff sends the same Envoy rate-limit calls (RLS v3 gRPC) to
+// windowstored and to envoyproxy/ratelimit, one after the other, over one
+// Redis server, and prints every answer where the two differ: the overall
+// code and, per descriptor, code, current limit, limit remaining and
+// duration until reset (in whole seconds, rounded up, as envoyproxy/ratelimit
+// gives it; windowstored's is exact to the ms).
+//
+//	go run ./rlsdiff --redis 127.0.0.1:6379 --windowstored /tmp/windowstored --envoy /tmp/envoy-ratelimit
+//
+// By default windowstored decides the configuration's limits as fixed
+// windows (algorithm: fixed added to every rate_limit), so that the answers
+// compare with envoyproxy/ratelimit's one for one; --algorithm sliding keeps
+// windowstore's default. The configuration and the calls are testdata/'s
+// unless --config and --requests name others. A call is a line
+// "DOMAIN|DESCRIPTOR;DESCRIPTOR...|HITS": a descriptor is "key=value,..."
+// with "#=N" for its own hits_addend, HITS the request's; "sleep 1s" waits.
+// Each run uses key prefixes of its own, so runs do not meet. The differences
+// it finds are the ones docs/windowstored.md lists ("Beside
+// envoyproxy/ratelimit").
+//
+// Build envoyproxy/ratelimit yourself from its public source, as for
+// rlsbench: this repository neither holds nor builds it.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+//go:embed testdata/config.yaml
+var defaultConfig string
+
+//go:embed testdata/requests.txt
+var defaultRequests string
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "rlsdiff:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("rlsdiff", flag.ContinueOnError)
+	redis := fs.String("redis", "127.0.0.1:6379", "the Redis server both services use")
+	ws := fs.String("windowstored", "", "windowstored's binary (go build ./cmd/windowstored)")
+	envoy := fs.String("envoy", "", "envoyproxy/ratelimit's binary, built from its source")
+	cfgFile := fs.String("config", "", "a configuration in envoyproxy/ratelimit's format (default: testdata/config.yaml)")
+	reqFile := fs.String("requests", "", "the calls, one per line (default: testdata/requests.txt)")
+	algorithm := fs.String("algorithm", "fixed", "windowstored's algorithm for every rate_limit: fixed, or sliding (its default)")
+	all := fs.Bool("all", false, "print every call, not only those whose answers differ")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *ws == "" || *envoy == "" {
+		return errors.New("--windowstored and --envoy name the two binaries")
+	}
+	cfg, reqs := defaultConfig, defaultRequests
+	if *cfgFile != "" {
+		b, err := os.ReadFile(*cfgFile)
+		if err != nil {
+			return err
+		}
+		cfg = string(b)
+	}
+	if *reqFile != "" {
+		b, err := os.ReadFile(*reqFile)
+		if err != nil {
+			return err
+		}
+		reqs = string(b)
+	}
+	wsCfg := cfg
+	switch *algorithm {
+	case "fixed":
+		wsCfg = perUnit.ReplaceAllString(cfg, "$1, algorithm: fixed")
+	case "sliding":
+	default:
+		return fmt.Errorf("--algorithm %q: want fixed or sliding", *algorithm)
+	}
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	wsCfg += "\n---\nwindowstored:\n  prefix: \"rlsdiff:" + run + ":\"\n"
+	calls, err := parseCalls(reqs)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "rlsdiff")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	e, err := startEnvoy(*envoy, *redis, dir, cfg, "rlsdiff"+run+"_")
+	if err != nil {
+		return err
+	}
+	defer e.stop()
+	w, err := startWindowstored(*ws, *redis, dir, wsCfg)
+	if err != nil {
+		return err
+	}
+	defer w.stop()
+	diffs, n := 0, 0
+	for _, c := range calls {
+		if c.sleep > 0 {
+			time.Sleep(c.sleep)
+			continue
+		}
+		n++
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		re, ee := e.rl.ShouldRateLimit(ctx, c.req)
+		rw, ew := w.rl.ShouldRateLimit(ctx, c.req)
+		cancel()
+		a, b := show(re, ee), show(rw, ew)
+		if a == b && !*all {
+			continue
+		}
+		mark := "  "
+		if a != b {
+			mark, diffs = "!=", diffs+1
+		}
+		fmt.Fprintf(out, "%s %s\n     envoyproxy/ratelimit: %s\n     windowstored:         %s\n", mark, c.line, a, b)
+	}
+	fmt.Fprintf(out, "%d of %d calls answered differently (windowstored: algorithm %s)\n", diffs, n, *algorithm)
+	return nil
+}
+
+// perUnit finds a rate_limit's requests_per_unit, where "algorithm: fixed"
+// goes for windowstored.
+var perUnit = regexp.MustCompile(`(requests_per_unit: *[0-9]+)`)
+
+type call struct {
+	line  string
+	req   *rlspb.RateLimitRequest
+	sleep time.Duration
+}
+
+func parseCalls(s string) ([]call, error) {
+	var cs []call
+	for i, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "" || strings.HasPrefix(l, "#"):
+			continue
+		case strings.HasPrefix(l, "sleep "):
+			d, err := time.ParseDuration(strings.TrimPrefix(l, "sleep "))
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", i+1, err)
+			}
+			cs = append(cs, call{line: l, sleep: d})
+			continue
+		}
+		q, err := parseCall(l)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %q: %w", i+1, l, err)
+		}
+		cs = append(cs, call{line: l, req: q})
+	}
+	return cs, nil
+}
+
+func parseCall(l string) (*rlspb.RateLimitRequest, error) {
+	parts := strings.Split(l, "|")
+	if len(parts) < 2 || len(parts) > 3 {
+		return nil, errors.New(`want "DOMAIN|DESCRIPTORS" or "DOMAIN|DESCRIPTORS|HITS"`)
+	}
+	q := &rlspb.RateLimitRequest{Domain: parts[0]}
+	if len(parts) == 3 {
+		h, err := strconv.ParseUint(parts[2], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("hits: %w", err)
+		}
+		q.HitsAddend = uint32(h)
+	}
+	for _, d := range strings.Split(parts[1], ";") {
+		desc := &ratelimitpb.RateLimitDescriptor{}
+		for _, kv := range strings.Split(d, ",") {
+			if kv == "" {
+				continue
+			}
+			k, v, _ := strings.Cut(kv, "=")
+			if k == "#" {
+				n, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("a descriptor's hits: %w", err)
+				}
+				desc.HitsAddend = wrapperspb.UInt64(n)
+				continue
+			}
+			desc.Entries = append(desc.Entries, &ratelimitpb.RateLimitDescriptor_Entry{Key: k, Value: v})
+		}
+		q.Descriptors = append(q.Descriptors, desc)
+	}
+	return q, nil
+}
+
+// show is an answer as one line: gRPC errors by code only (their texts are
+// each service's own).
+func show(r *rlspb.RateLimitResponse, err error) string {
+	if err != nil {
+		return "error " + status.Code(err).String()
+	}
+	var b strings.Builder
+	b.WriteString(r.OverallCode.String())
+	for _, s := range r.Statuses {
+		b.WriteString(" [" + s.Code.String())
+		if l := s.CurrentLimit; l != nil {
+			fmt.Fprintf(&b, " %d/%s", l.RequestsPerUnit, l.Unit)
+			if l.Name != "" {
+				fmt.Fprintf(&b, " %q", l.Name)
+			}
+		} else {
+			b.WriteString(" no limit")
+		}
+		fmt.Fprintf(&b, " remaining %d", s.LimitRemaining)
+		if s.DurationUntilReset != nil {
+			fmt.Fprintf(&b, " reset %ds", int64(math.Ceil(s.DurationUntilReset.AsDuration().Seconds())))
+		}
+		b.WriteString("]")
+	}
+	return b.String()
+}
+
+type service struct {
+	name string
+	cmd  *exec.Cmd
+	conn *grpc.ClientConn
+	rl   rlspb.RateLimitServiceClient
+}
+
+func startEnvoy(bin, redis, dir, cfg, prefix string) (*service, error) {
+	cd := filepath.Join(dir, "runtime", "ratelimit", "config")
+	if err := os.MkdirAll(cd, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(cd, "config.yaml"), []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(3)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis, "USE_STATSD=false", "LOG_LEVEL=warn",
+		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"CACHE_KEY_PREFIX="+prefix, "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+		"GRPC_PORT="+ports[0], "PORT="+ports[1], "DEBUG_PORT="+ports[2])
+	return start("envoyproxy/ratelimit", cmd, dir, ports[0])
+}
+
+func startWindowstored(bin, redis, dir, cfg string) (*service, error) {
+	file := filepath.Join(dir, "windowstored.yaml")
+	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
+		return nil, err
+	}
+	ports, err := freePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	// The refusal cache off: every call asks the server, as envoyproxy/
+	// ratelimit's do without its local cache.
+	cmd := exec.Command(bin, "--addr", "redis://"+redis, "--config", file, "--grpc", "127.0.0.1:"+ports[0],
+		"--http", "127.0.0.1:"+ports[1], "--log-level", "warn", "--refusal-cache", "0")
+	return start("windowstored", cmd, dir, ports[0])
+}
+
+// start runs cmd, logging to dir, until the service answers a call on its
+// gRPC port (any answer, an unknown domain's included), up to 30 s.
+func start(name string, cmd *exec.Cmd, dir, port string) (*service, error) {
+	logName := filepath.Join(dir, strings.ReplaceAll(name, "/", "-")+".log")
+	lf, err := os.Create(logName)
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		_ = cmd.Process.Kill()
+		return nil, err
+	}
+	s := &service{name: name, cmd: cmd, conn: conn, rl: rlspb.NewRateLimitServiceClient(conn)}
+	probe := &rlspb.RateLimitRequest{Domain: "rlsdiff-probe", Descriptors: []*ratelimitpb.RateLimitDescriptor{
+		{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := s.rl.ShouldRateLimit(ctx, probe)
+		cancel()
+		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			log, _ := os.ReadFile(logName)
+			return nil, fmt.Errorf("%s not ready: %w\n%s", name, err, log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *service) stop() {
+	_ = s.conn.Close()
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+func freePorts(n int) ([]string, error) {
+	var ps []string
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ps = append(ps, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	}
+	return ps, nil
+}
