@@ -6,6 +6,8 @@
 #
 #   ENVOY_RATELIMIT_BIN=/path/to/ratelimit ./scripts/rls-bench.sh
 #   RUNS=5 DURATION=10s ENVOY_RATELIMIT_BIN=... ./scripts/rls-bench.sh
+#   ENVOY_RATELIMIT_BIN=... ./scripts/rls-bench.sh --windowstored-rule "bucket: 6s"
+#                                         more flags go to tools/rlsbench
 #
 # envoyproxy/ratelimit is not part of this repository, and nothing here builds
 # it: build it yourself from its public source (README.md shows how) and point
@@ -31,4 +33,4 @@ pinned_redis "$name" "$port"
 (cd tools && go build -o "$bin/rlsbench" ./rlsbench)
 echo "rls-bench: Redis $version pinned to core $((cpus - 1)), $runs runs of $duration per service, $(date -u +%Y-%m-%d)" >&2
 "${client_pin[@]}" "$bin/rlsbench" --redis "127.0.0.1:$port" --windowstored "$bin/windowstored" \
-  --envoy "$ENVOY_RATELIMIT_BIN" --runs "$runs" --duration "$duration"
+  --envoy "$ENVOY_RATELIMIT_BIN" --runs "$runs" --duration "$duration" "$@"

@@ -24,6 +24,7 @@ import (
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -390,6 +391,41 @@ func TestWindowstoredRLS(t *testing.T) {
 		// Alone, the tenant's limit applies, and counted none of those.
 		r = d.ask(t, "shop", 0, desc("tenant=t1"))
 		require.Equal(t, uint32(99), r.Statuses[0].LimitRemaining)
+	})
+
+	t.Run("a descriptor's own limit", func(t *testing.T) {
+		// As envoyproxy/ratelimit: a descriptor's limit (Envoy's override)
+		// is its limit, on a configured key and on any other of the domain.
+		own := func(limit uint32, unit typepb.RateLimitUnit, kvs ...string) *ratelimitpb.RateLimitDescriptor {
+			d := desc(kvs...)
+			d.Limit = &ratelimitpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: limit, Unit: unit}
+			return d
+		}
+		for _, c := range []struct {
+			kv    string
+			limit uint32
+			unit  typepb.RateLimitUnit
+		}{{"user=u-own", 2, typepb.RateLimitUnit_MINUTE}, {"unconfigured=x", 1, typepb.RateLimitUnit_HOUR}} {
+			for i := uint32(0); i <= c.limit; i++ {
+				r := d.ask(t, "shop", 0, own(c.limit, c.unit, c.kv))
+				want := ok
+				if i == c.limit {
+					want = over
+				}
+				require.Equal(t, want, r.OverallCode, "%s, call %d", c.kv, i)
+				require.Equal(t, c.limit, r.Statuses[0].CurrentLimit.RequestsPerUnit, c.kv)
+				require.Equal(t, rlspb.RateLimitResponse_RateLimit_Unit(c.unit), r.Statuses[0].CurrentLimit.Unit, c.kv)
+				require.Equal(t, c.limit-min(i+1, c.limit), r.Statuses[0].LimitRemaining, "%s, call %d", c.kv, i)
+			}
+		}
+		// The configured limit of user (3 a minute, the same window) counts
+		// in the same counter, as envoyproxy/ratelimit's (its key is the
+		// descriptor's and the unit's): 2 counted, and this one.
+		require.Equal(t, uint32(0), d.ask(t, "shop", 0, desc("user=u-own")).Statuses[0].LimitRemaining)
+		// A unit with no window is the client's error.
+		_, err := d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop",
+			Descriptors: []*ratelimitpb.RateLimitDescriptor{own(1, typepb.RateLimitUnit_UNKNOWN, "user=u-own")}})
+		require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
 	})
 
 	t.Run("fixed window that counts nothing resets at its end", func(t *testing.T) {

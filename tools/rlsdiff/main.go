@@ -13,7 +13,8 @@
 // windowstore's default. The configuration and the calls are testdata/'s
 // unless --config and --requests name others. A call is a line
 // "DOMAIN|DESCRIPTOR;DESCRIPTOR...|HITS": a descriptor is "key=value,..."
-// with "#=N" for its own hits_addend, HITS the request's; "sleep 1s" waits.
+// with "#=N" for its own hits_addend and "@=N/UNIT" for its own limit (a
+// limit override, as 5/minute), HITS the request's; "sleep 1s" waits.
 // Each run uses key prefixes of its own, so runs do not meet. The differences
 // it finds are the ones docs/windowstored.md lists ("Beside
 // envoyproxy/ratelimit").
@@ -42,6 +43,7 @@ import (
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -200,6 +202,16 @@ func parseCall(l string) (*rlspb.RateLimitRequest, error) {
 				continue
 			}
 			k, v, _ := strings.Cut(kv, "=")
+			if k == "@" {
+				n, unit, _ := strings.Cut(v, "/")
+				rpu, err := strconv.ParseUint(n, 10, 32)
+				u, ok := typepb.RateLimitUnit_value[strings.ToUpper(unit)]
+				if err != nil || !ok {
+					return nil, fmt.Errorf("a descriptor's limit %q: want N/UNIT, as 5/minute", v)
+				}
+				desc.Limit = &ratelimitpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: uint32(rpu), Unit: typepb.RateLimitUnit(u)}
+				continue
+			}
 			if k == "#" {
 				n, err := strconv.ParseUint(v, 10, 64)
 				if err != nil {
