@@ -486,3 +486,18 @@ func TestREADMEServerErrors(t *testing.T) {
 	slices.Sort(got)
 	require.Equal(t, want, got, "docs/windowctl.md's server rows and this test disagree")
 }
+
+// TestDemoEmbeddedAsRedis: the demo answers on its embedded server (the
+// README's first command) row for row what it answers on a real Redis 7.0:
+// the stand-in's answers are Redis's.
+func TestDemoEmbeddedAsRedis(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis70)
+	onRedis, errs, code := ctl(t, srv, "--json", "demo")
+	require.Zero(t, code, errs)
+	embedded, errs, code := ctlRaw(t, "--json", "demo")
+	require.Zero(t, code, errs)
+	require.Contains(t, errs, "EMBEDDED")
+	require.Equal(t, strings.Split(onRedis, "\n"), strings.Split(embedded, "\n"))
+	require.Contains(t, embedded, "users on this IP 1", "the first login's distinct count")
+}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/redisaddr"
@@ -53,7 +52,7 @@ func demo(e *env) error {
 	var client rueidis.Client
 	be := g.backend
 	if addr, source := g.address(); source == "default" {
-		mr, err := miniredis.Run()
+		mr, err := embeddedServer()
 		if err != nil {
 			return fmt.Errorf("demo: start the embedded server: %w", err)
 		}

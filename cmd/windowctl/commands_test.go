@@ -21,7 +21,11 @@ import (
 
 func embedded(t *testing.T) (*miniredis.Miniredis, func(args ...string) (string, string, int)) {
 	t.Helper()
-	mr := miniredis.RunT(t)
+	mr, err := embeddedServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mr.Close)
 	return mr, func(args ...string) (string, string, int) {
 		t.Helper()
 		// miniredis lists HPEXPIREAT but cannot run it: the plain hash.
