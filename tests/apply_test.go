@@ -3,10 +3,12 @@ package tests
 import (
 	"math"
 	"math/big"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/backend"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 )
@@ -132,5 +134,43 @@ func TestGroupOverflowWritesNothing(t *testing.T) {
 			require.ErrorIs(t, err, store.ErrOverflow, "overflow of %q beside a count, a limit and a distinct add", last.Key)
 			require.Equal(t, before, dump(t, c, keys...), "a failed batch without an id (overflow of %q) wrote", last.Key)
 		}
+	})
+}
+
+// TestMalformedOpEndsBatch: on every backend and server, an operation the
+// Write script cannot parse (here a list of limits without its cost), in a
+// batch after one that wrote, answers its error and ends the batch: the
+// call itself succeeds, the operation before it keeps its answer and its
+// write, and the one after it never runs (its keys are never made).
+func TestMalformedOpEndsBatch(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		ctx := ctxT(t)
+		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
+		s, _ := newStore(t, tg, w)
+		c := clientOf(s)
+		be := backend.Named(s.Detection().Backend)
+		keys := append(counterKeys(t, s, "before"), counterKeys(t, s, "after")...)
+		if len(keys) != 2*len(counterKeys(t, s, "before")) {
+			t.Fatalf("keys %v", keys)
+		}
+		shape := backend.Shape(1000, 10000)
+		hdr := backend.Header(backend.ServerClock, mustCodec(t, time.Second).YearStarts(time.Now()), 5000, "")
+		args := append(append([]string(nil), hdr...), backend.OpAdd, shape, "5", backend.OpLimits, shape+" 5", backend.OpAdd, shape, "7")
+		cmd := append([]string{"EVAL", be.Write.Source(), strconv.Itoa(len(keys))}, append(keys, args...)...)
+		vals, err := c.Do(ctx, c.B().Arbitrary(cmd...).Build()).ToArray()
+		require.NoError(t, err, "the call")
+		require.Len(t, vals, 4, "the add's count and sum, then -1 and the malformed operation's error")
+		n, _ := vals[0].AsInt64()
+		sum, _ := vals[1].AsInt64()
+		code, _ := vals[2].AsInt64()
+		require.Equal(t, []int64{1, 5, -1}, []int64{n, sum, code})
+		require.ErrorContains(t, vals[3].Error(), backend.CodeArgs)
+		got, err := s.Sum(ctx, "before")
+		require.NoError(t, err)
+		require.Equal(t, int64(5), got, "the operation before it wrote")
+		after := counterKeys(t, s, "after")
+		exists, err := c.Do(ctx, c.B().Exists().Key(after...).Build()).AsInt64()
+		require.NoError(t, err)
+		require.Zero(t, exists, "the operation after it ran")
 	})
 }

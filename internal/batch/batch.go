@@ -334,10 +334,16 @@ func (b *Batcher) Queued() int {
 
 // flat splits a Flat script's reply into its n operations' values: for
 // each, the number of its values, then the values; -1 then an error reply
-// (kept as a slice of that one error).
+// (kept as a slice of that one error). A reply that stops after an error
+// (the script could not parse that operation, so ran none after it) gives
+// that error to every operation after it too: none of them wrote.
 func flat(vals []rueidis.RedisMessage, n int) ([][]rueidis.RedisMessage, error) {
 	out := make([][]rueidis.RedisMessage, n)
 	for j := range n {
+		if len(vals) == 0 && j > 0 && len(out[j-1]) == 1 && out[j-1][0].Error() != nil {
+			out[j] = out[j-1]
+			continue
+		}
 		if len(vals) == 0 {
 			return nil, errShortReply
 		}

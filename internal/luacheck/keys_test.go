@@ -646,7 +646,7 @@ func TestKeysDeclared(t *testing.T) {
 
 // TestLimitsListMalformed: a list of limits (backend.OpLimits) that is not
 // "shape limit cost ..." fails the call with WSARGS and writes nothing, on
-// every backend.
+// every backend; after another operation, it ends the call's batch.
 func TestLimitsListMalformed(t *testing.T) {
 	shape := backend.Shape(1000, 10000)
 	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
@@ -676,6 +676,29 @@ func TestLimitsListMalformed(t *testing.T) {
 			if len(f.hashes)+len(f.strs) > 0 {
 				t.Errorf("%s: list %q wrote %v %v", b.Name, list, f.hashes, f.strs)
 			}
+		}
+		// After an add, in one call: the add keeps its answer, the list
+		// answers its error and ends the batch (the next add never runs),
+		// and the call itself does not fail, so that no caller whose
+		// operation wrote is told that it failed.
+		f := newFake()
+		args := append(append([]string(nil), hdr...), backend.OpAdd, shape, "5", backend.OpLimits, shape+" 5", backend.OpAdd, shape, "7")
+		if _, err := f.run(t, b.Write, at.UnixMilli(), keys, args); err != nil {
+			t.Errorf("%s: the call failed: %v", b.Name, err)
+			continue
+		}
+		out, ok := f.ret.(*lua.LTable)
+		if !ok {
+			t.Errorf("%s: reply %v", b.Name, f.ret)
+			continue
+		}
+		if out.Len() != 4 || lua.LVAsString(out.RawGetInt(1)) != "1" || lua.LVAsString(out.RawGetInt(2)) != "5" ||
+			lua.LVAsString(out.RawGetInt(3)) != "-1" {
+			t.Errorf("%s: reply of %d values: %v %v %v, want the add's sum 5, then -1 and an error", b.Name, out.Len(),
+				out.RawGetInt(1), out.RawGetInt(2), out.RawGetInt(3))
+		}
+		if e, ok := out.RawGetInt(4).(*lua.LTable); !ok || !strings.HasPrefix(lua.LVAsString(e.RawGetString("err")), backend.CodeArgs+" ") {
+			t.Errorf("%s: the malformed operation's answer %v, want a %s error", b.Name, out.RawGetInt(4), backend.CodeArgs)
 		}
 	}
 }

@@ -6,7 +6,8 @@
 -- sum is an integer, or an exact decimal string beyond 2^53). The reply is
 -- one flat array: per operation the number of its values, then the values;
 -- -1 then an error where it failed (a reply pays for every table in it). The
--- error of a batch of one is the call's.
+-- error of a batch of one is the call's; an operation that cannot be parsed
+-- ends the batch (the reply stops after its error).
 
 ws_begin()
 local H = ws_header(ARGV)
@@ -23,8 +24,9 @@ while i <= n do
     ws_abort()
     local e = ni
     for x = #out, m + 2, -1 do out[x] = nil end
-    ni, nk = ws_op(H, i, k) -- (where the next operation starts)
-    if ni > n and m == 0 then error(e, 0) end -- a batch of one: its error is the call's
+    local parsed, pi, pk = pcall(ws_op, H, i, k) -- where the next one starts; one not parsed ends the batch
+    ni, nk = parsed and pi or n + 1, pk
+    if ni > n and m == 0 then error(e, 0) end -- the first, alone or ending the batch: its error is the call's
     out[m + 1], out[m + 2] = -1, ws_result(false, e)
   end
   i, k = ni, nk
