@@ -12,12 +12,13 @@ import (
 // PFCOUNT of several (see embeddedServer).
 const pfcountUnion = "windowctl-embedded:pfcount-union"
 
-// embeddedServer starts the demo's in-process server: miniredis, with one command
-// made to answer as Redis does. PFCOUNT of several keys answers the
+// embeddedServer starts the demo's in-process server: miniredis, with one
+// command made to answer as Redis does. PFCOUNT of several keys answers the
 // cardinality of their union in Redis, and in miniredis the sum of each
 // key's count, which would count a member of two buckets of a distinct count
 // twice. So a PFCOUNT of several keys runs as PFMERGE into a key of its own,
-// PFCOUNT of that key, and DEL (in a script, within the script's call).
+// PFCOUNT of that key, and DEL. The store sends it from scripts, which run
+// one at a time, so no two such PFCOUNTs share that key at once.
 func embeddedServer() (*miniredis.Miniredis, error) {
 	mr, err := miniredis.Run()
 	if err != nil {
