@@ -97,7 +97,14 @@ func startWSDTLS(t *testing.T, env []string, clientTLS *tls.Config, addr, config
 	dir := t.TempDir()
 	p := harness.Prefix(t)
 	file := filepath.Join(dir, "config.yaml")
-	config = fmt.Sprintf("windowstored:\n  prefix: %q\n  feature_prefix: %q\n---\n", p+"rl:", p+"fx:") + config
+	// The test's prefixes go first in the settings: a config that starts
+	// with settings of its own gets them added there.
+	settings := fmt.Sprintf("windowstored:\n  prefix: %q\n  feature_prefix: %q\n", p+"rl:", p+"fx:")
+	if rest, ok := strings.CutPrefix(config, "windowstored:\n"); ok {
+		config = settings + rest
+	} else {
+		config = settings + "---\n" + config
+	}
 	require.NoError(t, os.WriteFile(file, []byte(config), 0o644))
 	for attempt := 1; ; attempt++ {
 		d, busy := tryStartWSD(t, env, clientTLS, addr, file, attempt == 5, args...)
@@ -1228,4 +1235,62 @@ func TestWindowstoredTimeoutSlowServer(t *testing.T) {
 func requireBetween(t *testing.T, got, lo, hi time.Duration, what string) {
 	t.Helper()
 	require.True(t, lo <= got && got <= hi, "%s: %v, want %v to %v", what, got, lo, hi)
+}
+
+// TestWindowstoredHeaderFields: response_headers names the fields that
+// describe one descriptor. envoy gives envoyproxy/ratelimit's (its
+// LIMIT_RESPONSE_HEADERS_ENABLED): RateLimit-Limit, -Remaining and -Reset
+// of the last descriptor over its limit, else of the first with the least
+// remaining; legacy gives X-RateLimit-Limit, -Remaining and -Reset; none,
+// no field.
+func TestWindowstoredHeaderFields(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis70)
+	fields := func(r *rlspb.RateLimitResponse) map[string]string {
+		m := map[string]string{}
+		for _, h := range r.ResponseHeadersToAdd {
+			m[h.Key] = h.Value
+		}
+		return m
+	}
+	reset := func(r *rlspb.RateLimitResponse, i int) string {
+		return strconv.FormatInt(int64(math.Ceil(r.Statuses[i].DurationUntilReset.AsDuration().Seconds())), 10)
+	}
+	// want is kind's fields of a descriptor with limit and reset, none left.
+	want := func(kind, limit, secs string) map[string]string {
+		switch kind {
+		case "envoy":
+			return map[string]string{"RateLimit-Limit": limit, "RateLimit-Remaining": "0", "RateLimit-Reset": secs}
+		case "legacy":
+			return map[string]string{"X-RateLimit-Limit": limit, "X-RateLimit-Remaining": "0", "X-RateLimit-Reset": secs}
+		}
+		return map[string]string{}
+	}
+	for _, kind := range []string{"envoy", "legacy", "none"} {
+		t.Run(kind, func(t *testing.T) {
+			d := startWSD(t, srv.URL(), "windowstored:\n  response_headers: "+kind+"\n---\n"+wsdConfig+
+				"  - key: zero\n    rate_limit: {unit: minute, requests_per_unit: 0}\n")
+			// user: 3 a minute, ip: 5 a minute. The ip has the least left.
+			d.ask(t, "shop", 0, desc("user=h-"+kind), desc("ip=h-"+kind), desc("path=/free"))
+			d.ask(t, "shop", 3, desc("ip=h-"+kind))
+			r := d.ask(t, "shop", 0, desc("user=h-"+kind), desc("ip=h-"+kind))
+			require.Equal(t, ok, r.OverallCode)
+			require.Equal(t, []uint32{1, 0}, []uint32{r.Statuses[0].LimitRemaining, r.Statuses[1].LimitRemaining})
+			require.Equal(t, want(kind, "5", reset(r, 1)), fields(r), "the least remaining: the ip")
+			// Refused by the user's limit (3 a minute, 2 counted, 2 asked):
+			// the refusal's fields, though a fresh ip is the first.
+			r = d.ask(t, "shop", 2, desc("ip=h2-"+kind), desc("user=h-"+kind))
+			require.Equal(t, over, r.OverallCode)
+			require.Equal(t, want(kind, "3", reset(r, 1)), fields(r), "the refusing descriptor: the user")
+			// Refused by two: zero's retry (never: a window from now) is
+			// later than the user's, and the user is the last over.
+			r = d.ask(t, "shop", 2, desc("zero=z"), desc("user=h-"+kind))
+			require.Equal(t, over, r.OverallCode)
+			last, latest := want(kind, "3", reset(r, 1)), want(kind, "0", reset(r, 0))
+			if kind == "envoy" {
+				latest = last
+			}
+			require.Equal(t, latest, fields(r), "envoy: the last over; legacy: the latest retry")
+		})
+	}
 }

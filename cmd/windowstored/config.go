@@ -157,7 +157,7 @@ type yamlSettings struct {
 type settings struct {
 	shadow        bool   // every limit watches and never refuses
 	onError       string // "error", "allow" or "deny": what a failed decision answers
-	headers       string // "ietf", "legacy", "both" or "none"
+	headers       string // "ietf", "legacy", "both", "envoy" or "none"
 	prefix        string // the rate limits' key prefix
 	featurePrefix string // the feature sets' key prefix
 }
@@ -374,8 +374,8 @@ func (s *settings) load(where string, y *yamlSettings) error {
 		s.onError = y.OnError
 	}
 	if y.ResponseHeaders != "" {
-		if !slices.Contains([]string{"ietf", "legacy", "both", "none"}, y.ResponseHeaders) {
-			return badf(where, "response_headers %q: want ietf, legacy, both or none", y.ResponseHeaders)
+		if !slices.Contains([]string{"ietf", "legacy", "both", "envoy", "none"}, y.ResponseHeaders) {
+			return badf(where, "response_headers %q: want ietf, legacy, both, envoy or none", y.ResponseHeaders)
 		}
 		s.headers = y.ResponseHeaders
 	}

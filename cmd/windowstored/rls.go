@@ -446,6 +446,9 @@ func answer(rt *runtime, parts []limited, vs []verdict) (*rlspb.RateLimitRespons
 		outcome = httplimit.ShadowRefused
 	}
 	if pick >= 0 {
+		if rt.cfg.settings.headers == "envoy" {
+			pick = envoyPick(resp.Statuses)
+		}
 		resp.ResponseHeadersToAdd = headers(rt.cfg.settings.headers, parts[pick].rule, resp.Statuses[pick])
 	}
 	return resp, outcome
@@ -555,9 +558,28 @@ func overrideRule(domain string, o *ratelimitpb.RateLimitDescriptor_RateLimitOve
 	return r, nil
 }
 
+// envoyPick is the status envoyproxy/ratelimit's header fields describe: the
+// last one over its limit, else the first with the least remaining, of those
+// with a limit.
+func envoyPick(sts []*rlspb.RateLimitResponse_DescriptorStatus) int {
+	pick, least := -1, uint32(math.MaxUint32)
+	for i, st := range sts {
+		switch {
+		case st.CurrentLimit == nil:
+		case st.Code == rlspb.RateLimitResponse_OVER_LIMIT:
+			pick, least = i, 0
+		case st.LimitRemaining < least || pick < 0:
+			pick, least = i, st.LimitRemaining
+		}
+	}
+	return pick
+}
+
 // headers are the response header fields Envoy adds to the client's response,
 // about one descriptor: the IETF RateLimit-Policy and RateLimit fields, and
-// or instead envoyproxy/ratelimit's X-RateLimit-Limit, -Remaining and -Reset.
+// or instead the common X-RateLimit-Limit, -Remaining and -Reset; or
+// envoyproxy/ratelimit's RateLimit-Limit, -Remaining and -Reset (its
+// LIMIT_RESPONSE_HEADERS_ENABLED).
 func headers(kind string, r *rule, st *rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
 	if kind == "none" {
 		return nil
@@ -581,6 +603,12 @@ func headers(kind string, r *rule, st *rlspb.RateLimitResponse_DescriptorStatus)
 			&corepb.HeaderValue{Key: "X-RateLimit-Limit", Value: limit},
 			&corepb.HeaderValue{Key: "X-RateLimit-Remaining", Value: remaining},
 			&corepb.HeaderValue{Key: "X-RateLimit-Reset", Value: reset})
+	}
+	if kind == "envoy" {
+		hs = append(hs,
+			&corepb.HeaderValue{Key: "RateLimit-Limit", Value: limit},
+			&corepb.HeaderValue{Key: "RateLimit-Remaining", Value: remaining},
+			&corepb.HeaderValue{Key: "RateLimit-Reset", Value: reset})
 	}
 	return hs
 }

@@ -15,7 +15,10 @@
 // "DOMAIN|DESCRIPTOR;DESCRIPTOR...|HITS": a descriptor is "key=value,..."
 // with "#=N" for its own hits_addend and "@=N/UNIT" for its own limit (a
 // limit override, as 5/minute), HITS the request's; "sleep 1s" waits.
-// Each run uses key prefixes of its own, so runs do not meet. The differences
+// With --headers (the default) the response header fields are compared too:
+// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED against windowstored's
+// response_headers: envoy. Each run uses key prefixes of its own, so runs do
+// not meet. The differences
 // it finds are the ones docs/windowstored.md lists ("Beside
 // envoyproxy/ratelimit").
 //
@@ -73,6 +76,7 @@ func run(args []string, out io.Writer) error {
 	reqFile := fs.String("requests", "", "the calls, one per line (default: testdata/requests.txt)")
 	algorithm := fs.String("algorithm", "fixed", "windowstored's algorithm for every rate_limit: fixed, or sliding (its default)")
 	all := fs.Bool("all", false, "print every call, not only those whose answers differ")
+	hdrs := fs.Bool("headers", true, "compare the response header fields too: envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED, windowstored's response_headers: envoy")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -104,6 +108,11 @@ func run(args []string, out io.Writer) error {
 	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	wsCfg += "\n---\nwindowstored:\n  prefix: \"rlsdiff:" + run + ":\"\n"
+	if *hdrs {
+		wsCfg += "  response_headers: envoy\n"
+	} else {
+		wsCfg += "  response_headers: none\n"
+	}
 	calls, err := parseCalls(reqs)
 	if err != nil {
 		return err
@@ -113,7 +122,7 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	e, err := startEnvoy(*envoy, *redis, dir, cfg, "rlsdiff"+run+"_")
+	e, err := startEnvoy(*envoy, *redis, dir, cfg, "rlsdiff"+run+"_", *hdrs)
 	if err != nil {
 		return err
 	}
@@ -251,6 +260,9 @@ func show(r *rlspb.RateLimitResponse, err error) string {
 		}
 		b.WriteString("]")
 	}
+	for _, h := range r.ResponseHeadersToAdd {
+		b.WriteString(" " + h.Key + ": " + h.Value)
+	}
 	return b.String()
 }
 
@@ -261,7 +273,7 @@ type service struct {
 	rl   rlspb.RateLimitServiceClient
 }
 
-func startEnvoy(bin, redis, dir, cfg, prefix string) (*service, error) {
+func startEnvoy(bin, redis, dir, cfg, prefix string, headers bool) (*service, error) {
 	cd := filepath.Join(dir, "runtime", "ratelimit", "config")
 	if err := os.MkdirAll(cd, 0o755); err != nil {
 		return nil, err
@@ -277,7 +289,7 @@ func startEnvoy(bin, redis, dir, cfg, prefix string) (*service, error) {
 	cmd.Env = append(os.Environ(), "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis, "USE_STATSD=false", "LOG_LEVEL=warn",
 		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
 		"CACHE_KEY_PREFIX="+prefix, "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		"GRPC_PORT="+ports[0], "PORT="+ports[1], "DEBUG_PORT="+ports[2])
+		"GRPC_PORT="+ports[0], "PORT="+ports[1], "DEBUG_PORT="+ports[2], "LIMIT_RESPONSE_HEADERS_ENABLED="+strconv.FormatBool(headers))
 	return start("envoyproxy/ratelimit", cmd, dir, ports[0])
 }
 
