@@ -75,8 +75,9 @@
 // one fast path (lua/fast.lua) for the commonest calls: counts, quiet counts
 // and limits, alone or in one group or link (a group of limits alone comes
 // as one argument, which the script parses once), with no event id and no
-// event time; a synced window's record is updated in place, another goes
-// through the pipeline's own primitives. It hands the whole call to the pipeline
+// event time, in one loop; a synced window's record is updated in place,
+// another goes through the pipeline's own primitives, and an admitted limit
+// answers its sum and reset alone. It hands the whole call to the pipeline
 // before it writes anything when the call is not simple (a refusal, a bucket
 // whose value would be 0); tests/fastpath_test.go drives both with the same
 // random operations and compares their answers and every key's DUMP.

@@ -58,14 +58,22 @@ func (p *plan) result(g engine.Reply) (BatchResult, error) {
 		}
 		switch it.kind {
 		case backend.ItemLimit:
+			// sum, retry, reset, refused; or, from the plain hash's fast
+			// path, an admitted limit's sum and reset alone.
 			f := a.Vals
-			if len(f) != 4 {
+			if len(f) != 4 && len(f) != 2 {
 				return r, errors.New("unexpected limit answer")
 			}
 			sum, err1 := sumOf(f[0])
-			rt, err2 := f[1].AsInt64()
-			rs, err3 := f[2].AsInt64()
-			refused, err4 := f[3].AsInt64()
+			var rt, rs, refused int64
+			var err2, err3, err4 error
+			if len(f) == 2 {
+				rs, err3 = f[1].AsInt64()
+			} else {
+				rt, err2 = f[1].AsInt64()
+				rs, err3 = f[2].AsInt64()
+				refused, err4 = f[3].AsInt64()
+			}
 			if err := errors.Join(err1, err2, err3, err4); err != nil {
 				return r, errors.New("unexpected limit answer")
 			}

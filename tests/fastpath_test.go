@@ -60,7 +60,8 @@ func traced(t *testing.T, c rueidis.Client, prefix, tag string, general bool) []
 // TestFastPathDifferential drives the fast path and the pipeline alone (the
 // test-only switch: a trace with general on) with the same random
 // operations, each on a prefix of its own: Add, Record without a sum, Allow,
-// AllowAll of a key's windows (in a random order) and across keys, a batch
+// AllowAll of a key's windows (in a random order), across keys and over two
+// heads of one slot (windows told apart by their record alone), a batch
 // of counts; amounts near the limits of doubles and negative ones, limits
 // that admit and refuse, a clock that moves by a bucket, many buckets, past
 // every window and across a year's end. Every answer must be the same, and
@@ -77,6 +78,19 @@ func TestFastPathDifferential(t *testing.T) {
 			tag := strings.ReplaceAll(harness.Prefix(t), ":", "")
 			fast := traced(t, c, pa, tag+"f", false)
 			slow := traced(t, c, pb, tag+"g", true)
+			// A fourth window, 12s/3s, whose record's bucket and oldest bucket
+			// are 10s/1s's whenever a 3 s bucket starts: only the record's
+			// window tells the two apart.
+			for i, p := range []string{pa, pb} {
+				s, err := store.New(ctx, c, store.Window{Length: 12 * time.Second, Bucket: 3 * time.Second}, store.WithPrefix(p),
+					store.WithBackend("nativehash-plain"), hook.WithTrace(tag+[]string{"f", "g"}[i], i == 1).(store.Option))
+				require.NoError(t, err)
+				if i == 0 {
+					fast = append(fast, s)
+				} else {
+					slow = append(slow, s)
+				}
+			}
 			rng := rand.New(rand.NewPCG(21, 4))
 			at := time.Date(2026, 12, 31, 23, 56, 0, 0, time.UTC)
 			amount := func() int64 {
@@ -123,6 +137,15 @@ func TestFastPathDifferential(t *testing.T) {
 						out, err = allowAllAt(ctx, at, 1+rng.Int64N(2), store.Quota{Store: ss[0], Key: k, Limit: 5 + rng.Int64N(60)},
 							store.Quota{Store: ss[1], Key: k, Limit: 5 + rng.Int64N(60)},
 							store.Quota{Store: ss[0], Key: "ip:" + k, Limit: 5 + rng.Int64N(60)})
+					case "entity":
+						// One slot, two heads (an entity's keys), 10s/1s and
+						// 12s/3s in a random order: one group.
+						e := "e" + k
+						ps := []store.Quota{{Store: ss[0].Entity(e), Key: "a", Limit: 5 + rng.Int64N(60)},
+							{Store: ss[3].Entity(e), Key: "a", Limit: 5 + rng.Int64N(60)},
+							{Store: ss[3].Entity(e), Key: "b", Limit: 5 + rng.Int64N(60)}}
+						rng.Shuffle(len(ps), func(i, j int) { ps[i], ps[j] = ps[j], ps[i] })
+						out, err = allowAllAt(ctx, at, 1+rng.Int64N(2), ps...)
 					case "batch":
 						var res []store.BatchResult
 						res, err = applyAt(ctx, at, store.Batch{Ops: []store.Op{{Store: ss[0], Key: k, Delta: amount()},
@@ -131,7 +154,7 @@ func TestFastPathDifferential(t *testing.T) {
 					}
 					return fmt.Sprintf("%+v", out), err
 				}
-				op = []string{"add", "nosum", "allow", "allow3", "across", "batch"}[rng.IntN(6)]
+				op = []string{"add", "nosum", "allow", "allow3", "across", "entity", "batch"}[rng.IntN(7)]
 				state, main := rng.Uint64(), rng
 				rng = rand.New(rand.NewPCG(state, 4))
 				ra, ea := run(fast)
@@ -225,6 +248,50 @@ func TestFastPathTaken(t *testing.T) {
 				return err
 			})
 			want(1, 0, "a move on", func() error { _, err := ss[0].At(at.Add(1500*time.Millisecond)).Add(ctx, "k", 1); return err })
+		})
+	}
+}
+
+// TestFastPathRecordByWindow: the fast path finds a window's record in its
+// head by the record's window, not by the place its limit has in the call:
+// 10s/1s and 12s/3s, whose records agree on their current and oldest buckets
+// in a 3 s bucket's first second, limited in the order their records are not.
+func TestFastPathRecordByWindow(t *testing.T) {
+	for _, tg := range plainTargets() {
+		t.Run(tg.name, func(t *testing.T) {
+			t.Parallel()
+			srv := harness.Shared(t, tg.kind)
+			c := srv.Client(t)
+			ctx := ctxT(t)
+			prefix := harness.Prefix(t)
+			tag := strings.ReplaceAll(prefix, ":", "")
+			ss := traced(t, c, prefix, tag, false)
+			s3, err := store.New(ctx, c, store.Window{Length: 12 * time.Second, Bucket: 3 * time.Second}, store.WithPrefix(prefix),
+				store.WithBackend("nativehash-plain"), hook.WithTrace(tag, false).(store.Option))
+			require.NoError(t, err)
+			at := time.Date(2026, 5, 1, 10, 0, 0, 100e6, time.UTC) // a 3 s bucket's first second
+			// Records made in both orders (k: 12s/3s first), each limited in
+			// both orders.
+			for _, key := range []string{"k", "j"} {
+				first, second := s3, ss[0]
+				if key == "j" {
+					first, second = ss[0], s3
+				}
+				_, err = first.At(at).Add(ctx, key, map[*store.Store]int64{s3: 1, ss[0]: 5}[first])
+				require.NoError(t, err)
+				_, err = second.At(at).Add(ctx, key, map[*store.Store]int64{s3: 1, ss[0]: 5}[second])
+				require.NoError(t, err)
+				for i, order := range [][]*store.Store{{s3, ss[0]}, {ss[0], s3}} {
+					d, err := allowAllAt(ctx, at.Add(200*time.Millisecond), 1, store.Quota{Store: order[0], Key: key, Limit: 100},
+						store.Quota{Store: order[1], Key: key, Limit: 100})
+					require.NoError(t, err)
+					want := map[*store.Store]int64{s3: int64(2 + i), ss[0]: int64(6 + i)}
+					require.Equal(t, []int64{want[order[0]], want[order[1]]}, []int64{d.Policies[0].Sum, d.Policies[1].Sum}, "%s, order %d", key, i)
+				}
+			}
+			p, err := hook.Paths(ctx, ss[0], tag)
+			require.NoError(t, err)
+			require.Equal(t, map[string]int64{"fast": 8, "event": 0}, withZeros(p))
 		})
 	}
 }

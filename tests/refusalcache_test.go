@@ -43,7 +43,9 @@ var cachedKinds = []struct {
 		return l
 	}},
 	{"gcra", func(t *testing.T, cl rueidis.Client, prefix string, c *limit.RefusalCache, obs store.Observer) limit.Limiter {
-		l, err := limit.NewGCRA(cl, "gcra", 5, 2*time.Second, 5, limit.WithPrefix(prefix), limit.WithObserver(obs), limit.WithRefusalCache(c))
+		// (5 per 20 s: a refusal lasts up to 4 s, longer than the checks after
+		// the race take on a loaded machine.)
+		l, err := limit.NewGCRA(cl, "gcra", 5, 20*time.Second, 5, limit.WithPrefix(prefix), limit.WithObserver(obs), limit.WithRefusalCache(c))
 		require.NoError(t, err)
 		return l
 	}},

@@ -1,18 +1,12 @@
--- The plain native hash, for servers without hash-field TTL (the keys and the
--- head's records are in package nativehash's doc). A counter is two keys,
--- its buckets' hash and its key's head, which the counters of one key share:
--- a record of six doubles per window (struct.pack '<d...'): b, w, the
--- window's bucket and length; m, the oldest bucket live at the last write;
--- t, the sum of the buckets from m on; c, v, the current bucket's start and
--- value (its field is written when the window moves on). Every number of a
--- record is an integer below 2^53: a counter beyond it keeps no record and is
--- read whole.
---
--- A counter comes to a script as two entries of KEYS, its hash then its head
--- (WS_KPC); the operations take a counter as the index of its hash (ws_ckey).
--- An operation reads a head once (ws_hget) and writes it once at its end if
--- it changed (ws_end), with the expiry of its newest record. The heads are
--- kept in tables reused from one operation to the next.
+-- The plain native hash, for servers without hash-field TTL: a counter is its
+-- buckets' hash and its key's head, a record of six doubles per window
+-- (struct.pack '<d...'): b, w, m, t, c, v as package nativehash's doc says,
+-- each an integer below 2^53 (a counter beyond it keeps no record and is read
+-- whole). A counter is two entries of KEYS, its hash then its head (WS_KPC);
+-- the operations take it as the index of its hash (ws_ckey). An operation
+-- reads a head once (ws_hget) and writes it once at its end if it changed
+-- (ws_end), with the expiry of its newest record, in tables reused from one
+-- operation to the next.
 
 local WS_RESERVED = {m = true, t = true}
 

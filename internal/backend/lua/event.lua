@@ -19,8 +19,8 @@
 --   WS_IT_QUIET    shape delta          add delta: 0
 --   WS_IT_LIMIT    shape limit cost     count cost only if the event admits:
 --                                       sum, retry ms, reset ms, refused (1
---                                       when this limit refused, in a
---                                       duplicate's first decision too)
+--                                       when it refused, in a duplicate's
+--                                       first too; fast.lua's: sum, reset ms)
 --   WS_IT_IFOK     shape delta          add delta only if the event admits
 --                                       (a limited counter's other tiers)
 --   WS_IT_DISTINCT shape n member...    add to the bucket's HyperLogLog
@@ -514,9 +514,9 @@ local function ws_op(H, i, k)
     return i + 3 + m, nk, ws_add, G
   elseif op == WS_OP_LIMITS then
     local P, G = ws_limits(ARGV[i + 1]), ws_newgroup(H)
-    for x = 1, #P, 4 do
-      local it = ws_item(WS_IT_LIMIT, ws_shape(H, P[x]), ws_ckey(k, 0), P[x + 2])
-      it.limit, it.cost, k = P[x + 1], P[x + 3], k + WS_KPC
+    for x = 1, #P, 5 do
+      local it = ws_item(WS_IT_LIMIT, ws_shape(H, P[x + 1]), ws_ckey(k, 0), P[x + 3])
+      it.limit, it.cost, k = P[x + 2], P[x + 4], k + WS_KPC
       G.items[#G.items + 1] = it
     end
     return i + 2, k, ws_group, G

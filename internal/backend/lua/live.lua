@@ -72,10 +72,9 @@ end
 --   low         the start of the oldest live bucket
 --   reset       ms from the instant until the current bucket leaves the window
 --   dead        the plain hash's codes of the buckets that left since each mark (ws_recsum)
--- A shape's table is kept from one call to the next (at most 256 shapes) and
--- filled in place for each new header: a new table per header would be
--- garbage to collect on every call. So a shape's table is its header's until
--- the next header's ws_shape.
+-- A shape's table is kept from call to call (at most 256 shapes) and filled
+-- in place for each new header, so as to make no garbage: it is its header's
+-- until the next header's ws_shape.
 local ws_shape = nil
 do
   local kept, nk = {}, 0
@@ -126,9 +125,10 @@ do
   end
 end
 
--- ws_limits parses WS_OP_LIMITS's list "shape limit cost ..." into {shape,
--- limit, cost as sent, cost, ...}, remembered (at most 64 lists: a list
--- repeats from call to call); one that is not such a list raises WS_E.ARGS.
+-- ws_limits parses WS_OP_LIMITS's list "shape limit cost ..." into {kind,
+-- shape, limit, cost as sent, cost, ...}, remembered (at most 64 lists: a
+-- list repeats from call to call); one that is not such a list raises
+-- WS_E.ARGS.
 local ws_limits = nil
 do
   local memo, n = {}, 0
@@ -136,10 +136,10 @@ do
     if memo[s] ~= nil then return memo[s] end
     local P, x = {}, 0
     for shape, limit, cost in string.gmatch(s, '(%S+) (%S+) (%S+)') do
-      P[x + 1], P[x + 2], P[x + 3], P[x + 4], x = shape, tonumber(limit), cost, tonumber(cost), x + 4
+      P[x + 1], P[x + 2], P[x + 3], P[x + 4], P[x + 5], x = WS_IT_LIMIT, shape, tonumber(limit), cost, tonumber(cost), x + 5
       if P[x - 2] == nil or P[x] == nil then x = 0 break end
     end
-    if x == 0 or select(2, string.gsub(s, '%S+', '')) * 4 ~= x * 3 then ws_err(WS_E.ARGS, 'a malformed list of limits') end
+    if x == 0 or select(2, string.gsub(s, '%S+', '')) * 5 ~= x * 3 then ws_err(WS_E.ARGS, 'a malformed list of limits') end
     if n >= 64 then memo, n = {}, 0 end
     memo[s], n = P, n + 1
     return P
