@@ -49,13 +49,24 @@ func traced(t *testing.T, c rueidis.Client, prefix, tag string, general bool) []
 	t.Helper()
 	var out []*store.Store
 	for _, sc := range []time.Duration{1, 10, 100} {
-		s, err := store.New(ctxT(t), c, store.Window{Length: 10 * sc * time.Second, Bucket: sc * time.Second},
-			store.WithPrefix(prefix), store.WithBackend("nativehash-plain"), hook.WithTrace(tag, general).(store.Option))
-		require.NoError(t, err)
-		out = append(out, s)
+		out = append(out, tracedWindow(t, c, prefix, tag, general, store.Window{Length: 10 * sc * time.Second, Bucket: sc * time.Second}))
 	}
 	return out
 }
+
+// tracedWindow is one such store, of window w.
+func tracedWindow(t *testing.T, c rueidis.Client, prefix, tag string, general bool, w store.Window) *store.Store {
+	t.Helper()
+	s, err := store.New(ctxT(t), c, w, store.WithPrefix(prefix), store.WithBackend("nativehash-plain"),
+		hook.WithTrace(tag, general).(store.Option))
+	require.NoError(t, err)
+	return s
+}
+
+// w12s3s is a window whose record agrees with 10s/1s's on its current and
+// oldest buckets whenever a 3 s bucket starts: only the record's window
+// tells the two apart.
+var w12s3s = store.Window{Length: 12 * time.Second, Bucket: 3 * time.Second}
 
 // TestFastPathDifferential drives the fast path and the pipeline alone (the
 // test-only switch: a trace with general on) with the same random
@@ -78,19 +89,8 @@ func TestFastPathDifferential(t *testing.T) {
 			tag := strings.ReplaceAll(harness.Prefix(t), ":", "")
 			fast := traced(t, c, pa, tag+"f", false)
 			slow := traced(t, c, pb, tag+"g", true)
-			// A fourth window, 12s/3s, whose record's bucket and oldest bucket
-			// are 10s/1s's whenever a 3 s bucket starts: only the record's
-			// window tells the two apart.
-			for i, p := range []string{pa, pb} {
-				s, err := store.New(ctx, c, store.Window{Length: 12 * time.Second, Bucket: 3 * time.Second}, store.WithPrefix(p),
-					store.WithBackend("nativehash-plain"), hook.WithTrace(tag+[]string{"f", "g"}[i], i == 1).(store.Option))
-				require.NoError(t, err)
-				if i == 0 {
-					fast = append(fast, s)
-				} else {
-					slow = append(slow, s)
-				}
-			}
+			fast = append(fast, tracedWindow(t, c, pa, tag+"f", false, w12s3s))
+			slow = append(slow, tracedWindow(t, c, pb, tag+"g", true, w12s3s))
 			rng := rand.New(rand.NewPCG(21, 4))
 			at := time.Date(2026, 12, 31, 23, 56, 0, 0, time.UTC)
 			amount := func() int64 {
@@ -266,9 +266,8 @@ func TestFastPathRecordByWindow(t *testing.T) {
 			prefix := harness.Prefix(t)
 			tag := strings.ReplaceAll(prefix, ":", "")
 			ss := traced(t, c, prefix, tag, false)
-			s3, err := store.New(ctx, c, store.Window{Length: 12 * time.Second, Bucket: 3 * time.Second}, store.WithPrefix(prefix),
-				store.WithBackend("nativehash-plain"), hook.WithTrace(tag, false).(store.Option))
-			require.NoError(t, err)
+			s3 := tracedWindow(t, c, prefix, tag, false, w12s3s)
+			var err error
 			at := time.Date(2026, 5, 1, 10, 0, 0, 100e6, time.UTC) // a 3 s bucket's first second
 			// Records made in both orders (k: 12s/3s first), each limited in
 			// both orders.
