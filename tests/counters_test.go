@@ -1,6 +1,11 @@
 package tests
 
 import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,4 +158,97 @@ func TestHeadExpiryCoversEveryWindow(t *testing.T) {
 			require.Zero(t, n)
 		})
 	}
+}
+
+// widestRead is an observer that keeps the most reads one Sum script call
+// carried.
+type widestRead struct{ most atomic.Int64 }
+
+func (w *widestRead) Start(ctx context.Context, _ string) (context.Context, func(error)) {
+	return ctx, func(error) {}
+}
+
+func (w *widestRead) Call(script string, ops int, _ time.Duration, _ error) {
+	for cur := w.most.Load(); script == "sum" && int64(ops) > cur && !w.most.CompareAndSwap(cur, int64(ops)); cur = w.most.Load() {
+	}
+}
+
+// TestSumRuns: the reads that share a script call go as runs of equal reads
+// (a SumMany, Sums of one window, maxima), each run followed by the next:
+// 48 callers read 20 keys, over the whole window and over its last 10 s,
+// and their maxima, with one call in flight, so that the calls mix them.
+// Each key's answers are its own (1001+2i, i+1 and 5000+i), so a read that
+// took another's keys is seen.
+func TestSumRuns(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		obs := &widestRead{}
+		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(64, 1), store.WithObserver(obs))
+		ctx := ctxT(t)
+		now := time.Now()
+		at := s.At(now)
+		keys := make([]string, 20)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+			_, err := s.At(now.Add(-20*time.Second)).Add(ctx, keys[i], int64(1000+i))
+			require.NoError(t, err)
+			_, err = at.Add(ctx, keys[i], int64(i+1))
+			require.NoError(t, err)
+			_, err = at.RecordStat(ctx, store.StatEvent{Key: keys[i], Stat: store.StatMax, Value: int64(5000 + i)})
+			require.NoError(t, err)
+		}
+		whole := func(i int) int64 { return int64(1001 + 2*i) }
+		last := func(i int) int64 { return int64(i + 1) }
+		var wg sync.WaitGroup
+		errs := make(chan error, 48)
+		for g := range 48 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := range 6 {
+					i := (g*7 + n*3) % len(keys)
+					var err error
+					switch (g + n) % 4 {
+					case 0:
+						var got []int64
+						if got, err = at.SumMany(ctx, keys[i:min(i+4, len(keys))]); err == nil {
+							for j, v := range got {
+								if v != whole(i+j) {
+									err = fmt.Errorf("SumMany: %s sums %d, want %d", keys[i+j], v, whole(i+j))
+								}
+							}
+						}
+					case 1:
+						var v int64
+						if v, err = at.Sum(ctx, keys[i]); err == nil && v != whole(i) {
+							err = fmt.Errorf("Sum: %s sums %d, want %d", keys[i], v, whole(i))
+						}
+					case 2:
+						var v int64
+						if v, err = at.Over(10*time.Second).Sum(ctx, keys[i]); err == nil && v != last(i) {
+							err = fmt.Errorf("Over(10s).Sum: %s sums %d, want %d", keys[i], v, last(i))
+						}
+					default:
+						var v []store.StatValue
+						if v, err = at.ReadStatMany(ctx, keys[i:min(i+3, len(keys))], store.StatMax); err == nil {
+							for j, m := range v {
+								if m.Value != int64(5000+i+j) {
+									err = fmt.Errorf("ReadStatMany: %s's max is %d, want %d", keys[i+j], m.Value, 5000+i+j)
+								}
+							}
+						}
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		require.Greater(t, obs.most.Load(), int64(4), "no script call carried the reads of several callers")
+	})
 }

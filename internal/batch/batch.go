@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -64,6 +65,11 @@ type Batcher struct {
 	// operation the number of its values, then the values, or -1 then an
 	// error (the store's write script): an operation's answer is its Vals.
 	Flat bool
+	// Runs reports a script that reads "*r" before an operation's
+	// arguments as r operations of those arguments, over the keys that
+	// follow (the Sum script): the operations of a call whose arguments
+	// are equal, one after another, go as one run.
+	Runs bool
 
 	mu     sync.Mutex
 	queue  []*Op
@@ -261,7 +267,14 @@ func (b *Batcher) run(batch []*Op, per int) {
 		g := find(o)
 		g.ops = append(g.ops, o)
 		g.call.Keys = append(g.call.Keys, o.keys...)
-		g.call.Args = append(g.call.Args, o.args...)
+		if !b.Runs {
+			g.call.Args = append(g.call.Args, o.args...)
+		}
+	}
+	if b.Runs {
+		for _, g := range groups {
+			g.call.Args = appendRuns(g.call.Args, g.ops)
+		}
 	}
 	calls := make([]backend.Call, len(groups))
 	for i, g := range groups {
@@ -298,6 +311,24 @@ func (b *Batcher) run(batch []*Op, per int) {
 			o.done <- struct{}{}
 		}
 	}
+}
+
+// appendRuns appends the arguments of ops to args, each run of operations
+// with equal arguments as "*r" and the arguments once (one operation alone,
+// without "*1").
+func appendRuns(args []string, ops []*Op) []string {
+	for i := 0; i < len(ops); {
+		r := 1
+		for i+r < len(ops) && slices.Equal(ops[i+r].args, ops[i].args) {
+			r++
+		}
+		if r > 1 {
+			args = append(args, "*"+strconv.Itoa(r))
+		}
+		args = append(args, ops[i].args...)
+		i += r
+	}
+	return args
 }
 
 // batchContext is the context of a batch's script call: its operations' own

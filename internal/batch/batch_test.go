@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/windowstore/windowstore/internal/resptest"
@@ -46,5 +47,16 @@ func TestFlatStopsAfterError(t *testing.T) {
 	}
 	if s, err := split("middle"); err != nil || s[0][0] != "err: WSARGS bad" || s[1][0] != "7" || s[2][0] != "8" {
 		t.Errorf("middle: %v, %v", s, err)
+	}
+}
+
+// TestAppendRuns: operations with equal arguments, one after another, go as
+// one run ("*r", then their arguments once); one alone goes as it is.
+func TestAppendRuns(t *testing.T) {
+	op := func(args ...string) *Op { return &Op{args: args} }
+	got := appendRuns([]string{"hdr"}, []*Op{op("s", "10"), op("s", "10"), op("s", "10"), op("s", "5"), op("t", "5"), op("t", "5"), op("s", "10")})
+	want := []string{"hdr", "*3", "s", "10", "s", "5", "*2", "t", "5", "s", "10"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("appendRuns = %q, want %q", got, want)
 	}
 }

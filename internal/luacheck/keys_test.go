@@ -3,6 +3,7 @@ package luacheck
 import (
 	"errors"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -558,6 +559,8 @@ func TestKeysDeclared(t *testing.T) {
 				{"sum", b.Sum, c("{a}", "{b}"), []string{shape, "10000", shape, "4000"}},
 				{"sums of one key", b.Sum, c("{u}:1", "{u}:2", "{u}:3"), []string{shape, "10000", shape2, "30000", shape3, "20000"}},
 				{"read extremes", b.Sum, []string{"{x}:max", "{x}:first"}, []string{shape, backend.XMax, shape, backend.XMin}},
+				{"a run of sums", b.Sum, c("{a}", "{b}", "{u}:1"), []string{"*2", shape, "10000", shape, "10000"}},
+				{"a run of extremes", b.Sum, []string{"{x}:max", "{x}:max"}, []string{"*2", shape, backend.XMax}},
 				{"inspect", b.Inspect, c("{a}"), []string{shape}},
 			}
 			for _, c := range calls {
@@ -699,6 +702,61 @@ func TestLimitsListMalformed(t *testing.T) {
 		}
 		if e, ok := out.RawGetInt(4).(*lua.LTable); !ok || !strings.HasPrefix(lua.LVAsString(e.RawGetString("err")), backend.CodeArgs+" ") {
 			t.Errorf("%s: the malformed operation's answer %v, want a %s error", b.Name, out.RawGetInt(4), backend.CodeArgs)
+		}
+	}
+}
+
+// TestSumRunsAnswer: the Sum script reads a run ("*r" before a pair) as r
+// counters or extremes over the keys that follow one another, and the pair
+// after a run over the keys after the run's, on every backend: each key
+// answers its own value.
+func TestSumRunsAnswer(t *testing.T) {
+	shape := backend.Shape(1000, 10000)
+	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	code, err := codec.New(time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := backend.Header(backend.ServerClock, code.YearStarts(at), 2000, "")
+	for _, b := range backends {
+		f := newFake()
+		ck := func(k string) []string {
+			if b.Head {
+				return []string{k + ":b", k + ":hd"}
+			}
+			return []string{k}
+		}
+		var keys, want []string
+		for i, k := range []string{"{a}", "{b}", "{c}"} { // counters of 1, 2, 3
+			if _, err := f.run(t, b.Write, at.UnixMilli(), ck(k), append(append([]string(nil), hdr...), backend.OpAdd, shape, strconv.Itoa(i+1))); err != nil {
+				t.Fatal(b.Name, err)
+			}
+		}
+		for i, k := range []string{"{x}", "{y}", "{z}"} { // maxima of 7, 8, 9
+			args := append(append([]string(nil), hdr...), backend.OpGroup, "1", "", "20000", "", backend.ItemExtreme, shape, backend.XMax, strconv.Itoa(7+i))
+			if _, err := f.run(t, b.Write, at.UnixMilli(), []string{k}, args); err != nil {
+				t.Fatal(b.Name, err)
+			}
+		}
+		args := append([]string(nil), hdr...)
+		// {x} {y} as a run of maxima, {a} {b} as a run of sums, {z}, then {c}.
+		args = append(args, "*2", shape, backend.XMax, "*2", shape, "10000", shape, backend.XMax, shape, "10000")
+		keys = append(append(append(append([]string{"{x}", "{y}"}, ck("{a}")...), ck("{b}")...), "{z}"), ck("{c}")...)
+		want = []string{"7", "8", "1", "2", "9", "3"}
+		if _, err := f.run(t, b.Sum, at.UnixMilli(), keys, args); err != nil {
+			t.Fatal(b.Name, err)
+		}
+		out, ok := f.ret.(*lua.LTable)
+		var got []string
+		for i := 1; ok && i <= out.Len(); i++ {
+			v := out.RawGetInt(i)
+			if x, ok := v.(*lua.LTable); ok { // an extreme: its value first
+				v = x.RawGetInt(1)
+			}
+			got = append(got, lua.LVAsString(v))
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: answers %q, want %q", b.Name, got, want)
 		}
 	}
 }
