@@ -647,17 +647,22 @@ func TestKeysDeclared(t *testing.T) {
 	}
 }
 
-// TestLimitsListMalformed: a list of limits (backend.OpLimits) that is not
-// "shape limit cost ..." fails the call with WSARGS and writes nothing, on
-// every backend; after another operation, it ends the call's batch.
-func TestLimitsListMalformed(t *testing.T) {
-	shape := backend.Shape(1000, 10000)
-	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+// oneWindow is a window of 10 s in buckets of 1 s, an instant, and a call's
+// header at that instant on the server's clock.
+func oneWindow(t *testing.T) (shape string, at time.Time, hdr []string) {
+	at = time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	code, err := codec.New(time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hdr := backend.Header(backend.ServerClock, code.YearStarts(at), 2000, "")
+	return backend.Shape(1000, 10000), at, backend.Header(backend.ServerClock, code.YearStarts(at), 2000, "")
+}
+
+// TestLimitsListMalformed: a list of limits (backend.OpLimits) that is not
+// "shape limit cost ..." fails the call with WSARGS and writes nothing, on
+// every backend; after another operation, it ends the call's batch.
+func TestLimitsListMalformed(t *testing.T) {
+	shape, at, hdr := oneWindow(t)
 	for _, b := range backends {
 		keys := []string{"{u}:1", "{u}:2"}
 		if b.Head {
@@ -711,13 +716,7 @@ func TestLimitsListMalformed(t *testing.T) {
 // after a run over the keys after the run's, on every backend: each key
 // answers its own value.
 func TestSumRunsAnswer(t *testing.T) {
-	shape := backend.Shape(1000, 10000)
-	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
-	code, err := codec.New(time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdr := backend.Header(backend.ServerClock, code.YearStarts(at), 2000, "")
+	shape, at, hdr := oneWindow(t)
 	for _, b := range backends {
 		f := newFake()
 		ck := func(k string) []string {

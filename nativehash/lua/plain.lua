@@ -227,15 +227,14 @@ local function ws_sumover(L, key, lb, pre)
   return ws_checked(C.sum, C.fits)
 end
 
--- ws_sumrun answers out[j .. j + n - 1], the window sums of the n counters
--- from KEYS index k (a run of one shape in a Sum call), their heads read in
--- one MGET and each record taken as ws_headsum takes it; a counter without a
--- record, or one ws_recsum cannot answer, takes ws_sumover.
+-- ws_sumrun answers out[j .. j + n - 1], the window sums of the n counters from
+-- KEYS index k (a run in a Sum call), their heads in one MGET, each record as
+-- ws_headsum takes it, else (no record, or ws_recsum cannot answer) ws_sumover.
 local function ws_sumrun(L, k, n, out, j)
   local hk = {}
   for x = 1, n do hk[x] = KEYS[k + WS_KPC * x - 1] end
   local heads = redis.call('MGET', unpack(hk, 1, n))
-  local b, w, f, len = L.b, L.w, ws_fmt(1), 8 * WS_REC
+  local b, w, f, len, run = L.b, L.w, ws_fmt(1), 8 * WS_REC, 0
   for x = 1, n do
     local s, key, sum = heads[x], k + WS_KPC * (x - 1), nil
     if s and #s % len == 0 then
@@ -248,10 +247,10 @@ local function ws_sumrun(L, k, n, out, j)
       end
     end
     if sum ~= nil then
-      ws_trace('sumrun')
-      out[j + x - 1] = sum
+      out[j + x - 1], run = sum, run + 1
     else
       out[j + x - 1] = ws_result(pcall(ws_sumover, L, key, w, s))
     end
   end
+  ws_trace('sumrun', run)
 end

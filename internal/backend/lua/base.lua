@@ -91,8 +91,9 @@ local function ws_tracefrom(arg)
   if ws_traces[tag] == nil then ws_traces[tag] = {} end
 end
 
-local function ws_trace(path)
+-- ws_trace counts n operations (one, if n is nil) that took path.
+local function ws_trace(path, n)
   if ws_tracing == nil then return end
   local t = ws_traces[ws_tracing.tag]
-  t[path] = (t[path] or 0) + 1
+  t[path] = (t[path] or 0) + (n or 1)
 end
