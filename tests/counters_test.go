@@ -173,12 +173,12 @@ func (w *widestRead) Call(script string, ops int, _ time.Duration, _ error) {
 	}
 }
 
-// TestSumRuns: the reads that share a script call go as runs of equal reads
-// (a SumMany, Sums of one window, maxima), each run followed by the next:
-// 48 callers read 20 keys, over the whole window and over its last 10 s,
-// and their maxima, with one call in flight, so that the calls mix them.
-// Each key's answers are its own (1001+2i, i+1 and 5000+i), so a read that
-// took another's keys is seen.
+// TestSumRuns: the reads that share a script call go as runs of equal reads,
+// each run followed by the next: 48 callers read 20 keys, with one call in
+// flight, so that their Sums over the whole window and over its last 10 s
+// share calls, between SumMany and ReadStatMany calls of maxima (each one
+// run, or several of its own). Each key's answers are its own (1001+2i, i+1
+// and 5000+i), so a read that took another's keys is seen.
 func TestSumRuns(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
 		obs := &widestRead{}
