@@ -163,7 +163,7 @@ func New(ctx context.Context, client rueidis.Client, w Window, opts ...Option) (
 		writes: batch.New(client, run, be.Write, "write", cfg.observer, cfg.batchOps, cfg.batchCalls).Flatten(),
 		reads:  batch.New(client, run, be.Sum, "sum", cfg.observer, cfg.batchOps, cfg.batchCalls),
 	}
-	s.reads.Runs = true // the Sum script reads a run of equal reads once (sum.lua)
+	s.writes.Runs, s.reads.Runs = true, true // the scripts read a run of equal operations' arguments once
 	return s, nil
 }
 

@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -160,17 +161,33 @@ func TestHeadExpiryCoversEveryWindow(t *testing.T) {
 	}
 }
 
-// widestRead is an observer that keeps the most reads one Sum script call
-// carried.
-type widestRead struct{ most atomic.Int64 }
+// widest is an observer that keeps the most operations one call of a script
+// ("sum", "write") carried.
+type widest struct {
+	script string
+	most   atomic.Int64
+}
 
-func (w *widestRead) Start(ctx context.Context, _ string) (context.Context, func(error)) {
+func (w *widest) Start(ctx context.Context, _ string) (context.Context, func(error)) {
 	return ctx, func(error) {}
 }
 
-func (w *widestRead) Call(script string, ops int, _ time.Duration, _ error) {
-	for cur := w.most.Load(); script == "sum" && int64(ops) > cur && !w.most.CompareAndSwap(cur, int64(ops)); cur = w.most.Load() {
+func (w *widest) Call(script string, ops int, _ time.Duration, _ error) {
+	for cur := w.most.Load(); script == w.script && int64(ops) > cur && !w.most.CompareAndSwap(cur, int64(ops)); cur = w.most.Load() {
 	}
+}
+
+// race runs fn(g) for g in [0, n) at once, and waits for them all.
+func race(n int, fn func(g int)) {
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(g)
+		}()
+	}
+	wg.Wait()
 }
 
 // TestSumRuns: the reads that share a script call go as runs of equal reads,
@@ -181,7 +198,7 @@ func (w *widestRead) Call(script string, ops int, _ time.Duration, _ error) {
 // and 5000+i), so a read that took another's keys is seen.
 func TestSumRuns(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
-		obs := &widestRead{}
+		obs := &widest{script: "sum"}
 		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(64, 1), store.WithObserver(obs))
 		ctx := ctxT(t)
 		now := time.Now()
@@ -198,57 +215,110 @@ func TestSumRuns(t *testing.T) {
 		}
 		whole := func(i int) int64 { return int64(1001 + 2*i) }
 		last := func(i int) int64 { return int64(i + 1) }
-		var wg sync.WaitGroup
 		errs := make(chan error, 48)
-		for g := range 48 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := range 6 {
-					i := (g*7 + n*3) % len(keys)
-					var err error
-					switch (g + n) % 4 {
-					case 0:
-						var got []int64
-						if got, err = at.SumMany(ctx, keys[i:min(i+4, len(keys))]); err == nil {
-							for j, v := range got {
-								if v != whole(i+j) {
-									err = fmt.Errorf("SumMany: %s sums %d, want %d", keys[i+j], v, whole(i+j))
-								}
-							}
-						}
-					case 1:
-						var v int64
-						if v, err = at.Sum(ctx, keys[i]); err == nil && v != whole(i) {
-							err = fmt.Errorf("Sum: %s sums %d, want %d", keys[i], v, whole(i))
-						}
-					case 2:
-						var v int64
-						if v, err = at.Over(10*time.Second).Sum(ctx, keys[i]); err == nil && v != last(i) {
-							err = fmt.Errorf("Over(10s).Sum: %s sums %d, want %d", keys[i], v, last(i))
-						}
-					default:
-						var v []store.StatValue
-						if v, err = at.ReadStatMany(ctx, keys[i:min(i+3, len(keys))], store.StatMax); err == nil {
-							for j, m := range v {
-								if m.Value != int64(5000+i+j) {
-									err = fmt.Errorf("ReadStatMany: %s's max is %d, want %d", keys[i+j], m.Value, 5000+i+j)
-								}
+		race(48, func(g int) {
+			for n := range 6 {
+				i := (g*7 + n*3) % len(keys)
+				var err error
+				switch (g + n) % 4 {
+				case 0:
+					var got []int64
+					if got, err = at.SumMany(ctx, keys[i:min(i+4, len(keys))]); err == nil {
+						for j, v := range got {
+							if v != whole(i+j) {
+								err = fmt.Errorf("SumMany: %s sums %d, want %d", keys[i+j], v, whole(i+j))
 							}
 						}
 					}
-					if err != nil {
-						errs <- err
-						return
+				case 1:
+					var v int64
+					if v, err = at.Sum(ctx, keys[i]); err == nil && v != whole(i) {
+						err = fmt.Errorf("Sum: %s sums %d, want %d", keys[i], v, whole(i))
+					}
+				case 2:
+					var v int64
+					if v, err = at.Over(10*time.Second).Sum(ctx, keys[i]); err == nil && v != last(i) {
+						err = fmt.Errorf("Over(10s).Sum: %s sums %d, want %d", keys[i], v, last(i))
+					}
+				default:
+					var v []store.StatValue
+					if v, err = at.ReadStatMany(ctx, keys[i:min(i+3, len(keys))], store.StatMax); err == nil {
+						for j, m := range v {
+							if m.Value != int64(5000+i+j) {
+								err = fmt.Errorf("ReadStatMany: %s's max is %d, want %d", keys[i+j], m.Value, 5000+i+j)
+							}
+						}
 					}
 				}
-			}()
-		}
-		wg.Wait()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
 		close(errs)
 		for err := range errs {
 			t.Error(err)
 		}
 		require.Greater(t, obs.most.Load(), int64(4), "no script call carried the reads of several callers")
+	})
+}
+
+// TestWriteRuns: writes that share a script call go as runs of equal
+// operations, each atomic and answered on its own: 48 callers add 1 and
+// allow 1 under a limit of 1,000 on 16 keys, with one call in flight, so
+// that their operations share calls as runs, and a key of another type
+// among them fails alone. Every key counts each of its writes once.
+func TestWriteRuns(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		obs := &widest{script: "write"}
+		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(64, 1), store.WithObserver(obs))
+		ctx := ctxT(t)
+		c := srv.Client(t)
+		at := s.At(time.Now())
+		require.NoError(t, c.Do(ctx, c.B().Set().Key(counterKey(t, s, "bad")).Value("not a counter").Build()).Error())
+		keys := make([]string, 16)
+		for i := range keys {
+			keys[i] = "k" + strconv.Itoa(i)
+		}
+		var wrong atomic.Int64
+		race(48, func(g int) {
+			for n := range 8 {
+				k := keys[(g+n*5)%len(keys)]
+				var err error
+				switch (g + n) % 3 {
+				case 0:
+					_, err = at.Add(ctx, k, 1)
+				case 1:
+					var d store.Decision
+					if d, err = at.Allow(ctx, k, 1000, 1); err == nil && !d.Allowed {
+						err = fmt.Errorf("%s refused", k)
+					}
+				default:
+					if _, err = at.Add(ctx, "bad", 1); !errors.Is(err, store.ErrWrongType) {
+						err = fmt.Errorf("the key of another type: %v, want ErrWrongType", err)
+					} else {
+						err = nil
+					}
+				}
+				if err != nil {
+					t.Error(err)
+					wrong.Add(1)
+				}
+			}
+		})
+		require.Zero(t, wrong.Load())
+		want := make([]int64, len(keys))
+		for g := range 48 {
+			for n := range 8 {
+				if (g+n)%3 != 2 {
+					want[(g+n*5)%len(keys)]++
+				}
+			}
+		}
+		got, err := at.SumMany(ctx, keys)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "each write counted once")
+		require.Greater(t, obs.most.Load(), int64(4), "no script call carried the writes of several callers")
 	})
 }

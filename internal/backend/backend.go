@@ -170,8 +170,9 @@ var StoreExtras = []ACLRule{
 type Backend struct {
 	Spec
 	// Write runs a batch of write operations (see write.lua); Sum answers the
-	// sums of many counters, a run of equal reads sent once (see sum.lua);
-	// Inspect lists one counter's fields. Sum and Inspect are read-only.
+	// sums of many counters; both take a run of equal operations' arguments
+	// once. Inspect lists one counter's fields. Sum and Inspect are
+	// read-only.
 	Write, Sum, Inspect *Script
 	// Library is the three scripts as one Redis Functions library, which a
 	// Runner prefers to EVALSHA.

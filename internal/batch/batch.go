@@ -67,8 +67,8 @@ type Batcher struct {
 	Flat bool
 	// Runs reports a script that reads "*r" before an operation's
 	// arguments as r operations of those arguments, over the keys that
-	// follow (the Sum script): the operations of a call whose arguments
-	// are equal, one after another, go as one run.
+	// follow (the store's Write and Sum scripts): the operations of a call
+	// whose arguments are equal, one after another, go as one run.
 	Runs bool
 
 	mu     sync.Mutex

@@ -759,3 +759,38 @@ func TestSumRunsAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteRunsAnswer: the Write script reads a run ("*r" before an
+// operation) as r operations over the keys that follow one another, each
+// answering on its own, and the operation after a run over the keys after
+// the run's, on every backend.
+func TestWriteRunsAnswer(t *testing.T) {
+	shape, at, hdr := oneWindow(t)
+	for _, b := range backends {
+		f := newFake()
+		ck := func(ks ...string) []string {
+			var out []string
+			for _, k := range ks {
+				if b.Head {
+					out = append(out, k+":b", k+":hd")
+				} else {
+					out = append(out, k)
+				}
+			}
+			return out
+		}
+		args := append(append([]string(nil), hdr...), "*2", backend.OpAdd, shape, "1", backend.OpAdd, shape, "5", "*3", backend.OpAdd, shape, "3")
+		if _, err := f.run(t, b.Write, at.UnixMilli(), ck("{a}", "{b}", "{c}", "{a}", "{x}", "{c}"), args); err != nil {
+			t.Fatal(b.Name, err)
+		}
+		out, ok := f.ret.(*lua.LTable)
+		var got []string
+		for i := 1; ok && i <= out.Len(); i++ {
+			got = append(got, lua.LVAsString(out.RawGetInt(i)))
+		}
+		want := []string{"1", "1", "1", "1", "1", "5", "1", "4", "1", "3", "1", "8"}
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: answers %q, want %q", b.Name, got, want)
+		}
+	}
+}
