@@ -65,7 +65,16 @@ import (
 	"github.com/windowstore/windowstore/store"
 )
 
-// Rule is one limiting rule.
+// Rule is one limiting rule: which requests it applies to (Match), the key
+// each is charged to (Key) and the limits that decide it (Limiters, and Also
+// for more keys of the request, InFlight for requests in flight). Name, Key
+// and Limiters or InFlight are required; every other field's zero value is
+// the usual choice: every request matches, a cost of 1, fail closed, and a
+// refusal answered 429. New checks the rules and refuses a bad one with
+// store.ErrInvalid. For example, 100 requests a minute per client IP:
+//
+//	perMinute, _ := limit.NewSlidingWindow(st, "perminute", 100)
+//	mw, err := httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.ClientIP(), Limiters: []limit.Limiter{perMinute}}})
 type Rule struct {
 	// Name names the rule in keys, metrics and errors. It must be a
 	// Structured Fields token (see limit.Policy).

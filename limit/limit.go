@@ -2,20 +2,20 @@
 // interface, five algorithms behind it, each atomic in one round trip on the
 // server's clock.
 //
-//   - SlidingWindow: the bucketed window of package store. Memory is one hash
+//   - NewSlidingWindow: the bucketed window of package store. Memory is one hash
 //     field per bucket, whatever the rate; precision is one bucket.
-//   - Log: the common exact sliding log on a sorted set, done right:
+//   - NewLog: the common exact sliding log on a sorted set, done right:
 //     unique members (a random nonce per call, so two requests in one
 //     millisecond never collide), refused requests never recorded, the check
 //     and the add in one script, and a key that expires with its newest event.
 //     Exact to the millisecond, but memory grows with every admitted event.
-//   - FixedWindow: a counter per aligned window, incremented and given its
+//   - NewFixedWindow: a counter per aligned window, incremented and given its
 //     expiry in one script. Cheapest, but up to twice the limit can pass
 //     around a window edge.
-//   - GCRA: the generic cell rate algorithm, a token bucket kept as one
+//   - NewGCRA: the generic cell rate algorithm, a token bucket kept as one
 //     timestamp per key: a smooth rate with bursts up to a burst size,
 //     exact to the ms, in constant memory.
-//   - Windows: several sliding windows of one key ("5 a minute, 100 an
+//   - NewWindows: several sliding windows of one key ("5 a minute, 100 an
 //     hour") kept as one counter: a running total, and per window a mark,
 //     so an event reads and writes one total whatever the number of windows.
 //
@@ -44,15 +44,14 @@
 // Combine for sliding windows whose counters are also a store's, Degrade to
 // survive a server outage, Shadow to try a limit before enforcing it.
 //
-// Keys come from user input and go through package keyspace, as the store's
-// do: escaped, with no hash tag of the caller's choosing, and with the key's
-// own hash tag, so that every limiter's state for one key lives in one
-// Redis Cluster slot. A limiter keeps key's state under its policy name, so
+// Keys come from user input and are escaped as the store's are: no hash tag
+// of the caller's choosing, and the key's own hash tag, so that every
+// limiter's state for one key lives in one Redis Cluster slot. A limiter keeps key's state under its policy name, so
 // several limiters can share a prefix and a key:
 //
-//	Log, FixedWindow, GCRA  prefix + "{" + escape(key) + "}:" + name
-//	Windows                 prefix + "{" + escape(key) + "}:" + name + ":" + shapes, then ":2"...
-//	SlidingWindow           the store's prefix + "{" + escape(key) + "}:" + name + ":" + shape
+//	NewLog, NewFixedWindow, NewGCRA  prefix + "{" + escape(key) + "}:" + name
+//	NewWindows                       prefix + "{" + escape(key) + "}:" + name + ":" + shapes, then ":2"...
+//	NewSlidingWindow                 the store's prefix + "{" + escape(key) + "}:" + name + ":" + shape
 //
 // Limiters are safe for concurrent use. Their zero values are not usable;
 // create them with the New functions.
@@ -86,7 +85,19 @@ type Policy struct {
 	Burst int64
 }
 
-// A Limiter admits or refuses requests per key.
+// A Limiter admits or refuses requests per key. Allow is the method to call;
+// AllowAt decides at an instant of the caller's (backfills, replays, tests),
+// and Policy describes the limiter for headers and logs. Every constructor of
+// this package returns one (NewSlidingWindow, NewWindows, NewLog,
+// NewFixedWindow, NewGCRA, Combine, Shadow), and every one is safe for
+// concurrent use. A nil Limiter is not usable.
+//
+// A refusal counts nothing, and its Decision says when to retry:
+//
+//	d, err := perMinute.Allow(ctx, "ip:1.2.3.4", 1)
+//	if err == nil && !d.Allowed {
+//		// d.RetryAfter: the same cost fits then, and not a millisecond before.
+//	}
 type Limiter interface {
 	// Policy returns the limiter's policy.
 	Policy() Policy

@@ -8,6 +8,10 @@
 #   RUNS=5 DURATION=10s ENVOY_RATELIMIT_BIN=... ./scripts/rls-bench.sh
 #   ENVOY_RATELIMIT_BIN=... ./scripts/rls-bench.sh --windowstored-rule "bucket: 6s"
 #                                         more flags go to tools/rlsbench
+#   RECORD=sliding60 RUNS=5 ENVOY_RATELIMIT_BIN=... ./scripts/rls-bench.sh
+#   RECORD=bucket6s RUNS=5 ENVOY_RATELIMIT_BIN=... ./scripts/rls-bench.sh --windowstored-rule "bucket: 6s"
+#                                         record the figures as the README's
+#                                         table's setting, and render it
 #
 # envoyproxy/ratelimit is not part of this repository, and nothing here builds
 # it: build it yourself from its public source (README.md shows how) and point
@@ -31,6 +35,13 @@ pinned_redis "$name" "$port"
 
 (cd cmd/windowstored && go build -o "$bin/windowstored" .)
 (cd tools && go build -o "$bin/rlsbench" ./rlsbench)
-echo "rls-bench: Redis $version pinned to core $((cpus - 1)), $runs runs of $duration per service, $(date -u +%Y-%m-%d)" >&2
+how="Redis $version pinned to a core of its own; medians of $runs alternating runs of $duration per service, and their range; $(date -u +%Y-%m-%d)."
+echo "rls-bench: $how" >&2
+if [ -z "${RECORD:-}" ]; then
+  "${client_pin[@]}" "$bin/rlsbench" --redis "127.0.0.1:$port" --windowstored "$bin/windowstored" \
+    --envoy "$ENVOY_RATELIMIT_BIN" --runs "$runs" --duration "$duration" "$@"
+  exit 0
+fi
 "${client_pin[@]}" "$bin/rlsbench" --redis "127.0.0.1:$port" --windowstored "$bin/windowstored" \
-  --envoy "$ENVOY_RATELIMIT_BIN" --runs "$runs" --duration "$duration" "$@"
+  --envoy "$ENVOY_RATELIMIT_BIN" --runs "$runs" --duration "$duration" --json "$@" | tee "$bin/rls.json"
+(cd tools && go run ./figures -rls "$bin/rls.json" -rls-name "$RECORD" -how "$how")

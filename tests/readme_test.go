@@ -150,3 +150,38 @@ func main() {}
 		t.Fatalf("Go snippets do not compile:\n%s\nthe program built (main.go):\n%s", out, strings.Join(lines, "\n"))
 	}
 }
+
+// TestTestingDocNamesTests: every test and fuzz target that docs/testing.md
+// names exists in some test file of the repository, so its map from claims
+// to tests never points at a renamed or deleted test.
+func TestTestingDocNamesTests(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "testing.md"))
+	require.NoError(t, err)
+	defined := map[string]bool{}
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz)[A-Za-z0-9_]+)\(`)
+	err = filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != ".." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	named := regexp.MustCompile("`((?:Test|Fuzz)[A-Z][A-Za-z0-9_]*)`").FindAllStringSubmatch(string(doc), -1)
+	require.NotEmpty(t, named)
+	for _, m := range named {
+		require.True(t, defined[m[1]], "docs/testing.md names %s, which no test file defines", m[1])
+	}
+}

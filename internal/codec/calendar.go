@@ -26,8 +26,8 @@ func (utcCalendar) Year(t time.Time) (start, next time.Time) {
 // UTC year start. It exists for tests that must see codes wrap at an instant of
 // their choosing, for example a few seconds from now:
 //
-//	_, next := fieldcodec.UTC.Year(time.Now())
-//	cal := fieldcodec.Shifted(time.Until(next) * -1 + 5*time.Second)
+//	_, next := codec.UTC.Year(time.Now())
+//	cal := codec.Shifted(time.Until(next) * -1 + 5*time.Second)
 //
 // Production code has no reason to use it.
 func Shifted(offset time.Duration) Calendar { return shifted{offset} }

@@ -8,6 +8,9 @@
 //	go run ./tools/figures -bench FILE -how TEXT
 //	                                    # record the bench's --json lines
 //	                                    # (FILE, - for stdin), then rewrite
+//	go run ./tools/figures -rls FILE -rls-name NAME -how TEXT
+//	                                    # record tools/rlsbench's --json lines
+//	                                    # as the README's setting NAME
 //
 // The figures themselves come from the tests that measure them (package
 // figures) and from scripts/bench.sh.
@@ -30,10 +33,17 @@ import (
 func main() {
 	check := flag.Bool("check", false, "only check that the docs' tables are up to date")
 	benchFile := flag.String("bench", "", "record the lines of the bench's --json output (tools/bench) from this file (- for stdin) first")
-	how := flag.String("how", "", "with -bench: how the figures were measured, for the docs")
+	rlsFile := flag.String("rls", "", "record the lines of tools/rlsbench's --json output from this file (- for stdin) first")
+	rlsName := flag.String("rls-name", "", "with -rls: the windowstored setting they measured, one of the README's ("+rlsNames()+")")
+	how := flag.String("how", "", "with -bench or -rls: how the figures were measured, for the docs")
 	flag.Parse()
 	if *benchFile != "" {
 		if err := recordBench(*benchFile, *how); err != nil {
+			fail(err)
+		}
+	}
+	if *rlsFile != "" {
+		if err := recordRLS(*rlsFile, *rlsName, *how); err != nil {
 			fail(err)
 		}
 	}
@@ -192,6 +202,94 @@ func recordBench(path, how string) error {
 		f["bench/how"] = figures.Figure{How: how}
 	}
 	fmt.Printf("figures: %d benchmark results recorded\n", n)
+	return f.Write(figures.Path())
+}
+
+// rlsLine is a line of tools/rlsbench's --json output: one service's figures.
+type rlsLine struct {
+	Service      string  `json:"service"`
+	Decisions    float64 `json:"decisions_per_sec"`
+	DecisionsMin float64 `json:"decisions_per_sec_min"`
+	DecisionsMax float64 `json:"decisions_per_sec_max"`
+	CPUUs        float64 `json:"server_cpu_us_per_decision"`
+	CPUUsMin     float64 `json:"server_cpu_us_per_decision_min"`
+	CPUUsMax     float64 `json:"server_cpu_us_per_decision_max"`
+	Errors       int64   `json:"errors"`
+}
+
+func rlsNames() string {
+	var names []string
+	for _, v := range render.RLSVariants {
+		names = append(names, v.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+// recordRLS replaces the figures of setting name (rls/NAME/) with one
+// invocation of tools/rlsbench: both services' medians and ranges, and
+// windowstored's CPU per decision against envoyproxy/ratelimit's.
+func recordRLS(path, name, how string) error {
+	if !strings.Contains(", "+rlsNames()+", ", ", "+name+", ") {
+		return fmt.Errorf("-rls-name %q is not one of %s", name, rlsNames())
+	}
+	if how == "" {
+		return fmt.Errorf("-rls needs -how: how the figures were measured")
+	}
+	in := os.Stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	got := map[string]rlsLine{}
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var l rlsLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			return fmt.Errorf("rlsbench line %q: %w", line, err)
+		}
+		if l.Errors > 0 {
+			return fmt.Errorf("rlsbench: %s had %d errors: not recorded", l.Service, l.Errors)
+		}
+		got[l.Service] = l
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	envoy, ok1 := got["envoyproxy/ratelimit"]
+	ws, ok2 := got["windowstored"]
+	if !ok1 || !ok2 || envoy.CPUUs <= 0 {
+		return fmt.Errorf("rlsbench: %s holds no line of envoyproxy/ratelimit and of windowstored", path)
+	}
+	f, err := figures.Load(figures.Path())
+	if err != nil {
+		return err
+	}
+	p := "rls/" + name + "/"
+	for k := range f {
+		if strings.HasPrefix(k, p) {
+			delete(f, k)
+		}
+	}
+	for svc, l := range map[string]rlsLine{"envoy": envoy, "windowstored": ws} {
+		q := p + svc + "/"
+		f[q+"decisions"] = figures.Figure{Value: l.Decisions, Unit: "/s"}
+		f[q+"decisions_min"] = figures.Figure{Value: l.DecisionsMin, Unit: "/s"}
+		f[q+"decisions_max"] = figures.Figure{Value: l.DecisionsMax, Unit: "/s"}
+		f[q+"cpu_us"] = figures.Figure{Value: l.CPUUs, Unit: "µs"}
+		f[q+"cpu_us_min"] = figures.Figure{Value: l.CPUUsMin, Unit: "µs"}
+		f[q+"cpu_us_max"] = figures.Figure{Value: l.CPUUsMax, Unit: "µs"}
+	}
+	f[p+"cpu_vs_envoy"] = figures.Figure{Value: ws.CPUUs / envoy.CPUUs, Unit: "x"}
+	f[p+"how"] = figures.Figure{How: how}
+	fmt.Printf("figures: windowstored beside envoyproxy/ratelimit recorded as %s\n", name)
 	return f.Write(figures.Path())
 }
 

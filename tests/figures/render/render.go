@@ -23,6 +23,7 @@ var renderers = map[string]func(figures.File) string{
 	"distinct": distinct,
 	"stats":    stats,
 	"bench":    bench,
+	"rls":      rls,
 }
 
 // README returns a document (README.md or a file of docs/) with every figure
@@ -300,3 +301,37 @@ func bench(f figures.File) string {
 // BenchOps are the bench's operations (tools/bench), in the table's order.
 var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "refuse", "refuseat", "allow3", "windows", "windows3", "refuse3", "refuse3at", "allow3x", "refuse3x", "attack",
 	"record6", "record6id", "record8", "record6x", "observe", "distinct", "distincthot", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
+
+// RLSVariants are the windowstored settings of the README's table beside
+// envoyproxy/ratelimit (scripts/rls-bench.sh with RECORD=NAME), in its order:
+// each measured in an invocation of its own, beside envoyproxy/ratelimit.
+var RLSVariants = []struct{ Name, Label string }{
+	{"sliding60", "windowstored (sliding windows of 60 buckets, all or nothing)"},
+	{"bucket6s", "windowstored, `bucket: 6s` (10 buckets)"},
+}
+
+// rls renders windowstored beside envoyproxy/ratelimit: envoyproxy/ratelimit's
+// row from the first variant's invocation, and each variant's with its CPU per
+// decision against envoyproxy/ratelimit's in the same invocation.
+func rls(f figures.File) string {
+	first := "rls/" + RLSVariants[0].Name + "/"
+	if _, ok := f[first+"windowstored/cpu_us"]; !ok {
+		return "Not measured yet: run `RECORD=" + RLSVariants[0].Name + " ./scripts/rls-bench.sh`.\n"
+	}
+	row := func(b *strings.Builder, label, p, ratio string) {
+		fmt.Fprintf(b, "| %s | %s (%s-%s) | %s µs (%s-%s) | %s |\n", label, thousands(f[p+"decisions"].Value),
+			thousands(f[p+"decisions_min"].Value), thousands(f[p+"decisions_max"].Value), get(f, p+"cpu_us", "%.1f"),
+			get(f, p+"cpu_us_min", "%.1f"), get(f, p+"cpu_us_max", "%.1f"), ratio)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\n", f[first+"how"].How)
+	b.WriteString("| service | decisions/s | Redis CPU per decision | CPU vs envoyproxy/ratelimit |\n|---|---:|---:|---:|\n")
+	row(&b, "envoyproxy/ratelimit (fixed windows)", first+"envoy/", "1.00x")
+	for _, v := range RLSVariants {
+		p := "rls/" + v.Name + "/"
+		if _, ok := f[p+"windowstored/cpu_us"]; ok {
+			row(&b, v.Label, p+"windowstored/", get(f, p+"cpu_vs_envoy", "%.2fx"))
+		}
+	}
+	return b.String()
+}
