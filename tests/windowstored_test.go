@@ -429,6 +429,42 @@ func TestWindowstoredRLS(t *testing.T) {
 		// in the same counter, as envoyproxy/ratelimit's (its key is the
 		// descriptor's and the unit's): 2 counted, and this one.
 		require.Equal(t, uint32(0), d.ask(t, "shop", 0, desc("user=u-own")).Statuses[0].LimitRemaining)
+		// Of a descriptor with no configured limit: a sliding window of its
+		// unit, whose reset is when the admitted call leaves it, an hour on.
+		reset := d.ask(t, "shop", 0, own(1, typepb.RateLimitUnit_HOUR, "unconfigured=x")).Statuses[0].DurationUntilReset.AsDuration()
+		require.Greater(t, reset, 59*time.Minute, "a sliding hour's reset")
+		// Of a fixed configured limit (tenant: 100 an hour, fixed): a fixed
+		// window, of that limit's counter in the same unit, resetting when
+		// the hour ends, as envoyproxy/ratelimit's; of another unit, a fixed
+		// window of its own.
+		before := time.Now()
+		for i := 0; i < 2; i++ {
+			require.Equal(t, ok, d.ask(t, "shop", 0, own(2, typepb.RateLimitUnit_HOUR, "tenant=t-own")).OverallCode)
+		}
+		r := d.ask(t, "shop", 0, own(2, typepb.RateLimitUnit_HOUR, "tenant=t-own"))
+		require.Equal(t, over, r.OverallCode)
+		hourReset := r.Statuses[0].DurationUntilReset.AsDuration()
+		shared := d.ask(t, "shop", 0, desc("tenant=t-own")).Statuses[0].LimitRemaining
+		bm := time.Now()
+		minute := d.ask(t, "shop", 0, own(1, typepb.RateLimitUnit_MINUTE, "tenant=t-own2")).Statuses[0].DurationUntilReset.AsDuration()
+		after := time.Now()
+		if bm.Truncate(time.Minute) == after.Truncate(time.Minute) {
+			// (Within 100 ms: the server's clock and its ms rounding.)
+			require.LessOrEqual(t, minute, after.Truncate(time.Minute).Add(time.Minute).Sub(bm)+100*time.Millisecond, "a fixed minute's reset is its end")
+		}
+		if before.Truncate(time.Hour) != after.Truncate(time.Hour) {
+			t.Skip("the hour ended during the calls")
+		}
+		require.LessOrEqual(t, hourReset, after.Truncate(time.Hour).Add(time.Hour).Sub(before)+100*time.Millisecond, "a fixed hour's reset is its end")
+		require.Equal(t, uint32(97), shared, "the tenant's limit counts in the override's counter: 2 and this one of 100")
+		// Of a sliding configured limit of the same unit (api=v1*, method: 2 a
+		// second in 500 ms buckets): its window and counter.
+		start := time.Now()
+		require.Equal(t, ok, d.ask(t, "shop", 0, own(1, typepb.RateLimitUnit_SECOND, "api=v1own", "method=GET")).OverallCode)
+		left := d.ask(t, "shop", 0, desc("api=v1own", "method=GET")).Statuses[0].LimitRemaining
+		if time.Since(start) < 400*time.Millisecond { // (else the first call may have left the window)
+			require.Equal(t, uint32(0), left, "the method's limit counts in the override's counter: 1 and this one of 2")
+		}
 		// A unit with no window is the client's error.
 		_, err := d.rls.ShouldRateLimit(ctxT(t), &rlspb.RateLimitRequest{Domain: "shop",
 			Descriptors: []*ratelimitpb.RateLimitDescriptor{own(1, typepb.RateLimitUnit_UNKNOWN, "user=u-own")}})

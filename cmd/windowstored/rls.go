@@ -110,7 +110,7 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 		r := root.match(d.GetEntries())
 		if o := d.GetLimit(); o != nil {
 			var err error
-			if r, err = overrideRule(domain, o); err != nil {
+			if r, err = overrideRule(domain, o, r); err != nil {
 				return bad(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
 		}
@@ -541,17 +541,30 @@ func (s *server) failed(domain string, outcome *httplimit.Outcome, err error) (*
 	return nil, status.Error(code, "windowstored: "+strings.TrimPrefix(err.Error(), "windowstored: "))
 }
 
-// overrideRule is the rule of a descriptor that carries its own limit: a
-// sliding window of its unit. envoy.type.v3.RateLimitUnit numbers its units as
-// the response's RateLimit.Unit does.
-func overrideRule(domain string, o *ratelimitpb.RateLimitDescriptor_RateLimitOverride) (*rule, error) {
+// overrideRule is the rule of a descriptor that carries its own limit, a
+// window of its unit, in place of the configured rule it matched (nil: none).
+// It keeps that rule's algorithm when it is a fixed or sliding window, and of
+// the same unit its window too, so that both count in one counter, as
+// envoyproxy/ratelimit's limits of one descriptor and unit share theirs;
+// otherwise (no rule, GCRA, unlimited) it is a sliding window of its unit.
+// envoy.type.v3.RateLimitUnit numbers its units as the response's
+// RateLimit.Unit does.
+func overrideRule(domain string, o *ratelimitpb.RateLimitDescriptor_RateLimitOverride, matched *rule) (*rule, error) {
 	u := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	length := unitLength(u)
 	if length == 0 {
 		return nil, fmt.Errorf("limit override: unit %v: want SECOND to YEAR", o.GetUnit())
 	}
-	r := &rule{path: domain + " (override)", limit: int64(o.GetRequestsPerUnit()), unit: u,
-		window: store.Window{Length: length, Bucket: defaultBucket(length)}}
+	w := store.Window{Length: length, Bucket: defaultBucket(length)}
+	if matched != nil && !matched.gcra && !matched.unlimited {
+		switch {
+		case matched.window.Length == length:
+			w = matched.window
+		case matched.window.Bucket == matched.window.Length:
+			w.Bucket = length // fixed, as the rule it replaces
+		}
+	}
+	r := &rule{path: domain + " (override)", limit: int64(o.GetRequestsPerUnit()), unit: u, window: w}
 	if err := r.window.Validate(); err != nil {
 		return nil, fmt.Errorf("limit override: unit %v: %w", o.GetUnit(), err)
 	}
