@@ -214,7 +214,7 @@ const (
 	Refused    Outcome = "refused"     // 429 from a limiter
 	LocalShed  Outcome = "local_shed"  // 429 from the local tier, no server call
 	FailedOpen Outcome = "failed_open" // a limiter failed; admitted
-	FailedShut Outcome = "failed_closed"
+	FailedClosed Outcome = "failed_closed"
 	// BadKey: 400 (or 431), the request's key or cost refused: by the key
 	// function, for a key over 1,024 bytes, for a negative cost, or by a
 	// limiter (store.ErrInvalid). Never admitted by FailOpen.
@@ -450,7 +450,7 @@ func serve(o *options, rule *compiled, w http.ResponseWriter, r *http.Request, r
 			observe(FailedOpen)
 			return true
 		}
-		observe(FailedShut)
+		observe(FailedClosed)
 		http.Error(w, "rate limiter unavailable", http.StatusServiceUnavailable)
 		return false
 	}

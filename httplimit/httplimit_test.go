@@ -247,7 +247,7 @@ func TestDegraded(t *testing.T) {
 	if code, _, _ := do(t, mw(ok), map[string]string{"X-User": "u"}); code != 429 || r.got[len(r.got)-1] != DegradedRefused {
 		t.Fatalf("a degraded refusal went to the local tier: %d %v", code, r.got)
 	}
-	if d.State() != "open" || !errors.Is(d.Health(), limit.ErrUnavailable) {
+	if d.State() != "open" || !errors.Is(d.Health(), limit.ErrServerDown) {
 		t.Fatalf("breaker %v, health %v", d.State(), d.Health())
 	}
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/windowstore/windowstore/store"
 )
 
-// ErrUnavailable reports a server that a Degraded limiter cannot reach and
+// ErrServerDown reports a server that a Degraded limiter cannot reach and
 // cannot stand in for: its breaker is open (Degraded.Health) or its
 // in-process limiter is full.
-var ErrUnavailable = errors.New("limit: server unavailable")
+var ErrServerDown = errors.New("limit: server down")
 
 // breakerState is the state of a Degraded limiter's circuit breaker.
 type breakerState int
@@ -74,7 +74,7 @@ func WithCooldown(d time.Duration) Option {
 
 // WithLocalKeys sets how many keys the in-process limiter holds (default
 // 100,000). When it is full of keys with live events, a call for a new key
-// fails with ErrUnavailable (and the server's error, if there was a call).
+// fails with ErrServerDown (and the server's error, if there was a call).
 func WithLocalKeys(n int) Option { return func(o *options) { o.deg.keys, o.degrade = n, true } }
 
 // withBreakerClock sets the clock of the breaker and of Allow's in-process
@@ -242,7 +242,7 @@ func (d *Degraded) local(at *time.Time, key string, n int64, cause error) (store
 		if cause != nil {
 			detail += "; the server's error: " + cause.Error()
 		}
-		return store.Decision{}, callError(d.policy.Name, key, ErrUnavailable, detail, cause)
+		return store.Decision{}, callError(d.policy.Name, key, ErrServerDown, detail, cause)
 	}
 	dec.Degraded = true
 	for i := range dec.Policies {
@@ -273,9 +273,9 @@ func (d *Degraded) state() breakerState {
 }
 
 // Health returns nil while the breaker is closed; else an error that wraps
-// ErrUnavailable and the server's last error:
+// ErrServerDown and the server's last error:
 //
-//	limit: perminute: server unavailable: breaker open after 3 consecutive failures; the last: dial tcp 127.0.0.1:6379: connect: connection refused
+//	limit: perminute: server down: breaker open after 3 consecutive failures; the last: dial tcp 127.0.0.1:6379: connect: connection refused
 func (d *Degraded) Health() error {
 	st := d.state()
 	if st == breakerClosed {
@@ -289,7 +289,7 @@ func (d *Degraded) Health() error {
 	if last != nil {
 		detail += "; the last: " + last.Error()
 	}
-	return &store.Error{Package: "limit", Op: d.policy.Name, Kind: ErrUnavailable, Detail: detail, Err: last}
+	return &store.Error{Package: "limit", Op: d.policy.Name, Kind: ErrServerDown, Detail: detail, Err: last}
 }
 
 // breaker is the circuit breaker's state machine.

@@ -104,10 +104,10 @@ func TestDegradeBreaker(t *testing.T) {
 		t.Fatalf("%d calls, want 4", f.calls.Load())
 	}
 	h := d.Health()
-	if !errors.Is(h, ErrUnavailable) || !errors.Is(h, refused) {
+	if !errors.Is(h, ErrServerDown) || !errors.Is(h, refused) {
 		t.Fatalf("health: %v", h)
 	}
-	if want := "limit: p: server unavailable: breaker open after 3 consecutive failures; the last: limit: p \"k\": connection refused"; h.Error() != want {
+	if want := "limit: p: server down: breaker open after 3 consecutive failures; the last: limit: p \"k\": connection refused"; h.Error() != want {
 		t.Fatalf("health:\n got %s\nwant %s", h, want)
 	}
 	// Open: nothing reaches the server; the instance's share is 20 / 4 = 5.
@@ -350,7 +350,7 @@ func TestDegradeConcurrent(t *testing.T) {
 
 // TestDegradeMultiAndShadow: a Multi's policies fall back together, all or
 // nothing; a shadow limiter's fallback only watches; a full in-process
-// limiter fails with ErrUnavailable.
+// limiter fails with ErrServerDown.
 func TestDegradeMultiAndShadow(t *testing.T) {
 	ctx := context.Background()
 	m := &multiStub{flaky{p: Policy{Name: "persec", Limit: 4, Window: time.Second}}, []Policy{
@@ -382,7 +382,7 @@ func TestDegradeMultiAndShadow(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := d.Allow(ctx, "k3", 1)
-	if !errors.Is(err, ErrUnavailable) || d.mem.len() != 2 {
+	if !errors.Is(err, ErrServerDown) || d.mem.len() != 2 {
 		t.Fatalf("full: %v, %d keys", err, d.mem.len())
 	}
 	clk.add(time.Minute)

@@ -53,7 +53,7 @@ var (
 //	httplimit: rule api: invalid argument: no key function
 //
 // errors.Is sees the kind (one of this package's Err... sentinels, or
-// limit.ErrUnavailable) and the cause; errors.As finds the cause's type, such
+// limit.ErrServerDown) and the cause; errors.As finds the cause's type, such
 // as a *rueidis.RedisError.
 type Error struct {
 	Op     string // what was asked: "add", "sum", "allow", a policy's name, "record event ..."

@@ -118,7 +118,7 @@ func TestDegradedServerDown(t *testing.T) {
 	serverBefore, probesBefore, measured := inner.calls.Load(), probes.Load(), time.Now()
 	st := d.State()
 	require.NotEqual(t, "closed", st)
-	require.ErrorIs(t, d.Health(), limit.ErrUnavailable)
+	require.ErrorIs(t, d.Health(), limit.ErrServerDown)
 	// The breaker moves between half-open and open as probes go out and
 	// fail, also between reading its state and gathering the gauge: the
 	// gauge must say it is not closed (half-open or open, at one gathering).
@@ -193,7 +193,7 @@ func TestDegradedServerDown(t *testing.T) {
 	// The restarted server lost its data: its log holds the probe's event
 	// and the 20 after it.
 	require.Equal(t, "21", srv.Cmd(t, "ZCARD", "rl:{k}:perwin"))
-	if errors.Is(d.Health(), limit.ErrUnavailable) {
+	if errors.Is(d.Health(), limit.ErrServerDown) {
 		t.Fatal("unhealthy after recovery")
 	}
 }

@@ -528,10 +528,10 @@ func (s *server) failed(domain string, outcome *httplimit.Outcome, err error) (*
 		*outcome = httplimit.FailedOpen
 		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
 	case "deny":
-		*outcome = httplimit.FailedShut
+		*outcome = httplimit.FailedClosed
 		return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OVER_LIMIT}, nil
 	}
-	*outcome = httplimit.FailedShut
+	*outcome = httplimit.FailedClosed
 	// A deadline passed is --timeout's (the caller's own has already ended
 	// the call for it): the server did not answer in time, UNAVAILABLE.
 	code := codes.Unavailable

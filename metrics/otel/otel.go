@@ -40,7 +40,7 @@
 //	invalid           store.ErrInvalid: bad input to any package, nothing sent
 //	wrong_type        store.ErrWrongType
 //	overflow          store.ErrOverflow
-//	unavailable       store.ErrUnavailable, limit.ErrUnavailable (a degraded limiter's server)
+//	unavailable       store.ErrUnavailable, limit.ErrServerDown (a degraded limiter's server)
 //	out_of_memory     store.ErrOutOfMemory
 //	no_permission     store.ErrNoPermission
 //	clock             store.ErrClock
@@ -314,7 +314,7 @@ var kinds = []struct {
 	{store.ErrWrongType, "wrong_type"},
 	{store.ErrOverflow, "overflow"},
 	{store.ErrUnavailable, "unavailable"},
-	{limit.ErrUnavailable, "unavailable"},
+	{limit.ErrServerDown, "unavailable"},
 	{store.ErrOutOfMemory, "out_of_memory"},
 	{store.ErrNoPermission, "no_permission"},
 	{store.ErrClock, "clock"},

@@ -37,7 +37,7 @@ func TestRecorder(t *testing.T) {
 	r.Observe("api", httplimit.Allowed, time.Millisecond)
 	r.Observe("api", httplimit.Allowed, time.Millisecond)
 	r.Observe("api", httplimit.Refused, 2*time.Millisecond)
-	r.Observe("login", httplimit.FailedShut, time.Second)
+	r.Observe("login", httplimit.FailedClosed, time.Second)
 	r.Observe("login", httplimit.DegradedRefused, time.Millisecond)
 	r.WatchBreaker("login", login)
 	r.WatchBreaker("api", api)
