@@ -221,7 +221,7 @@ func TestOutcome(t *testing.T) {
 		store.ErrWrongType:               "wrong_type",
 		store.ErrOverflow:                "overflow",
 		store.ErrUnavailable:             "unavailable",
-		limit.ErrServerDown:             "unavailable",
+		limit.ErrServerDown:              "unavailable",
 		store.ErrOutOfMemory:             "out_of_memory",
 		store.ErrNoPermission:            "no_permission",
 		store.ErrClock:                   "clock",
@@ -232,7 +232,7 @@ func TestOutcome(t *testing.T) {
 		errors.New("connection refused"): "error",
 		&store.Error{Op: "add", Kind: store.ErrOverflow, Err: errors.New("x")}: "overflow",
 		&store.Error{Op: "add", Err: context.DeadlineExceeded}:                 "deadline_exceeded",
-		&store.Error{Op: "perminute", Kind: limit.ErrServerDown}:              "unavailable",
+		&store.Error{Op: "perminute", Kind: limit.ErrServerDown}:               "unavailable",
 	} {
 		if got := Outcome(err); got != want {
 			t.Errorf("Outcome(%v) = %q, want %q", err, got, want)
