@@ -424,7 +424,7 @@ func (s *Set) run(ctx context.Context, e Event, read bool) (Result, error) {
 				}
 			default: // a statistic, per window
 				for _, st := range f.tiers {
-					op := store.Op{Store: view(st), Key: key, Kind: store.OpObserve, Stat: stats[f.Kind], Delta: e.Amount}
+					op := store.Op{Store: view(st), Key: key, Kind: store.OpStat, Stat: stats[f.Kind], Delta: e.Amount}
 					if read {
 						op.Kind, op.Delta = store.OpRead, 0
 					}

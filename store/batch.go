@@ -45,11 +45,11 @@ const (
 	// OpRelease ends the held lease Lease now (Value.Counted true; false when
 	// it was not held: released before, or ended by its TTL).
 	OpRelease
-	// OpObserve records an event in the window statistic Stat of the key (see
+	// OpStat records an event in the window statistic Stat of the key (see
 	// Store.RecordStat): Delta is its amount (First and Last take the batch's
 	// Time, or now). Value.Stat is the statistic after it. Like a Count it
 	// counts whatever the Limits decide.
-	OpObserve
+	OpStat
 	// countQuiet is a Count with NoSum.
 	countQuiet OpKind = -1
 )
@@ -72,7 +72,7 @@ type Op struct {
 	Limit int64
 	// Members are the members a Distinct op adds: at least one.
 	Members []string
-	// Stat is the statistic an OpObserve op records in, or an OpRead reads
+	// Stat is the statistic an OpStat op records in, or an OpRead reads
 	// (any but StatDistinct, which is an OpDistinct op).
 	Stat Stat
 	// Lease is the lease id of an Acquire, Refresh or Release: at most 128

@@ -237,7 +237,7 @@ func (s *Store) observeBatch(ctx context.Context, o StatEvent) (StatValue, error
 		return StatValue{}, invalid("record stat", o.Key, "no such statistic: "+o.Stat.String())
 	}
 	res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, resend: resendable(o),
-		Ops: []Op{{Store: s, Key: o.Key, Kind: OpObserve, Stat: o.Stat, Delta: o.Value}}}})
+		Ops: []Op{{Store: s, Key: o.Key, Kind: OpStat, Stat: o.Stat, Delta: o.Value}}}})
 	if err != nil {
 		return StatValue{}, rename(first(err), "record stat")
 	}
@@ -397,11 +397,11 @@ func resendable(o StatEvent) bool {
 	return false
 }
 
-// isStat reports whether op o is a statistic's: an OpObserve, or a Read of a
+// isStat reports whether op o is a statistic's: an OpStat, or a Read of a
 // Stat.
-func isStat(o Op) bool { return o.Kind == OpObserve || (o.Kind == OpRead && o.Stat != 0) }
+func isStat(o Op) bool { return o.Kind == OpStat || (o.Kind == OpRead && o.Stat != 0) }
 
-// observeItems are an OpObserve op's group items, their keys and the Redis key
+// observeItems are an OpStat op's group items, their keys and the Redis key
 // that names each (redisKey), or a Read's of a statistic: one extreme, or
 // Avg's sum and count (counters: their keys are counterKeys).
 func observeItems(o Op) ([][]string, [][]string, []string, error) {
@@ -423,7 +423,7 @@ func observeItems(o Op) ([][]string, [][]string, []string, error) {
 	}
 	dir, name, ok := o.Stat.dir()
 	if o.Stat == StatDistinct {
-		return nil, nil, nil, errors.New("StatDistinct is not an OpObserve or OpRead statistic: in a batch, a distinct count is an OpDistinct op")
+		return nil, nil, nil, errors.New("StatDistinct is not an OpStat or OpRead statistic: in a batch, a distinct count is an OpDistinct op")
 	}
 	if !ok {
 		return nil, nil, nil, fmt.Errorf("no such statistic: %v", o.Stat)
@@ -442,7 +442,7 @@ func observeItems(o Op) ([][]string, [][]string, []string, error) {
 	return [][]string{{backend.ItemExtreme, t.shape, dir, val}}, [][]string{{rk}}, []string{rk}, nil
 }
 
-// statAnswer reads an OpObserve's item answer into v.Stat: an extreme's
+// statAnswer reads an OpStat's item answer into v.Stat: an extreme's
 // {counted, value} ({counted}: none), or Avg's sum and count (a sum, or
 // {sum} when not counted: a late event).
 func (v *Value) statAnswer(a engine.Answer, it planItem, st Stat) error {

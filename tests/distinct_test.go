@@ -287,8 +287,8 @@ func TestRecordStatDistinctTimeAndID(t *testing.T) {
 		require.EqualValues(t, 2, v.Value, "a replay adds nothing")
 		require.Equal(t, before, dump(t, c, scanKeys(t, c, prefix)...), "a failure and a replay write nothing")
 		// In a batch a distinct count is an OpDistinct op: StatDistinct in an
-		// OpObserve or OpRead fails before anything is sent.
-		for _, k := range []store.OpKind{store.OpObserve, store.OpRead} {
+		// OpStat or OpRead fails before anything is sent.
+		for _, k := range []store.OpKind{store.OpStat, store.OpRead} {
 			_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{{Store: now, Key: "dev", Kind: k, Stat: store.StatDistinct}}})
 			require.ErrorIs(t, err, store.ErrInvalid)
 			require.ErrorContains(t, err, "OpDistinct")

@@ -638,7 +638,7 @@ func TestStatBatchAllOrNothing(t *testing.T) {
 		require.NoError(t, c.Do(ctx, c.B().Set().Key(keys[0]).Value("x").Build()).Error())
 		_, err = store.Apply(ctx, store.Batch{ID: "e1", Ops: []store.Op{
 			{Store: s, Key: "k", Kind: store.OpCount, Delta: 5},
-			{Store: s, Key: "k", Kind: store.OpObserve, Stat: store.StatMin, Delta: 3},
+			{Store: s, Key: "k", Kind: store.OpStat, Stat: store.StatMin, Delta: 3},
 		}})
 		require.ErrorIs(t, err, store.ErrWrongType)
 		require.Equal(t, keys, scanKeys(t, c, p), "the failed batch wrote a key")
@@ -652,7 +652,7 @@ func TestStatBatchAllOrNothing(t *testing.T) {
 		require.NoError(t, err)
 		keys = scanKeys(t, c, p)
 		_, err = store.Apply(ctx, store.Batch{Ops: []store.Op{
-			{Store: u, Key: "hi", Kind: store.OpObserve, Stat: store.StatMax, Delta: 3},
+			{Store: u, Key: "hi", Kind: store.OpStat, Stat: store.StatMax, Delta: 3},
 			{Store: u, Key: "big", Kind: store.OpCount, Delta: 1},
 		}})
 		require.ErrorIs(t, err, store.ErrOverflow)
