@@ -205,18 +205,6 @@ func recordBench(path, how string) error {
 	return f.Write(figures.Path())
 }
 
-// rlsLine is a line of tools/rlsbench's --json output: one service's figures.
-type rlsLine struct {
-	Service      string  `json:"service"`
-	Decisions    float64 `json:"decisions_per_sec"`
-	DecisionsMin float64 `json:"decisions_per_sec_min"`
-	DecisionsMax float64 `json:"decisions_per_sec_max"`
-	CPUUs        float64 `json:"server_cpu_us_per_decision"`
-	CPUUsMin     float64 `json:"server_cpu_us_per_decision_min"`
-	CPUUsMax     float64 `json:"server_cpu_us_per_decision_max"`
-	Errors       int64   `json:"errors"`
-}
-
 func rlsNames() string {
 	var names []string
 	for _, v := range render.RLSVariants {
@@ -244,14 +232,14 @@ func recordRLS(path, name, how string) error {
 		defer f.Close()
 		in = f
 	}
-	got := map[string]rlsLine{}
+	got := map[string]render.RLSResult{}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
 		if !strings.HasPrefix(line, "{") {
 			continue
 		}
-		var l rlsLine
+		var l render.RLSResult
 		if err := json.Unmarshal([]byte(line), &l); err != nil {
 			return fmt.Errorf("rlsbench line %q: %w", line, err)
 		}
@@ -278,7 +266,7 @@ func recordRLS(path, name, how string) error {
 			delete(f, k)
 		}
 	}
-	for svc, l := range map[string]rlsLine{"envoy": envoy, "windowstored": ws} {
+	for svc, l := range map[string]render.RLSResult{"envoy": envoy, "windowstored": ws} {
 		q := p + svc + "/"
 		f[q+"decisions"] = figures.Figure{Value: l.Decisions, Unit: "/s"}
 		f[q+"decisions_min"] = figures.Figure{Value: l.DecisionsMin, Unit: "/s"}

@@ -73,18 +73,7 @@ type config struct {
 }
 
 // result is one service's figures over the runs.
-type result struct {
-	Service      string  `json:"service"`
-	Decisions    float64 `json:"decisions_per_sec"`
-	DecisionsMin float64 `json:"decisions_per_sec_min"`
-	DecisionsMax float64 `json:"decisions_per_sec_max"`
-	CPUUs        float64 `json:"server_cpu_us_per_decision"`
-	CPUUsMin     float64 `json:"server_cpu_us_per_decision_min"`
-	CPUUsMax     float64 `json:"server_cpu_us_per_decision_max"`
-	Admitted     float64 `json:"admitted_fraction"`
-	Errors       int64   `json:"errors"`
-	FirstError   string  `json:"first_error,omitempty"`
-}
+type result = render.RLSResult
 
 type phase struct {
 	perSec, cpuUs, admitted float64

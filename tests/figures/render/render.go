@@ -302,6 +302,21 @@ func bench(f figures.File) string {
 var BenchOps = []string{"add", "addnosum", "addid", "sum", "sum100", "allow", "refuse", "refuseat", "allow3", "windows", "windows3", "refuse3", "refuse3at", "allow3x", "refuse3x", "attack",
 	"record6", "record6id", "record8", "record6x", "observe", "distinct", "distincthot", "lease", "naive", "zsetlog", "gcra", "redisrate", "rawhincrby", "rawhgetall"}
 
+// RLSResult is one service's figures over an invocation of tools/rlsbench, a
+// line of its --json output, which tools/figures records.
+type RLSResult struct {
+	Service      string  `json:"service"`
+	Decisions    float64 `json:"decisions_per_sec"`
+	DecisionsMin float64 `json:"decisions_per_sec_min"`
+	DecisionsMax float64 `json:"decisions_per_sec_max"`
+	CPUUs        float64 `json:"server_cpu_us_per_decision"`
+	CPUUsMin     float64 `json:"server_cpu_us_per_decision_min"`
+	CPUUsMax     float64 `json:"server_cpu_us_per_decision_max"`
+	Admitted     float64 `json:"admitted_fraction"`
+	Errors       int64   `json:"errors"`
+	FirstError   string  `json:"first_error,omitempty"`
+}
+
 // RLSVariants are the windowstored settings of the README's table beside
 // envoyproxy/ratelimit (scripts/rls-bench.sh with RECORD=NAME), in its order:
 // each measured in an invocation of its own, beside envoyproxy/ratelimit.
