@@ -71,7 +71,8 @@ import (
 // and Limiters or InFlight are required; every other field's zero value is
 // the usual choice: every request matches, a cost of 1, fail closed, and a
 // refusal answered 429. New checks the rules and refuses a bad one with
-// store.ErrInvalid. For example, 100 requests a minute per client IP:
+// store.ErrInvalid. For example, 100 requests a minute per client IP, on st,
+// a store of one-minute windows:
 //
 //	perMinute, _ := limit.NewSlidingWindow(st, "perminute", 100)
 //	mw, err := httplimit.New([]httplimit.Rule{{Name: "api", Key: httplimit.ClientIP(), Limiters: []limit.Limiter{perMinute}}})
@@ -214,7 +215,7 @@ const (
 	Refused      Outcome = "refused"     // 429 from a limiter
 	LocalShed    Outcome = "local_shed"  // 429 from the local tier, no server call
 	FailedOpen   Outcome = "failed_open" // a limiter failed; admitted
-	FailedClosed Outcome = "failed_closed"
+	FailedClosed Outcome = "failed_closed" // a limiter failed; refused with 503
 	// BadKey: 400 (or 431), the request's key or cost refused: by the key
 	// function, for a key over 1,024 bytes, for a negative cost, or by a
 	// limiter (store.ErrInvalid). Never admitted by FailOpen.
