@@ -212,9 +212,9 @@ type Outcome string
 // Outcomes.
 const (
 	Allowed      Outcome = "allowed"
-	Refused      Outcome = "refused"     // 429 from a limiter
-	LocalShed    Outcome = "local_shed"  // 429 from the local tier, no server call
-	FailedOpen   Outcome = "failed_open" // a limiter failed; admitted
+	Refused      Outcome = "refused"       // 429 from a limiter
+	LocalShed    Outcome = "local_shed"    // 429 from the local tier, no server call
+	FailedOpen   Outcome = "failed_open"   // a limiter failed; admitted
 	FailedClosed Outcome = "failed_closed" // a limiter failed; refused with 503
 	// BadKey: 400 (or 431), the request's key or cost refused: by the key
 	// function, for a key over 1,024 bytes, for a negative cost, or by a
