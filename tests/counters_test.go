@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -161,22 +160,6 @@ func TestHeadExpiryCoversEveryWindow(t *testing.T) {
 	}
 }
 
-// widest is an observer that keeps the most operations one call of a script
-// ("sum", "write") carried.
-type widest struct {
-	script string
-	most   atomic.Int64
-}
-
-func (w *widest) Start(ctx context.Context, _ string) (context.Context, func(error)) {
-	return ctx, func(error) {}
-}
-
-func (w *widest) Call(script string, ops int, _ time.Duration, _ error) {
-	for cur := w.most.Load(); script == w.script && int64(ops) > cur && !w.most.CompareAndSwap(cur, int64(ops)); cur = w.most.Load() {
-	}
-}
-
 // race runs fn(g) for g in [0, n) at once, and waits for them all.
 func race(n int, fn func(g int)) {
 	var wg sync.WaitGroup
@@ -198,7 +181,7 @@ func race(n int, fn func(g int)) {
 // and 5000+i), so a read that took another's keys is seen.
 func TestSumRuns(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
-		obs := &widest{script: "sum"}
+		obs := &callCounter{script: "sum"}
 		s, _ := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(64, 1), store.WithObserver(obs))
 		ctx := ctxT(t)
 		now := time.Now()
@@ -271,7 +254,7 @@ func TestSumRuns(t *testing.T) {
 // among them fails alone. Every key counts each of its writes once.
 func TestWriteRuns(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
-		obs := &widest{script: "write"}
+		obs := &callCounter{script: "write"}
 		s, srv := newStore(t, tg, store.Window{Length: time.Minute, Bucket: time.Second}, store.WithBatching(64, 1), store.WithObserver(obs))
 		ctx := ctxT(t)
 		c := srv.Client(t)

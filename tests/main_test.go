@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,4 +290,25 @@ func encoding(t *testing.T, c rueidis.Client, key string) string {
 	e, err := c.Do(ctxT(t), c.B().ObjectEncoding().Key(key).Build()).ToString()
 	require.NoError(t, err)
 	return e
+}
+
+// callCounter is an observer of the store's script calls: how many there were
+// (calls) and the most operations one call carried (most), of every script or
+// of script alone ("sum", "write").
+type callCounter struct {
+	script      string
+	calls, most atomic.Int64
+}
+
+func (c *callCounter) Start(ctx context.Context, _ string) (context.Context, func(error)) {
+	return ctx, func(error) {}
+}
+
+func (c *callCounter) Call(script string, ops int, _ time.Duration, _ error) {
+	if c.script != "" && script != c.script {
+		return
+	}
+	c.calls.Add(1)
+	for cur := c.most.Load(); int64(ops) > cur && !c.most.CompareAndSwap(cur, int64(ops)); cur = c.most.Load() {
+	}
 }

@@ -15,14 +15,6 @@ import (
 	"github.com/windowstore/windowstore/tests/harness"
 )
 
-// callCounter is an observer that counts script calls.
-type callCounter struct{ calls atomic.Int64 }
-
-func (c *callCounter) Start(ctx context.Context, _ string) (context.Context, func(error)) {
-	return ctx, func(error) {}
-}
-func (c *callCounter) Call(string, int, time.Duration, error) { c.calls.Add(1) }
-
 // cachedKinds build each limiter the refusal cache serves, with cache c and
 // an observer of its script calls: limit 5 per 2 s.
 var cachedKinds = []struct {
