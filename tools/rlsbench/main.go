@@ -24,24 +24,19 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/tools/internal/rlsrun"
 	"github.com/windowstore/windowstore/tools/internal/serverstat"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // benchConfig is the one config both services load: a per-user and a
@@ -201,80 +196,25 @@ func report(w io.Writer, c config, rs []result) error {
 // measure starts one service, loads it for the warm-up and the measured
 // phase, and stops it.
 func measure(ctx context.Context, c config, client rueidis.Client, dir, name string) (phase, error) {
-	grpcPort, err := freePort()
-	if err != nil {
-		return phase{}, err
-	}
-	var cmd *exec.Cmd
+	var svc *rlsrun.Service
+	var err error
 	switch name {
 	case "windowstored":
-		httpPort, err := freePort()
-		if err != nil {
-			return phase{}, err
-		}
-		file := filepath.Join(dir, "windowstored.yaml")
 		cfg := benchConfig
 		if c.extra != "" {
 			cfg = strings.ReplaceAll(cfg, "      unit: minute\n", "      unit: minute\n      "+c.extra+"\n")
 		}
-		if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
-			return phase{}, err
-		}
-		cmd = exec.Command(c.windowstored, "--addr", "redis://"+c.redis, "--config", file,
-			"--grpc", "127.0.0.1:"+strconv.Itoa(grpcPort), "--http", "127.0.0.1:"+strconv.Itoa(httpPort), "--log-level", "warn")
+		svc, err = rlsrun.Windowstored(c.windowstored, c.redis, dir, cfg)
 	default:
-		// envoyproxy/ratelimit reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config/*.yaml.
-		cfgDir := filepath.Join(dir, "runtime", "ratelimit", "config")
-		if err := os.MkdirAll(cfgDir, 0o755); err != nil {
-			return phase{}, err
-		}
-		if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(benchConfig), 0o644); err != nil {
-			return phase{}, err
-		}
-		httpPort, err := freePort()
-		if err != nil {
-			return phase{}, err
-		}
-		debugPort, err := freePort()
-		if err != nil {
-			return phase{}, err
-		}
-		cmd = exec.Command(c.envoy)
-		cmd.Env = append(os.Environ(),
-			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+c.redis, "USE_STATSD=false", "LOG_LEVEL=warn",
-			"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-			"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-			"GRPC_PORT="+strconv.Itoa(grpcPort), "PORT="+strconv.Itoa(httpPort), "DEBUG_PORT="+strconv.Itoa(debugPort))
+		svc, err = rlsrun.Envoy(c.envoy, c.redis, dir, benchConfig)
 	}
-	logFile, err := os.Create(filepath.Join(dir, strings.ReplaceAll(name, "/", "-")+".log"))
 	if err != nil {
 		return phase{}, err
 	}
-	defer logFile.Close()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		return phase{}, err
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	}()
-	conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return phase{}, err
-	}
-	defer conn.Close()
-	rl := rlspb.NewRateLimitServiceClient(conn)
+	defer svc.Stop()
+	rl := svc.RL
 	if err := ready(ctx, rl); err != nil {
-		out, _ := os.ReadFile(logFile.Name())
-		return phase{}, fmt.Errorf("not ready: %w\n%s", err, out)
+		return phase{}, fmt.Errorf("%s not ready: %w", name, err)
 	}
 	load(ctx, c, rl, c.warmup)
 	cpu0 := serverstat.CPU(ctx, client)
@@ -343,13 +283,4 @@ func load(ctx context.Context, c config, rl rlspb.RateLimitServiceClient, d time
 	wg.Wait()
 	first, _ = firstA.Load().(string)
 	return nA.Load(), okA.Load(), errA.Load(), first
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

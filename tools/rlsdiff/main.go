@@ -34,24 +34,19 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/windowstore/windowstore/tools/internal/rlsrun"
 )
 
 //go:embed testdata/config.yaml
@@ -122,16 +117,19 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	e, err := startEnvoy(*envoy, *redis, dir, cfg, "rlsdiff"+run+"_", *hdrs)
+	e, err := rlsrun.Envoy(*envoy, *redis, dir, cfg, "CACHE_KEY_PREFIX=rlsdiff"+run+"_",
+		"LIMIT_RESPONSE_HEADERS_ENABLED="+strconv.FormatBool(*hdrs))
 	if err != nil {
 		return err
 	}
-	defer e.stop()
-	w, err := startWindowstored(*ws, *redis, dir, wsCfg)
+	defer e.Stop()
+	// The refusal cache off: every call asks the server, as envoyproxy/
+	// ratelimit's do without its local cache.
+	w, err := rlsrun.Windowstored(*ws, *redis, dir, wsCfg, "--refusal-cache", "0")
 	if err != nil {
 		return err
 	}
-	defer w.stop()
+	defer w.Stop()
 	diffs, n := 0, 0
 	for _, c := range calls {
 		if c.sleep > 0 {
@@ -140,8 +138,8 @@ func run(args []string, out io.Writer) error {
 		}
 		n++
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		re, ee := e.rl.ShouldRateLimit(ctx, c.req)
-		rw, ew := w.rl.ShouldRateLimit(ctx, c.req)
+		re, ee := e.RL.ShouldRateLimit(ctx, c.req)
+		rw, ew := w.RL.ShouldRateLimit(ctx, c.req)
 		cancel()
 		a, b := show(re, ee), show(rw, ew)
 		if a == b && !*all {
@@ -264,116 +262,4 @@ func show(r *rlspb.RateLimitResponse, err error) string {
 		b.WriteString(" " + h.Key + ": " + h.Value)
 	}
 	return b.String()
-}
-
-type service struct {
-	name string
-	cmd  *exec.Cmd
-	conn *grpc.ClientConn
-	rl   rlspb.RateLimitServiceClient
-}
-
-func startEnvoy(bin, redis, dir, cfg, prefix string, headers bool) (*service, error) {
-	cd := filepath.Join(dir, "runtime", "ratelimit", "config")
-	if err := os.MkdirAll(cd, 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(cd, "config.yaml"), []byte(cfg), 0o644); err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis, "USE_STATSD=false", "LOG_LEVEL=warn",
-		"RUNTIME_ROOT="+filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"CACHE_KEY_PREFIX="+prefix, "HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		"GRPC_PORT="+ports[0], "PORT="+ports[1], "DEBUG_PORT="+ports[2], "LIMIT_RESPONSE_HEADERS_ENABLED="+strconv.FormatBool(headers))
-	return start("envoyproxy/ratelimit", cmd, dir, ports[0])
-}
-
-func startWindowstored(bin, redis, dir, cfg string) (*service, error) {
-	file := filepath.Join(dir, "windowstored.yaml")
-	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
-		return nil, err
-	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return nil, err
-	}
-	// The refusal cache off: every call asks the server, as envoyproxy/
-	// ratelimit's do without its local cache.
-	cmd := exec.Command(bin, "--addr", "redis://"+redis, "--config", file, "--grpc", "127.0.0.1:"+ports[0],
-		"--http", "127.0.0.1:"+ports[1], "--log-level", "warn", "--refusal-cache", "0")
-	return start("windowstored", cmd, dir, ports[0])
-}
-
-// start runs cmd, logging to dir, until the service answers a call on its
-// gRPC port (any answer, an unknown domain's included), up to 30 s.
-func start(name string, cmd *exec.Cmd, dir, port string) (*service, error) {
-	logName := filepath.Join(dir, strings.ReplaceAll(name, "/", "-")+".log")
-	lf, err := os.Create(logName)
-	if err != nil {
-		return nil, err
-	}
-	defer lf.Close()
-	cmd.Stdout, cmd.Stderr = lf, lf
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		_ = cmd.Process.Kill()
-		return nil, err
-	}
-	s := &service{name: name, cmd: cmd, conn: conn, rl: rlspb.NewRateLimitServiceClient(conn)}
-	probe := &rlspb.RateLimitRequest{Domain: "rlsdiff-probe", Descriptors: []*ratelimitpb.RateLimitDescriptor{
-		{Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := s.rl.ShouldRateLimit(ctx, probe)
-		cancel()
-		if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			log, _ := os.ReadFile(logName)
-			return nil, fmt.Errorf("%s not ready: %w\n%s", name, err, log)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (s *service) stop() {
-	_ = s.conn.Close()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-done
-	}
-}
-
-func freePorts(n int) ([]string, error) {
-	var ps []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ps = append(ps, strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
-	}
-	return ps, nil
 }
