@@ -57,8 +57,7 @@ func ExampleDegrade() {
 
 // At most 2 requests of a user in flight: a lease per request, released when
 // the request is done, or by its TTL if the process dies first. (It needs a
-// server, so it is compiled but not run; tests/lease_test.go runs the same
-// calls on real servers.)
+// server: TestExamplesPrintWhatTheySay, in tests/, runs it on one.)
 func ExampleNewConcurrency() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
@@ -92,8 +91,7 @@ func ExampleNewConcurrency() {
 // Three limits of one user, kept as one counter: 3 a minute, 20 an hour and
 // 100 a day. The fourth login of a minute is refused by "perminute", with
 // its retry: when the minute's first login leaves the window. (It needs a
-// server, so it is compiled but not run; tests/windows_test.go runs such
-// calls on real servers against an exact model.)
+// server: TestExamplesPrintWhatTheySay, in tests/, runs it on one.)
 func ExampleNewWindows() {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
 	if err != nil {
@@ -122,4 +120,83 @@ func ExampleNewWindows() {
 	// true perminute 1 0s 2
 	// true perminute 0 0s 3
 	// false perminute 0 30s 3
+}
+
+// 10 requests a second on average, in bursts of up to 3: three at once are
+// admitted, the fourth is refused until a tenth of a second has freed one.
+// (It needs a server: TestExamplesPrintWhatTheySay, in tests/, runs it on one.)
+func ExampleNewGCRA() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	persec, err := limit.NewGCRA(client, "persec", 10, time.Second, 3)
+	if err != nil {
+		panic(err)
+	}
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, at := range []time.Duration{0, 0, 0, 0, 100 * time.Millisecond} {
+		d, err := persec.AllowAt(ctx, t0.Add(at), "user:42", 1)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(d.Allowed, d.Remaining, d.RetryAfter)
+	}
+	// Prints:
+	// true 2 0s
+	// true 1 0s
+	// true 0 0s
+	// false 0 100ms
+	// true 0 0s
+}
+
+// A sliding window of 5 logins a minute per user, on a store of one-minute
+// windows in one-second buckets, and the same limiter combined with an
+// hourly one of 20: the combination admits a cost in both windows or in
+// neither. (It needs a server: TestExamplesPrintWhatTheySay, in tests/,
+// runs it on one.)
+func ExampleCombine() {
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	minute, err := store.New(ctx, client, store.Window{Length: time.Minute, Bucket: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	hour, err := store.New(ctx, client, store.Window{Length: time.Hour, Bucket: time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	perMinute, err := limit.NewSlidingWindow(minute, "perminute", 5)
+	if err != nil {
+		panic(err)
+	}
+	perHour, err := limit.NewSlidingWindow(hour, "perhour", 20)
+	if err != nil {
+		panic(err)
+	}
+	both, err := limit.Combine(perMinute, perHour)
+	if err != nil {
+		panic(err)
+	}
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for i := range 6 {
+		d, err := both.AllowAt(ctx, t0.Add(time.Duration(i)*time.Second), "user:42", 1)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(d.Allowed, d.Policy, d.Remaining, d.Policies[1].Sum)
+	}
+	// Prints:
+	// true perminute 4 1
+	// true perminute 3 2
+	// true perminute 2 3
+	// true perminute 1 4
+	// true perminute 0 5
+	// false perminute 0 5
 }

@@ -10,9 +10,10 @@ import (
 	"github.com/windowstore/windowstore/store"
 )
 
-// The examples need a server, so they are compiled but not run by `go test`
-// (the integration suite, tests/, runs the same calls on real servers). The
-// comments show what they print.
+// The examples need a server, so `go test` here only compiles them; the
+// integration suite runs them on a real server and checks that they print
+// what their "Prints:" comments say (tests/readme_test.go,
+// TestExamplesPrintWhatTheySay).
 
 // Count logins per user over the last 10 minutes, in 1-minute buckets, and
 // refuse the 6th.

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -9,12 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/tests/figures"
 	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/tests/harness"
 )
 
 // TestREADMEFigures: the figure tables of README.md and docs/*.md are
@@ -184,4 +187,42 @@ func TestTestingDocNamesTests(t *testing.T) {
 	for _, m := range named {
 		require.True(t, defined[m[1]], "docs/testing.md names %s, which no test file defines", m[1])
 	}
+}
+
+// TestExamplesPrintWhatTheySay runs the examples that need a server, whose
+// output is written as "// Prints:" so that go test only compiles them, on a
+// real server of their own: with an overlay that makes their "Prints:" an
+// "Output:" and their address the server's, go test checks every line they
+// say they print.
+func TestExamplesPrintWhatTheySay(t *testing.T) {
+	srv := harness.Fresh(t, harness.Redis70) // the examples' keys are fixed: a server of their own
+	files, err := filepath.Glob(filepath.Join("..", "*", "example_test.go"))
+	require.NoError(t, err)
+	replace := map[string]string{}
+	var pkgs []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		if !strings.Contains(string(b), "\t// Prints:\n") {
+			continue
+		}
+		src := strings.ReplaceAll(string(b), "\t// Prints:\n", "\t// Output:\n")
+		src = strings.ReplaceAll(src, `"127.0.0.1:6379"`, strconv.Quote(srv.Addr))
+		tmp := filepath.Join(t.TempDir(), filepath.Base(f))
+		require.NoError(t, os.WriteFile(tmp, []byte(src), 0o644))
+		abs, err := filepath.Abs(f)
+		require.NoError(t, err)
+		replace[abs] = tmp
+		pkgs = append(pkgs, "./"+filepath.Base(filepath.Dir(f)))
+	}
+	require.NotEmpty(t, pkgs, "no example says what it prints")
+	overlay, err := json.Marshal(map[string]any{"Replace": replace})
+	require.NoError(t, err)
+	ov := filepath.Join(t.TempDir(), "overlay.json")
+	require.NoError(t, os.WriteFile(ov, overlay, 0o644))
+	cmd := exec.Command("go", append([]string{"test", "-count=1", "-p", "1", "-overlay", ov, "-run", "^Example"}, pkgs...)...)
+	cmd.Dir = ".."
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "the examples of %v on %s:\n%s", pkgs, srv.Addr, out)
+	t.Logf("%v: examples print what they say, on %s", pkgs, srv)
 }
