@@ -115,15 +115,11 @@ type benchLine struct {
 // operation's figures under bench/BUCKETS/OP/, replacing those of the
 // operations it measured.
 func recordBench(path, how string) error {
-	in := os.Stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in = f
+	in, err := input(path)
+	if err != nil {
+		return err
 	}
+	defer in.Close()
 	f, err := figures.Load(figures.Path())
 	if err != nil {
 		return err
@@ -223,15 +219,11 @@ func recordRLS(path, name, how string) error {
 	if how == "" {
 		return fmt.Errorf("-rls needs -how: how the figures were measured")
 	}
-	in := os.Stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		in = f
+	in, err := input(path)
+	if err != nil {
+		return err
 	}
+	defer in.Close()
 	got := map[string]render.RLSResult{}
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
@@ -279,6 +271,14 @@ func recordRLS(path, name, how string) error {
 	f[p+"how"] = figures.Figure{How: how}
 	fmt.Printf("figures: windowstored beside envoyproxy/ratelimit recorded as %s\n", name)
 	return f.Write(figures.Path())
+}
+
+// input opens path for reading, or standard input for "-".
+func input(path string) (*os.File, error) {
+	if path == "-" {
+		return os.Stdin, nil
+	}
+	return os.Open(path)
 }
 
 func fail(err error) {
