@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/windowstore/windowstore/tests/figures"
+	"github.com/windowstore/windowstore/internal/figures"
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"

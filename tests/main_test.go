@@ -18,8 +18,8 @@ import (
 	"github.com/windowstore/windowstore/internal/hook"
 
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/internal/figures"
 	"github.com/windowstore/windowstore/store"
-	"github.com/windowstore/windowstore/tests/figures"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 

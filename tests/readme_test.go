@@ -15,8 +15,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	"github.com/windowstore/windowstore/tests/figures"
-	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/internal/figures"
+	"github.com/windowstore/windowstore/internal/figures/render"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 

@@ -168,3 +168,15 @@ func TestHookOnlyFromStore(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"store"}, importers, "production packages that import internal/hook")
 }
+
+// TestToolsApartFromTests: the measuring tools' module requires neither this
+// module nor testcontainers, so that building a tool pulls in no test
+// machinery; what both share (the recorded figures) is internal/figures.
+func TestToolsApartFromTests(t *testing.T) {
+	for _, name := range []string{"go.mod", "go.sum"} {
+		b, err := os.ReadFile(filepath.Join("..", "tools", name))
+		require.NoError(t, err)
+		assert.NotContains(t, string(b), "github.com/windowstore/windowstore/tests", "tools/%s", name)
+		assert.NotContains(t, string(b), "testcontainers", "tools/%s", name)
+	}
+}

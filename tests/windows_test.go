@@ -18,9 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/httplimit"
+	"github.com/windowstore/windowstore/internal/figures"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
-	"github.com/windowstore/windowstore/tests/figures"
 	"github.com/windowstore/windowstore/tests/harness"
 )
 

@@ -6,7 +6,6 @@ replace (
 	github.com/windowstore/windowstore => ../
 	github.com/windowstore/windowstore/metrics/otel => ../metrics/otel
 	github.com/windowstore/windowstore/metrics/prom => ../metrics/prom
-	github.com/windowstore/windowstore/tests => ../tests
 )
 
 require (
@@ -17,8 +16,8 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/stretchr/testify v1.12.1
 	github.com/windowstore/windowstore v1.0.0
-	github.com/windowstore/windowstore/tests v0.0.0-00010101000000-000000000000
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -33,5 +32,4 @@ require (
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )

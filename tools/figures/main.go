@@ -26,8 +26,8 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/windowstore/windowstore/tests/figures"
-	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/internal/figures"
+	"github.com/windowstore/windowstore/internal/figures/render"
 )
 
 func main() {

@@ -45,9 +45,9 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/windowstore/windowstore/internal/baseline"
+	"github.com/windowstore/windowstore/internal/figures/render"
 	"github.com/windowstore/windowstore/limit"
 	"github.com/windowstore/windowstore/store"
-	"github.com/windowstore/windowstore/tests/figures/render"
 	"github.com/windowstore/windowstore/tools/internal/serverstat"
 )
 

@@ -34,7 +34,7 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/internal/figures/render"
 	"github.com/windowstore/windowstore/tools/internal/rlsrun"
 	"github.com/windowstore/windowstore/tools/internal/serverstat"
 )

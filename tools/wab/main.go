@@ -37,7 +37,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
-	"github.com/windowstore/windowstore/tests/figures/render"
+	"github.com/windowstore/windowstore/internal/figures/render"
 	"github.com/windowstore/windowstore/tools/internal/serverstat"
 )
 

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/windowstore/windowstore/tests/figures"
+	"github.com/windowstore/windowstore/internal/figures"
 )
 
 var region = regexp.MustCompile(`(?s)(<!-- figures:([a-z0-9]+) -->\n).*?(<!-- /figures:([a-z0-9]+) -->)`)

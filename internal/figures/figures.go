@@ -51,7 +51,7 @@ var (
 // Path is tests/figures.json.
 func Path() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "figures.json")
+	return filepath.Join(filepath.Dir(file), "..", "..", "tests", "figures.json")
 }
 
 // Load reads a figures file.

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/windowstore/windowstore/tests/figures"
+	"github.com/windowstore/windowstore/internal/figures"
 )
 
 // TestRLS: the table beside envoyproxy/ratelimit takes envoyproxy/ratelimit's

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/windowstore/windowstore/tests/figures"
+	"github.com/windowstore/windowstore/internal/figures"
 )
 
 // A Target is one of the design's server-time targets: Op's server time per

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/windowstore/windowstore/tests/figures"
+	"github.com/windowstore/windowstore/internal/figures"
 )
 
 func TestRoundRatios(t *testing.T) {
