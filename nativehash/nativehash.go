@@ -79,7 +79,7 @@
 // another goes through the pipeline's own primitives, and an admitted limit
 // answers its sum and reset alone. It hands the whole call to the pipeline
 // before it writes anything when the call is not simple (a refusal, a bucket
-// whose value would be 0); tests/fastpath_test.go drives both with the same
+// whose value would be 0); tests/counters_test.go drives both with the same
 // random operations and compares their answers and every key's DUMP.
 package nativehash
 

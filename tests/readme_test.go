@@ -10,10 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/windowstore/windowstore/internal/figures"
 	"github.com/windowstore/windowstore/internal/figures/render"
@@ -186,6 +188,23 @@ func TestTestingDocNamesTests(t *testing.T) {
 	require.NotEmpty(t, named)
 	for _, m := range named {
 		require.True(t, defined[m[1]], "docs/testing.md names %s, which no test file defines", m[1])
+	}
+}
+
+// TestTestingDocNamesFiles: docs/testing.md's table of the suite's files
+// names every test file of tests/, and only those, so a reader finds a
+// capability's file from the page.
+func TestTestingDocNamesFiles(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "testing.md"))
+	require.NoError(t, err)
+	files, err := filepath.Glob("*_test.go")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		assert.True(t, strings.Contains(string(doc), "`"+f+"`"), "docs/testing.md does not name tests/%s", f)
+	}
+	for _, m := range regexp.MustCompile("`([a-z0-9_]+_test\\.go)`").FindAllStringSubmatch(string(doc), -1) {
+		assert.True(t, slices.Contains(files, m[1]), "docs/testing.md names %s, which tests/ does not have", m[1])
 	}
 }
 

@@ -511,6 +511,14 @@ func TestWindowstoredRLS(t *testing.T) {
 			// a failure that on_error could admit.
 			{&rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("user=" + strings.Repeat("v", 2000))}},
 				codes.InvalidArgument, "descriptor 0: its domain and entries make a counter key of 2010 bytes, more than 1024"},
+			// A descriptor's own limit of a year is longer than any window,
+			// as a configured one is; an unknown unit is no unit.
+			{&rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{{
+				Entries: desc("user=y").Entries, Limit: &ratelimitpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typepb.RateLimitUnit_YEAR}}}},
+				codes.InvalidArgument, "descriptor 0: limit override: unit YEAR: a window is at most 180 days"},
+			{&rlspb.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitpb.RateLimitDescriptor{{
+				Entries: desc("user=y").Entries, Limit: &ratelimitpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}}}},
+				codes.InvalidArgument, "descriptor 0: limit override: unit UNKNOWN: want SECOND, MINUTE, HOUR, DAY, WEEK or MONTH"},
 		} {
 			_, err := d.rls.ShouldRateLimit(ctxT(t), c.req)
 			require.Equal(t, c.code, status.Code(err), "%v", err)

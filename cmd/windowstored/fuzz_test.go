@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/windowstore/windowstore/store"
 )
 
 // FuzzParseEvent: no feature API body makes the parser panic, and a body it
@@ -107,6 +110,66 @@ func FuzzRLSMapping(f *testing.F) {
 		}
 		if ka, kb := counterKey("d", a), counterKey("d", b); (ka == kb) != same {
 			t.Fatalf("entries %v and %v: keys %q and %q", a, b, ka, kb)
+		}
+	})
+}
+
+// FuzzRLSOverride: a descriptor's own limit (Envoy's override) of any unit
+// and number either fails (an unknown unit, or a year: a window is at most
+// 180 days, as in the configuration) or is a valid window of its unit
+// with its number as the limit; it is fixed exactly when the configured limit
+// it replaces counts in a fixed window, and shares that limit's window when
+// the unit is the same.
+func FuzzRLSOverride(f *testing.F) {
+	f.Add(int32(2), uint32(3), uint8(0), int32(2))
+	f.Add(int32(4), uint32(0), uint8(1), int32(4))
+	f.Add(int32(7), uint32(1<<31), uint8(2), int32(1))
+	f.Add(int32(0), uint32(1), uint8(3), int32(5))
+	f.Add(int32(99), uint32(1), uint8(4), int32(6))
+	f.Add(int32(6), uint32(101), uint8(2), int32(6))
+	f.Fuzz(func(t *testing.T, unit int32, n uint32, kind uint8, matchedUnit int32) {
+		var matched *rule
+		if ml := unitLength(rlspb.RateLimitResponse_RateLimit_Unit(matchedUnit)); ml > 0 {
+			r := &rule{limit: 5, unit: rlspb.RateLimitResponse_RateLimit_Unit(matchedUnit)}
+			switch kind % 5 {
+			case 0: // no configured limit
+				r = nil
+			case 1:
+				r.window = store.Window{Length: ml, Bucket: defaultBucket(ml)}
+			case 2:
+				r.window = store.Window{Length: ml, Bucket: ml}
+			case 3:
+				r.gcra, r.burst, r.window = true, 1, store.Window{Length: ml, Bucket: ml}
+			case 4:
+				r.unlimited = true
+			}
+			matched = r
+		}
+		o := &ratelimitpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: typev3.RateLimitUnit(unit)}
+		got, err := overrideRule("d", o, matched)
+		length := unitLength(rlspb.RateLimitResponse_RateLimit_Unit(unit))
+		if length == 0 || (store.Window{Length: length, Bucket: length}).Validate() != nil {
+			if err == nil {
+				t.Fatalf("unit %d: taken", unit)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("unit %d, %d: %v", unit, n, err)
+		}
+		if got.limit != int64(n) || got.unit != rlspb.RateLimitResponse_RateLimit_Unit(unit) || got.window.Length != length || got.gcra || got.unlimited {
+			t.Fatalf("unit %d, %d: rule %+v", unit, n, got)
+		}
+		if err := got.window.Validate(); err != nil {
+			t.Fatalf("unit %d: window %v: %v", unit, got.window, err)
+		}
+		counting := matched != nil && !matched.gcra && !matched.unlimited
+		fixed := counting && matched.window.Bucket == matched.window.Length
+		if (got.window.Bucket == got.window.Length) != fixed {
+			t.Fatalf("unit %d over %+v: window %v, want fixed %v", unit, matched, got.window, fixed)
+		}
+		if counting && matched.window.Length == length && got.window != matched.window {
+			t.Fatalf("unit %d over %+v: window %v, not the configured limit's", unit, matched, got.window)
 		}
 	})
 }

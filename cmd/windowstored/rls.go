@@ -553,7 +553,7 @@ func overrideRule(domain string, o *ratelimitpb.RateLimitDescriptor_RateLimitOve
 	u := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	length := unitLength(u)
 	if length == 0 {
-		return nil, fmt.Errorf("limit override: unit %v: want SECOND to YEAR", o.GetUnit())
+		return nil, fmt.Errorf("limit override: unit %v: want SECOND, MINUTE, HOUR, DAY, WEEK or MONTH", o.GetUnit())
 	}
 	w := store.Window{Length: length, Bucket: defaultBucket(length)}
 	if matched != nil && !matched.gcra && !matched.unlimited {
@@ -566,7 +566,7 @@ func overrideRule(domain string, o *ratelimitpb.RateLimitDescriptor_RateLimitOve
 	}
 	r := &rule{path: domain + " (override)", limit: int64(o.GetRequestsPerUnit()), unit: u, window: w}
 	if err := r.window.Validate(); err != nil {
-		return nil, fmt.Errorf("limit override: unit %v: %w", o.GetUnit(), err)
+		return nil, fmt.Errorf("limit override: unit %v: a window is at most 180 days (%w)", o.GetUnit(), err)
 	}
 	return r, nil
 }
