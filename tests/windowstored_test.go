@@ -1338,3 +1338,43 @@ func TestWindowstoredHeaderFields(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowstoredOverrideAlgorithm: with override_algorithm: fixed, a
+// descriptor's own limit that replaces no configured limit is a fixed window
+// of its unit, as envoyproxy/ratelimit's: refused, it resets at the UTC
+// hour's end; one that replaces a sliding limit stays sliding.
+func TestWindowstoredOverrideAlgorithm(t *testing.T) {
+	t.Parallel()
+	srv := harness.Shared(t, harness.Redis70)
+	d := startWSD(t, srv.URL(), "windowstored:\n  override_algorithm: fixed\n---\n"+wsdConfig)
+	own := func(kv string) *ratelimitpb.RateLimitDescriptor {
+		x := desc(kv)
+		x.Limit = &ratelimitpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typepb.RateLimitUnit_HOUR}
+		return x
+	}
+	for _, c := range []struct {
+		kv    string
+		fixed bool
+	}{{"unconfigured=", true}, {"user=", false}} {
+		for {
+			c.kv += harness.Prefix(t) // a fresh key on every attempt
+			require.Equal(t, ok, d.ask(t, "shop", 0, own(c.kv)).OverallCode, c.kv)
+			before := time.Now()
+			r := d.ask(t, "shop", 0, own(c.kv))
+			after := time.Now()
+			require.Equal(t, over, r.OverallCode, c.kv)
+			end := before.Truncate(time.Hour).Add(time.Hour)
+			if after.After(end) {
+				continue // the hour ended during the call: once more
+			}
+			reset := r.Statuses[0].DurationUntilReset.AsDuration()
+			if c.fixed {
+				require.GreaterOrEqual(t, reset, end.Sub(after)-10*time.Millisecond, "%s: the hour's end", c.kv)
+				require.LessOrEqual(t, reset, end.Sub(before)+10*time.Millisecond, "%s: the hour's end", c.kv)
+			} else {
+				require.Greater(t, reset, 59*time.Minute, "%s: a sliding hour's retry", c.kv)
+			}
+			break
+		}
+	}
+}

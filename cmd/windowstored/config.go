@@ -133,7 +133,7 @@ func yamlReason(err error) string {
 	for typ, part := range map[string]string{
 		"type main.yamlDoc":        "a document (domain, descriptors, feature_set, features, windowstored)",
 		"type main.yamlDescriptor": "a descriptor (key, value, rate_limit, descriptors, shadow_mode, detailed_metric, value_to_metric, metadata)",
-		"type main.yamlSettings":   "windowstored settings (shadow_mode, on_error, response_headers, prefix, feature_prefix)",
+		"type main.yamlSettings":   "windowstored settings (shadow_mode, on_error, response_headers, override_algorithm, prefix, feature_prefix)",
 		"RateLimit":                "a rate_limit (requests_per_unit, unit, unlimited, name, replaces, algorithm, bucket, burst)",
 		"Feature":                  "a feature (name, entity, kind, windows, of, limits, spend_amount)",
 	} {
@@ -149,8 +149,11 @@ type yamlSettings struct {
 	ShadowMode      bool   `yaml:"shadow_mode"`
 	OnError         string `yaml:"on_error"`
 	ResponseHeaders string `yaml:"response_headers"`
-	Prefix          string `yaml:"prefix"`
-	FeaturePrefix   string `yaml:"feature_prefix"`
+	// OverrideAlgorithm is the algorithm of a descriptor's own limit that
+	// replaces no counting limit: sliding or fixed.
+	OverrideAlgorithm string `yaml:"override_algorithm"`
+	Prefix            string `yaml:"prefix"`
+	FeaturePrefix     string `yaml:"feature_prefix"`
 }
 
 // settings are the server's settings, defaults filled in.
@@ -158,6 +161,7 @@ type settings struct {
 	shadow        bool   // every limit watches and never refuses
 	onError       string // "error", "allow" or "deny": what a failed decision answers
 	headers       string // "ietf", "legacy", "both", "envoy" or "none"
+	fixedOverride bool   // a descriptor's own limit that replaces no counting limit is a fixed window
 	prefix        string // the rate limits' key prefix
 	featurePrefix string // the feature sets' key prefix
 }
@@ -378,6 +382,13 @@ func (s *settings) load(where string, y *yamlSettings) error {
 			return badf(where, "response_headers %q: want ietf, legacy, both, envoy or none", y.ResponseHeaders)
 		}
 		s.headers = y.ResponseHeaders
+	}
+	switch y.OverrideAlgorithm {
+	case "", "sliding":
+	case "fixed":
+		s.fixedOverride = true
+	default:
+		return badf(where, "override_algorithm %q: want sliding or fixed", y.OverrideAlgorithm)
 	}
 	if y.Prefix != "" {
 		s.prefix = y.Prefix

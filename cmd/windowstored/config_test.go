@@ -65,6 +65,7 @@ func TestConfigErrors(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: k\n    value: a*\n    share_threshold: true\n", "share_threshold is not supported"},
 		{"windowstored: {on_error: maybe}\n", `on_error "maybe"`},
 		{"windowstored: {response_headers: all}\n", `response_headers "all"`},
+		{"windowstored: {override_algorithm: gcra}\n", `override_algorithm "gcra": want sliding or fixed`},
 		{"windowstored: {prefix: a, feature_prefix: a}\n", "need prefixes of their own"},
 		{"windowstored: {}\n---\nwindowstored: {}\n", "settings are already given"},
 		{"domain: d\nfeature_set: f\n", "one of them"},
@@ -206,5 +207,29 @@ func TestSettle(t *testing.T) {
 		if got := w.ready(c.read, c.inForce); got != c.want {
 			t.Fatalf("check %d: read %q with %q in force: ready %v, want %v", i, c.read, c.inForce, got, c.want)
 		}
+	}
+}
+
+// TestConfigDocExamples: every whole configuration of docs/windowstored.md
+// (a YAML block that starts with a document's field) loads as it is
+// written, its settings included.
+func TestConfigDocExamples(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "windowstored.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for i, block := range strings.Split(string(doc), "```yaml\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if !strings.HasPrefix(block, "domain:") && !strings.HasPrefix(block, "feature_set:") && !strings.HasPrefix(block, "windowstored:") {
+			continue // a fragment: descriptors, or Envoy's own configuration
+		}
+		n++
+		if _, err := load(t, block); err != nil {
+			t.Errorf("docs/windowstored.md, YAML block %d: %v", i+1, err)
+		}
+	}
+	if n == 0 {
+		t.Fatal("docs/windowstored.md has no whole configuration")
 	}
 }

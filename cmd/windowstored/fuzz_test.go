@@ -118,16 +118,19 @@ func FuzzRLSMapping(f *testing.F) {
 // and number either fails (an unknown unit, or a year: a window is at most
 // 180 days, as in the configuration) or is a valid window of its unit
 // with its number as the limit; it is fixed exactly when the configured limit
-// it replaces counts in a fixed window, and shares that limit's window when
-// the unit is the same.
+// it replaces counts in a fixed window, or replaces no counting limit under
+// override_algorithm: fixed, and shares that limit's window when the unit is
+// the same.
 func FuzzRLSOverride(f *testing.F) {
-	f.Add(int32(2), uint32(3), uint8(0), int32(2))
-	f.Add(int32(4), uint32(0), uint8(1), int32(4))
-	f.Add(int32(7), uint32(1<<31), uint8(2), int32(1))
-	f.Add(int32(0), uint32(1), uint8(3), int32(5))
-	f.Add(int32(99), uint32(1), uint8(4), int32(6))
-	f.Add(int32(6), uint32(101), uint8(2), int32(6))
-	f.Fuzz(func(t *testing.T, unit int32, n uint32, kind uint8, matchedUnit int32) {
+	f.Add(int32(2), uint32(3), uint8(0), int32(2), false)
+	f.Add(int32(4), uint32(0), uint8(1), int32(4), true)
+	f.Add(int32(7), uint32(1<<31), uint8(2), int32(1), false)
+	f.Add(int32(0), uint32(1), uint8(3), int32(5), true)
+	f.Add(int32(99), uint32(1), uint8(4), int32(6), false)
+	f.Add(int32(6), uint32(101), uint8(2), int32(6), true)
+	f.Add(int32(3), uint32(7), uint8(1), int32(2), true)
+	f.Add(int32(3), uint32(7), uint8(0), int32(2), true)
+	f.Fuzz(func(t *testing.T, unit int32, n uint32, kind uint8, matchedUnit int32, fixedOverride bool) {
 		var matched *rule
 		if ml := unitLength(rlspb.RateLimitResponse_RateLimit_Unit(matchedUnit)); ml > 0 {
 			r := &rule{limit: 5, unit: rlspb.RateLimitResponse_RateLimit_Unit(matchedUnit)}
@@ -146,7 +149,7 @@ func FuzzRLSOverride(f *testing.F) {
 			matched = r
 		}
 		o := &ratelimitpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: typev3.RateLimitUnit(unit)}
-		got, err := overrideRule("d", o, matched)
+		got, err := overrideRule("d", o, matched, fixedOverride)
 		length := unitLength(rlspb.RateLimitResponse_RateLimit_Unit(unit))
 		if length == 0 || (store.Window{Length: length, Bucket: length}).Validate() != nil {
 			if err == nil {
@@ -164,7 +167,7 @@ func FuzzRLSOverride(f *testing.F) {
 			t.Fatalf("unit %d: window %v: %v", unit, got.window, err)
 		}
 		counting := matched != nil && !matched.gcra && !matched.unlimited
-		fixed := counting && matched.window.Bucket == matched.window.Length
+		fixed := counting && matched.window.Bucket == matched.window.Length || !counting && fixedOverride
 		if (got.window.Bucket == got.window.Length) != fixed {
 			t.Fatalf("unit %d over %+v: window %v, want fixed %v", unit, matched, got.window, fixed)
 		}

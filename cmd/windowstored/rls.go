@@ -110,7 +110,7 @@ func (s *server) decide(ctx context.Context, req *rlspb.RateLimitRequest) (*rlsp
 		r := root.match(d.GetEntries())
 		if o := d.GetLimit(); o != nil {
 			var err error
-			if r, err = overrideRule(domain, o, r); err != nil {
+			if r, err = overrideRule(domain, o, r, rt.cfg.settings.fixedOverride); err != nil {
 				return bad(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
 		}
@@ -546,22 +546,28 @@ func (s *server) failed(domain string, outcome *httplimit.Outcome, err error) (*
 // It keeps that rule's algorithm when it is a fixed or sliding window, and of
 // the same unit its window too, so that both count in one counter, as
 // envoyproxy/ratelimit's limits of one descriptor and unit share theirs;
-// otherwise (no rule, GCRA, unlimited) it is a sliding window of its unit.
+// otherwise (no rule, GCRA, unlimited) it is a sliding window of its unit,
+// or with fixed (override_algorithm: fixed) a fixed one, as envoyproxy/ratelimit's.
 // envoy.type.v3.RateLimitUnit numbers its units as the response's
 // RateLimit.Unit does.
-func overrideRule(domain string, o *ratelimitpb.RateLimitDescriptor_RateLimitOverride, matched *rule) (*rule, error) {
+func overrideRule(domain string, o *ratelimitpb.RateLimitDescriptor_RateLimitOverride, matched *rule, fixed bool) (*rule, error) {
 	u := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	length := unitLength(u)
 	if length == 0 {
 		return nil, fmt.Errorf("limit override: unit %v: want SECOND, MINUTE, HOUR, DAY, WEEK or MONTH", o.GetUnit())
 	}
 	w := store.Window{Length: length, Bucket: defaultBucket(length)}
+	if fixed {
+		w.Bucket = length
+	}
 	if matched != nil && !matched.gcra && !matched.unlimited {
 		switch {
 		case matched.window.Length == length:
 			w = matched.window
 		case matched.window.Bucket == matched.window.Length:
 			w.Bucket = length // fixed, as the rule it replaces
+		default:
+			w.Bucket = defaultBucket(length) // sliding, as the rule it replaces
 		}
 	}
 	r := &rule{path: domain + " (override)", limit: int64(o.GetRequestsPerUnit()), unit: u, window: w}

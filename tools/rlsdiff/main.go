@@ -8,7 +8,8 @@
 //	go run ./rlsdiff --redis 127.0.0.1:6379 --windowstored /tmp/windowstored --envoy /tmp/envoy-ratelimit
 //
 // By default windowstored decides the configuration's limits as fixed
-// windows (algorithm: fixed added to every rate_limit), so that the answers
+// windows (algorithm: fixed added to every rate_limit, and override_algorithm:
+// fixed for a descriptor's own limit), so that the answers
 // compare with envoyproxy/ratelimit's one for one; --algorithm sliding keeps
 // windowstore's default. The configuration and the calls are testdata/'s
 // unless --config and --requests name others. A call is a line
@@ -103,6 +104,9 @@ func run(args []string, out io.Writer) error {
 	}
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	wsCfg += "\n---\nwindowstored:\n  prefix: \"rlsdiff:" + run + ":\"\n"
+	if *algorithm == "fixed" {
+		wsCfg += "  override_algorithm: fixed\n"
+	}
 	if *hdrs {
 		wsCfg += "  response_headers: envoy\n"
 	} else {
