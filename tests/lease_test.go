@@ -324,7 +324,7 @@ func TestWindowctlLease(t *testing.T) {
 	srv := harness.Shared(t, harness.Redis70)
 	prefix := "--prefix=" + harness.Prefix(t)
 	acquire := func() (map[string]any, int) {
-		out, errs, code := ctl(t, srv, prefix, "--json", "lease", "acquire", "--max", "2", "--ttl", "30s", "job:7")
+		out, errs, code := ctl(t, srv, prefix, "--json", "lease", "acquire", "--max", "2", "--ttl", "5m", "job:7")
 		require.Contains(t, []int{0, 3}, code, errs)
 		return jsonLine(t, out), code
 	}
@@ -342,13 +342,14 @@ func TestWindowctlLease(t *testing.T) {
 	require.Equal(t, 3, code, "a refusal exits 3")
 	require.Equal(t, map[string]any{"key": "job:7", "acquired": false, "lease": "", "held": 2.0}, map[string]any{
 		"key": r["key"], "acquired": r["acquired"], "lease": r["lease"], "held": r["held"]})
-	// The retry is when the first lease expires: 30s after it was taken,
+	// The retry is when the first lease expires: 5m after it was taken,
 	// less the time the three calls took (each is a process of its own,
-	// seconds apiece on a loaded machine).
+	// seconds apiece on a loaded machine, so the TTL is long enough that
+	// no lease of the test expires before its end).
 	elapsed := time.Since(start).Milliseconds()
 	retry, _ := r["retry_after_ms"].(float64)
-	require.LessOrEqual(t, retry, 30000.0+1000, "the retry is at most the lease's TTL")
-	require.GreaterOrEqual(t, retry, float64(30000-elapsed-1000), "the retry is when the first lease expires (calls took %d ms)", elapsed)
+	require.LessOrEqual(t, retry, 300000.0+1000, "the retry is at most the lease's TTL")
+	require.GreaterOrEqual(t, retry, float64(300000-elapsed-1000), "the retry is when the first lease expires (calls took %d ms)", elapsed)
 
 	out, errs, code := ctl(t, srv, prefix, "--json", "lease", "refresh", "--ttl", "1m", "job:7", id)
 	require.Zero(t, code, errs)
