@@ -1,11 +1,10 @@
 package tests
 
 import (
-	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"testing"
 	"time"
@@ -19,22 +18,23 @@ import (
 func TestExampleServer(t *testing.T) {
 	t.Parallel()
 	srv := harness.Fresh(t, harness.Redis70) // the example's keys are fixed ("api:..."): a server of its own
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	l.Close()
-	cmd := exec.Command(harness.Binary(t, "./examples/apiserver"), "--addr", srv.URL(), "--listen", addr)
-	var logs bytes.Buffer
-	cmd.Stderr = &logs
+	// The example binds port 0 itself and logs the port it took: a port
+	// chosen here and closed before the example binds it could be taken by
+	// another test's server in between.
+	cmd := exec.Command(harness.Binary(t, "./examples/apiserver"), "--addr", srv.URL(), "--listen", "127.0.0.1:0")
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	listening := regexp.MustCompile(`apiserver: listening on (127\.0\.0\.1:\d+)`)
+	var addr string
 	require.Eventually(t, func() bool {
-		conn, err := net.Dial("tcp", addr)
-		if err == nil {
-			conn.Close()
+		m := listening.FindStringSubmatch(logs.String())
+		if m != nil {
+			addr = m[1]
 		}
-		return err == nil
-	}, 10*time.Second, 50*time.Millisecond, "the example server did not start: %s", &logs)
+		return m != nil
+	}, 30*time.Second, 50*time.Millisecond, "the example server did not start: %s", logs)
 	base := "http://" + addr
 
 	for i := 0; i < 5; i++ {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -30,7 +31,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "redis://127.0.0.1:6379", "Redis URL")
-	listen := flag.String("listen", "127.0.0.1:8080", "HTTP listen address")
+	listen := flag.String("listen", "127.0.0.1:8080", "HTTP listen address (port 0: any free port, named in the log)")
 	trusted := flag.String("trusted-proxy", "", "a trusted proxy network, such as 10.0.0.0/8 (X-Forwarded-For is ignored without one)")
 	flag.Parse()
 
@@ -60,9 +61,14 @@ func main() {
 	if err != nil {
 		log.Fatalf("apiserver: %v", err)
 	}
-	log.Printf("apiserver: listening on %s", *listen)
-	srv := &http.Server{Addr: *listen, Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	if err := srv.ListenAndServe(); err != nil {
+	// Binding before serving lets the log name the port taken for ":0".
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatalf("apiserver: --listen: %v", err)
+	}
+	log.Printf("apiserver: listening on %s", ln.Addr())
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	if err := srv.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, "apiserver:", err)
 		os.Exit(1)
 	}
