@@ -77,10 +77,12 @@
 // as one argument, which the script parses once), with no event id and no
 // event time, in one loop; a synced window's record is updated in place,
 // another goes through the pipeline's own primitives, and an admitted limit
-// answers its sum and reset alone. It hands the whole call to the pipeline
-// before it writes anything when the call is not simple (a refusal, a bucket
-// whose value would be 0); tests/counters_test.go drives both with the same
-// random operations and compares their answers and every key's DUMP.
+// answers its sum and reset alone. An Allow that refuses is answered there
+// too, with the pipeline's retry and reset (decide.lua), writing nothing. It
+// hands the whole call to the pipeline before it writes anything when the
+// call is not simple (a group that refuses, a bucket whose value would be
+// 0); tests/counters_test.go drives both with the same random operations and
+// compares their answers and every key's DUMP.
 package nativehash
 
 import (

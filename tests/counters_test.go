@@ -375,13 +375,14 @@ var w12s3s = store.Window{Length: 12 * time.Second, Bucket: 3 * time.Second}
 // TestFastPathDifferential drives the fast path and the pipeline alone (the
 // test-only switch: a trace with general on) with the same random
 // operations, each on a prefix of its own: Add, Record without a sum, Allow,
-// AllowAll of a key's windows (in a random order), across keys and over two
-// heads of one slot (windows told apart by their record alone), a batch
-// of counts; amounts near the limits of doubles and negative ones, limits
+// Allow near its limit, AllowAll of a key's windows (in a random order),
+// across keys and over two heads of one slot (windows told apart by their
+// record alone), a batch of counts; amounts near the limits of doubles and negative ones, limits
 // that admit and refuse, a clock that moves by a bucket, many buckets, past
 // every window and across a year's end. Every answer must be the same, and
 // after every operation every key's bytes (DUMP). The fast path must have
-// taken many operations, and the pipeline every one on its side.
+// taken many operations, its refusal many, and the pipeline every one on
+// its side.
 func TestFastPathDifferential(t *testing.T) {
 	forPlain(t, func(t *testing.T, c rueidis.Client, ctx context.Context) {
 		pa, pb := harness.Prefix(t)+"a:", harness.Prefix(t)+"b:"
@@ -425,6 +426,8 @@ func TestFastPathDifferential(t *testing.T) {
 					out, err = ss[1].At(at).Record(ctx, store.Event{Key: k, Delta: amount(), NoSum: true})
 				case "allow":
 					out, err = ss[0].At(at).Allow(ctx, k, rng.Int64N(60), rng.Int64N(4))
+				case "refuse":
+					out, err = ss[rng.IntN(2)].At(at).Allow(ctx, k, rng.Int64N(10), 1+rng.Int64N(3))
 				case "allow3":
 					perm := rng.Perm(3)
 					var ps []store.Quota
@@ -453,7 +456,7 @@ func TestFastPathDifferential(t *testing.T) {
 				}
 				return fmt.Sprintf("%+v", out), err
 			}
-			op = []string{"add", "nosum", "allow", "allow3", "across", "entity", "batch"}[rng.IntN(7)]
+			op = []string{"add", "nosum", "allow", "refuse", "allow3", "across", "entity", "batch"}[rng.IntN(8)]
 			state, main := rng.Uint64(), rng
 			rng = rand.New(rand.NewPCG(state, 4))
 			ra, ea := run(fast)
@@ -479,6 +482,7 @@ func TestFastPathDifferential(t *testing.T) {
 		t.Logf("paths: fast side %v, pipeline side %v", pf, pg)
 		require.Greater(t, pf["fast"], int64(150), "the fast path took too few operations to compare: %v", pf)
 		require.Greater(t, pf["event"], int64(150), "too few operations left the fast path: %v", pf)
+		require.Greater(t, pf["refuse"], int64(30), "the fast path refused too few operations to compare: %v", pf)
 		require.Zero(t, pg["fast"], "the switch did not keep the fast path off: %v", pg)
 		require.Positive(t, pg["event"], "%v", pg)
 	})
@@ -502,45 +506,55 @@ func expiryOf(v string) float64 {
 // TestFastPathTaken: the operations the fast path is for take it, one script
 // path each, on the plain hash (a trace counts the paths): Add, Record
 // without a sum, Allow that admits, AllowAll of a key's windows and across
-// keys; a refusal, an event id and a late event take the pipeline.
+// keys; Allow's refusal takes the fast path's refusal ("refuse"), on a
+// counter synced on the current bucket and after a bucket started; an
+// AllowAll's refusal, an event id and a late event take the pipeline.
 func TestFastPathTaken(t *testing.T) {
 	forPlain(t, func(t *testing.T, c rueidis.Client, ctx context.Context) {
 		tag := strings.ReplaceAll(harness.Prefix(t), ":", "")
 		ss := traced(t, c, harness.Prefix(t), tag, false)
 		at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
-		want := func(fast, event int64, what string, f func() error) {
+		want := func(fast, refuse, event int64, what string, f func() error) {
 			t.Helper()
 			require.NoError(t, f(), what)
 			p, err := hook.Paths(ctx, ss[0], tag)
 			require.NoError(t, err)
-			require.Equal(t, map[string]int64{"fast": fast, "event": event}, withZeros(p), what)
+			require.Equal(t, map[string]int64{"fast": fast, "refuse": refuse, "event": event}, withZeros(p), what)
 		}
-		want(1, 0, "add", func() error { _, err := ss[0].At(at).Add(ctx, "k", 1); return err })
-		want(1, 0, "add again", func() error { _, err := ss[0].At(at).Add(ctx, "k", 1); return err })
-		want(1, 0, "record without a sum", func() error {
+		want(1, 0, 0, "add", func() error { _, err := ss[0].At(at).Add(ctx, "k", 1); return err })
+		want(1, 0, 0, "add again", func() error { _, err := ss[0].At(at).Add(ctx, "k", 1); return err })
+		want(1, 0, 0, "record without a sum", func() error {
 			_, err := ss[0].At(at).Record(ctx, store.Event{Key: "k", Delta: 2, NoSum: true})
 			return err
 		})
-		want(1, 0, "allow", func() error { _, err := ss[0].At(at).Allow(ctx, "k", 100, 1); return err })
-		want(0, 1, "a refusal", func() error { _, err := ss[0].At(at).Allow(ctx, "k", 3, 1); return err })
-		want(1, 0, "allow all of a key's windows", func() error {
+		want(1, 0, 0, "allow", func() error { _, err := ss[0].At(at).Allow(ctx, "k", 100, 1); return err })
+		want(0, 1, 0, "a refusal", func() error { _, err := ss[0].At(at).Allow(ctx, "k", 3, 1); return err })
+		want(1, 0, 0, "allow all of a key's windows", func() error {
 			_, err := allowAllAt(ctx, at, 1, store.Quota{Store: ss[0], Key: "k", Limit: 100}, store.Quota{Store: ss[1], Key: "k", Limit: 100},
 				store.Quota{Store: ss[2], Key: "k", Limit: 100})
 			return err
 		})
-		want(1, 0, "allow all across keys", func() error {
+		want(1, 0, 0, "allow all across keys", func() error {
 			_, err := allowAllAt(ctx, at, 1, store.Quota{Store: ss[0], Key: "k", Limit: 100}, store.Quota{Store: ss[0], Key: "ip", Limit: 100})
 			return err
 		})
-		want(0, 1, "an event id", func() error {
+		want(0, 0, 1, "allow all refused", func() error {
+			_, err := allowAllAt(ctx, at, 1, store.Quota{Store: ss[0], Key: "k", Limit: 3}, store.Quota{Store: ss[1], Key: "k", Limit: 100})
+			return err
+		})
+		want(0, 1, 0, "a refusal after a bucket started", func() error {
+			_, err := ss[0].At(at.Add(time.Second)).Allow(ctx, "k", 3, 1)
+			return err
+		})
+		want(0, 0, 1, "an event id", func() error {
 			_, err := ss[0].At(at).Record(ctx, store.Event{Key: "k", Delta: 1, ID: "e1"})
 			return err
 		})
-		want(0, 1, "a late event", func() error {
+		want(0, 0, 1, "a late event", func() error {
 			_, err := ss[0].At(at).Record(ctx, store.Event{Key: "k", Delta: 1, Time: at.Add(-3 * time.Second)})
 			return err
 		})
-		want(1, 0, "a move on", func() error { _, err := ss[0].At(at.Add(1500*time.Millisecond)).Add(ctx, "k", 1); return err })
+		want(1, 0, 0, "a move on", func() error { _, err := ss[0].At(at.Add(1500*time.Millisecond)).Add(ctx, "k", 1); return err })
 	})
 }
 
@@ -577,12 +591,12 @@ func TestFastPathRecordByWindow(t *testing.T) {
 		}
 		p, err := hook.Paths(ctx, ss[0], tag)
 		require.NoError(t, err)
-		require.Equal(t, map[string]int64{"fast": 8, "event": 0}, withZeros(p))
+		require.Equal(t, map[string]int64{"fast": 8, "refuse": 0, "event": 0}, withZeros(p))
 	})
 }
 
 func withZeros(p map[string]int64) map[string]int64 {
-	out := map[string]int64{"fast": 0, "event": 0}
+	out := map[string]int64{"fast": 0, "refuse": 0, "event": 0}
 	for k, v := range p {
 		out[k] = v
 	}

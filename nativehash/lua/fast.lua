@@ -1,14 +1,16 @@
 -- The plain hash's fast path beside event.lua's pipeline: an event of counts
 -- and limits without an id or time (Add, Allow, AllowAll) whose every limit
 -- admits, on counters synced on the current bucket in their head, no table
--- per item. Any other, or one it gives up on (having written nothing), takes
--- the pipeline, which answers and writes the same (TestFastPathDifferential).
+-- per item; and an Allow's refusal, which writes nothing. Any other, or one
+-- it gives up on (having written nothing), takes the pipeline, which answers
+-- and writes the same (TestFastPathDifferential).
 
 -- ws_fcheck decides a cost (costs, a decimal string; cost, its number) under a
 -- limit in the counter at KEYS[k] of window L, whose head Hd holds its record
 -- at i (nil: none). When it fits: the new total and bucket value, and for a
 -- record not synced on the current bucket the counter's state C from ws_open,
--- prepared (ws_commit writes it); else nil. Reads only.
+-- prepared (ws_commit writes it); false (and C, if opened) when it does not
+-- fit; else nil. Reads only.
 local function ws_fcheck(L, Hd, i, k, limit, costs, cost)
   if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return nil end
   if i ~= nil then
@@ -18,12 +20,13 @@ local function ws_fcheck(L, Hd, i, k, limit, costs, cost)
     local t, v = a[i + 3], a[i + 5]
     if a[i + 4] == L.cstart and a[i + 2] == L.low and t > -WS_BIG and v > -WS_BIG and v + cost < WS_BIG and v + cost ~= 0 and
         t % 1 == 0 and v % 1 == 0 then
-      if t > limit - cost then return nil end
+      if t > limit - cost then return false end
       return t + cost, v + cost, nil
     end
   end
   local C = ws_open(L, k, L.target)
-  if not (C.fits and ws_le(C.sum, limit - cost)) then return nil end
+  if not C.fits then return nil end
+  if not ws_le(C.sum, limit - cost) then return false, nil, C end
   ws_prepare(L, C, costs, L.target)
   if tonumber(C.nv) == 0 then return nil end -- (the reset is then the other buckets': the pipeline's)
   return C.nsum, C.nv, C
@@ -66,7 +69,7 @@ local function ws_frun(H, P, B, ng, ni, k, out)
       local A, r = Hd.a, (px - p) / 5 * WS_REC + 1
       if r > WS_REC * Hd.n or A[r] ~= L.b or A[r + 1] ~= L.w then r = ws_hfind(Hd, L) end
       local t, v, C = ws_fcheck(L, Hd, r, k, limit, P[px + 3], cost)
-      if t == nil then return ws_fback(nu, nd, out, o0) end
+      if not t then return ws_fback(nu, nd, out, o0) end
       if C ~= nil then
         ws_fd[nd + 1], ws_fd[nd + 2], ws_fd[nd + 3], nd = L, k, C, nd + 3
       else
@@ -104,7 +107,14 @@ local function ws_fast(H, i, k, out)
     local Hd = ws_hget(L, k)
     local j = ws_hfind(Hd, L)
     local nt, nv, C = ws_fcheck(L, Hd, j, k, limit, costs, ws_tonum(costs))
-    if nt == nil then return nil end
+    if nt == false and op == WS_OP_ALLOW then
+      -- A refusal: the pipeline's retry and reset, from the counter's live buckets.
+      local S = ws_detail(L, k, C)
+      out[o + 1], out[o + 2], out[o + 3], out[o + 4] = 0, C and C.sum or Hd.a[j + 3], ws_retry(L, S, ws_tonum(costs), limit), ws_reset(L, S)
+      if ws_tracing ~= nil then ws_trace('refuse') end
+      return ni, k + WS_KPC
+    end
+    if not nt then return nil end
     if C ~= nil then ws_commit(L, k, C, L.target) else Hd.a[j + 3], Hd.a[j + 5], Hd.dirty = nt, nv, true end
     if ws_tracing ~= nil then ws_trace('fast') end
     if op == WS_OP_ALLOW then

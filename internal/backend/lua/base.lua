@@ -45,9 +45,7 @@ end
 
 -- ws_chunks calls fn with the items of list in slices small enough to unpack.
 local function ws_chunks(list, fn)
-  for i = 1, #list, 1000 do
-    fn(unpack(list, i, math.min(i + 999, #list)))
-  end
+  for i = 1, #list, 1000 do fn(unpack(list, i, math.min(i + 999, #list))) end
 end
 
 -- ws_args is ARGV[i] .. ARGV[j] as a list (unpack of some 8,000 values or

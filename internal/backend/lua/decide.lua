@@ -77,13 +77,11 @@ end
 
 local function ws_retry(L, S, cost, limit)
   if cost > limit then return -1 end
-  if S.kmag < WS_BIG then
-    -- (On doubles, exact: ws_walker's walk without its tables.)
+  if S.kmag < WS_BIG then -- (on doubles, exact: ws_walker's walk without its tables)
     local vals, rem, x = S.vals, 0, limit - cost
     for i = 1, S.live do rem = rem + vals[i] end
     if rem <= x then return 0 end
-    local order = ws_leaving(S)
-    for _, j in ipairs(order) do
+    for _, j in ipairs(ws_leaving(S)) do
       rem = rem - vals[j]
       if rem <= x then return S.starts[j] + L.w - L.now end
     end

@@ -122,9 +122,7 @@ local function ws_dwrite(L, K, B, P, members)
     redis.call('DEL', rk)
     local by = K.by
     local gone = {}
-    for x, s in ipairs(P.gone) do
-      by[s], gone[x] = nil, string.format('%d', s)
-    end
+    for x, s in ipairs(P.gone) do by[s], gone[x] = nil, string.format('%d', s) end
     by[B.start] = P.idx
     K.top = P.top
     if #gone > 0 then ws_chunks(gone, function(...) redis.call('HDEL', K.h, ...) end) end

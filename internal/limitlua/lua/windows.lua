@@ -186,9 +186,7 @@ local function ws_wop(o, cost)
         dlo[k], dhi[k] = 1, 0
         local h, out = redis.call('HGETALL', key), {}
         for i = 1, #h, 2 do
-          if string.find(h[i], '^%-?%d+$') then
-            out[#out + 1], out[#out + 2] = h[i], tonumber(h[i + 1]) - base
-          end
+          if string.find(h[i], '^%-?%d+$') then out[#out + 1], out[#out + 2] = h[i], tonumber(h[i + 1]) - base end
         end
         ws_chunks(out, function(...) redis.call('HSET', key, ...) end)
         val[k] = val[k] - base
@@ -259,7 +257,5 @@ local function ws_wop(o, cost)
 end
 
 local res = {}
-for i = 1, #ARGV - first + 1 do
-  res[i] = ws_result(pcall(ws_wop, (i - 1) * K, tonumber(ARGV[first + i - 1])))
-end
+for i = 1, #ARGV - first + 1 do res[i] = ws_result(pcall(ws_wop, (i - 1) * K, tonumber(ARGV[first + i - 1]))) end
 return res
