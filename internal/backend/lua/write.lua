@@ -12,7 +12,7 @@ ws_begin()
 local H = ws_header(ARGV)
 ws_tracefrom(ARGV[WS_HEADER])
 local i, k, n, rep = WS_HEADER + 1, 1, #ARGV, 1
-local out = {}
+local out = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil} -- (room for 16 values: no rehash as it grows)
 while i <= n do
   if string.byte(ARGV[i]) == 42 then rep, i = tonumber(string.sub(ARGV[i], 2)), i + 1 end -- "*r"
   local m = #out
