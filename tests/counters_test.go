@@ -377,9 +377,9 @@ var w12s3s = store.Window{Length: 12 * time.Second, Bucket: 3 * time.Second}
 // operations, each on a prefix of its own: Add, Record without a sum, Allow,
 // Allow near its limit, AllowAll of a key's windows (in a random order),
 // across keys and over two heads of one slot (windows told apart by their
-// record alone), a batch of counts; amounts near the limits of doubles and negative ones, limits
-// that admit and refuse, a clock that moves by a bucket, many buckets, past
-// every window and across a year's end. Every answer must be the same, and
+// record alone), a batch of counts; amounts near the limits of doubles and
+// negative ones, limits that admit and refuse, a clock that moves by a
+// bucket, many buckets, past every window and across a year's end. Every answer must be the same, and
 // after every operation every key's bytes (DUMP). The fast path must have
 // taken many operations, its refusal many, and the pipeline every one on
 // its side.
