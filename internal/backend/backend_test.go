@@ -53,7 +53,7 @@ func TestAssembly(t *testing.T) {
 func TestConstants(t *testing.T) {
 	src := constants().Src
 	for _, want := range []string{"local WS_OP_ADD = '" + OpAdd + "'", "local WS_E = {NOTCOUNTER = '" + CodeNotCounter + "', OVERFLOW = '" + CodeOverflow + "'",
-		"PENDING = '" + CodePending + "'}", "local WS_HEADER = 8"} {
+		"PENDING = '" + CodePending + "'}", "local WS_HEADER = 2"} {
 		if !strings.Contains(src, want) {
 			t.Errorf("constants lack %q", want)
 		}
@@ -103,7 +103,7 @@ func TestScriptErrorParse(t *testing.T) {
 func TestHeader(t *testing.T) {
 	years := [5]int64{1, 2, 3, 4, 5}
 	got := Header(ClientClock(42), years, 5000, "")
-	if !slices.Equal(got, []string{"42", "1", "2", "3", "4", "5", "5000", ""}) {
+	if !slices.Equal(got, []string{"42", "1 2 3 4 5 5000"}) {
 		t.Fatal(got)
 	}
 	var c HeaderCache
@@ -114,10 +114,10 @@ func TestHeader(t *testing.T) {
 	if cl := c.Get(ClientClock(7), years, 5000, ""); cl[0] != "7" || &cl[0] == &a[0] || a[0] != "" {
 		t.Fatal("a client-clock header changed the shared one")
 	}
-	if d := c.Get(ServerClock, [5]int64{2, 3, 4, 5, 6}, 5000, ""); &d[0] == &a[0] || d[1] != "2" {
+	if d := c.Get(ServerClock, [5]int64{2, 3, 4, 5, 6}, 5000, ""); &d[0] == &a[0] || d[1] != "2 3 4 5 6 5000" {
 		t.Fatal("new years, same header")
 	}
-	if tr := c.Get(ServerClock, years, 5000, Trace("x", true)); tr[7] != "gx" || Trace("x", false) != "tx" {
+	if tr := c.Get(ServerClock, years, 5000, Trace("x", true)); tr[1] != "1 2 3 4 5 5000 gx" || Trace("x", false) != "tx" {
 		t.Fatal("a trace", tr)
 	}
 	if Shape(1000, 60000) != "1000:60000" {

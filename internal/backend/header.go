@@ -6,8 +6,9 @@ import (
 )
 
 // HeaderLen is the number of ARGV entries every counter script starts with
-// (see Header).
-const HeaderLen = 8
+// (see Header): what changes only with the year or the options goes in one
+// entry, as each entry costs the server a Lua string of its own.
+const HeaderLen = 2
 
 // Clock is the clock argument of a script. ServerClock makes the scripts read
 // the server's TIME.
@@ -36,19 +37,21 @@ func (c Clock) Arg() string {
 
 // Header builds the ARGV header of a counter script (live.lua reads it):
 //
-//	1     clock (Unix ms, or "" for the server's TIME)
-//	2..6  the starts of the five years around now (fieldcodec.Codec.YearStarts)
-//	7     the future tolerance, ms
-//	8     a trace, for tests: "" (none), or a mode and a tag (see Trace)
+//	1  clock (Unix ms, or "" for the server's TIME)
+//	2  the starts of the five years around now (fieldcodec.Codec.YearStarts),
+//	   the future tolerance in ms, and a trace for tests (see Trace), separated
+//	   by spaces: "y1 y2 y3 y4 y5 future", or "y1 y2 y3 y4 y5 future trace"
 func Header(clock Clock, years [5]int64, futureMs int64, trace string) []string {
-	a := make([]string, HeaderLen)
-	a[0] = clock.Arg()
-	for i, y := range years {
-		a[1+i] = strconv.FormatInt(y, 10)
+	b := make([]byte, 0, 96)
+	for _, y := range years {
+		b = strconv.AppendInt(b, y, 10)
+		b = append(b, ' ')
 	}
-	a[6] = strconv.FormatInt(futureMs, 10)
-	a[7] = trace
-	return a
+	b = strconv.AppendInt(b, futureMs, 10)
+	if trace != "" {
+		b = append(append(b, ' '), trace...)
+	}
+	return []string{clock.Arg(), string(b)}
 }
 
 // Trace is a header's trace, for tests: every path the write script's

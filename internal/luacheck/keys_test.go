@@ -658,6 +658,18 @@ func oneWindow(t *testing.T) (shape string, at time.Time, hdr []string) {
 	return backend.Shape(1000, 10000), at, backend.Header(backend.ServerClock, code.YearStarts(at), 2000, "")
 }
 
+// errReply is the message of the error reply a script raised (redis.error_reply),
+// or "" when err is not one.
+func errReply(err error) string {
+	var ae *lua.ApiError
+	if errors.As(err, &ae) {
+		if e, ok := ae.Object.(*lua.LTable); ok {
+			return lua.LVAsString(e.RawGetString("err"))
+		}
+	}
+	return ""
+}
+
 // TestLimitsListMalformed: a list of limits (backend.OpLimits) that is not
 // "shape limit cost ..." fails the call with WSARGS and writes nothing, on
 // every backend; after another operation, it ends the call's batch.
@@ -671,13 +683,7 @@ func TestLimitsListMalformed(t *testing.T) {
 		for _, list := range []string{"", shape, shape + " 5", shape + " x 1", shape + " 5 1 " + shape, shape + " 5 1e", "  "} {
 			f := newFake()
 			_, err := f.run(t, b.Write, at.UnixMilli(), keys, append(append([]string(nil), hdr...), backend.OpLimits, list))
-			var ae *lua.ApiError
-			msg := ""
-			if errors.As(err, &ae) {
-				if e, ok := ae.Object.(*lua.LTable); ok {
-					msg = lua.LVAsString(e.RawGetString("err"))
-				}
-			}
+			msg := errReply(err)
 			if !strings.HasPrefix(msg, backend.CodeArgs+" ") {
 				t.Errorf("%s: list %q: %v (%q), want a %s error", b.Name, list, err, msg, backend.CodeArgs)
 			}
@@ -707,6 +713,38 @@ func TestLimitsListMalformed(t *testing.T) {
 		}
 		if e, ok := out.RawGetInt(4).(*lua.LTable); !ok || !strings.HasPrefix(lua.LVAsString(e.RawGetString("err")), backend.CodeArgs+" ") {
 			t.Errorf("%s: the malformed operation's answer %v, want a %s error", b.Name, out.RawGetInt(4), backend.CodeArgs)
+		}
+	}
+}
+
+// TestHeaderMalformed: a header (backend.Header) that is not a clock and
+// "y1 y2 y3 y4 y5 future[ trace]" fails every script's call with WSARGS and
+// writes nothing, on every backend.
+func TestHeaderMalformed(t *testing.T) {
+	shape, at, hdr := oneWindow(t)
+	years := strings.Fields(hdr[1])
+	for _, b := range backends {
+		keys := []string{"{u}:1"}
+		if b.Head {
+			keys = []string{"{u}:1:b", "{u}:hd"}
+		}
+		for _, h := range [][]string{{"", ""}, {"", strings.Join(years[:5], " ")}, {"", strings.Join(years[:5], " ") + " x"},
+			{"", "a " + strings.Join(years[1:], " ")}, {"x", hdr[1]}, {""}} {
+			for _, sc := range []*backend.Script{b.Write, b.Sum, b.Inspect} {
+				f := newFake()
+				args := append(append([]string(nil), h...), backend.OpAdd, shape, "5")
+				if sc != b.Write {
+					args = append(append([]string(nil), h...), shape, "0")
+				}
+				_, err := f.run(t, sc, at.UnixMilli(), keys, args)
+				msg := errReply(err)
+				if !strings.HasPrefix(msg, backend.CodeArgs+" ") {
+					t.Errorf("%s %s: header %q: %v (%q), want a %s error", b.Name, sc.Name(), h, err, msg, backend.CodeArgs)
+				}
+				if len(f.hashes)+len(f.strs) > 0 {
+					t.Errorf("%s %s: header %q wrote %v %v", b.Name, sc.Name(), h, f.hashes, f.strs)
+				}
+			}
 		}
 	}
 }

@@ -16,7 +16,8 @@ local WS_KPC = 2
 -- WS_REC is how many numbers a head record holds.
 local WS_REC = 6
 
--- ws_fmts caches the struct formats of heads by their number of records.
+-- ws_fmts caches the struct formats of heads by their number of records (the
+-- hot paths look there before they call ws_fmt).
 local ws_fmts = {}
 
 local function ws_fmt(n)
@@ -72,7 +73,7 @@ local function ws_hget(L, key, pre)
       ws_hn = ws_hn - 1
       ws_err(WS_E.NOTCOUNTER, 'a head that is not a counter\'s')
     end
-    Hd.a, Hd.n = {ws_unpack(ws_fmt(n), s)}, n -- (one call; past its records, a holds unpack's position)
+    Hd.a, Hd.n = {ws_unpack(ws_fmts[n] or ws_fmt(n), s)}, n -- (one call; past its records, a holds unpack's position)
   end
   if ws_hmap ~= nil then
     ws_hmap[hk] = Hd
@@ -136,7 +137,7 @@ local function ws_hsave(Hd)
   Hd.dirty = false
   local a, n = Hd.a, Hd.n
   if not Hd.moved then
-    redis.call('SET', Hd.key, ws_pack(ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL')
+    redis.call('SET', Hd.key, ws_pack(ws_fmts[n] or ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL')
     return
   end
   Hd.moved = false
@@ -157,7 +158,7 @@ local function ws_hsave(Hd)
     redis.call('DEL', Hd.key)
     return
   end
-  redis.call('SET', Hd.key, ws_pack(ws_fmt(n), unpack(a, 1, m)), 'PXAT', ws_expiry(Hd.H, leave))
+  redis.call('SET', Hd.key, ws_pack(ws_fmts[n] or ws_fmt(n), unpack(a, 1, m)), 'PXAT', ws_expiry(Hd.H, leave))
 end
 
 -- ws_end writes the heads the operation changed, after its last write.

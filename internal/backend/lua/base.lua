@@ -73,14 +73,14 @@ local function ws_result(ok, r)
   return redis.error_reply(msg)
 end
 
--- Tracing, for the tests (backend.Trace): a header's eighth field, when not
--- '', is a mode ('g': the pipeline alone; 't': any path) and a tag, under
+-- Tracing, for the tests (backend.Trace): a header's trace, when not '', is
+-- a mode ('g': the pipeline alone; 't': any path) and a tag, under
 -- which the paths operations take are counted from call to call (Redis
 -- Functions only); WS_OP_PATHS tag answers and forgets them.
 local ws_tracing, ws_traces = nil, {}
 
 local function ws_tracefrom(arg)
-  if arg == nil or arg == '' then
+  if arg == '' then
     ws_tracing = nil
     return
   end

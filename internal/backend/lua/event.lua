@@ -513,8 +513,8 @@ local function ws_op(H, i, k)
     G.items[1].members, G.items[1].K, nk = ws_args(i + 3, i + 2 + m), ws_dk(L, k)
     return i + 3 + m, nk, ws_add, G
   elseif op == WS_OP_LIMITS then
-    local P, G = ws_limits(ARGV[i + 1]), ws_newgroup(H)
-    for x = 1, #P, 5 do
+    local P, G = ws_limits(H, ARGV[i + 1]), ws_newgroup(H)
+    for x = 1, #P, 6 do
       local it = ws_item(WS_IT_LIMIT, ws_shape(H, P[x + 1]), ws_ckey(k, 0), P[x + 3])
       it.limit, it.cost, k = P[x + 2], P[x + 4], k + WS_KPC
       G.items[#G.items + 1] = it
@@ -545,13 +545,13 @@ local function ws_op(H, i, k)
 end
 
 -- ws_run runs the operation at ARGV[i] and KEYS[k], appending its values to
--- out, on the backend's fast path when it takes it
--- (nativehash/lua/fast.lua), else through the pipeline, then writes what it
+-- out (whose last entry is out[o]), on the backend's fast path when it takes
+-- it (nativehash/lua/fast.lua), else through the pipeline, then writes what it
 -- left for its end (the plain hash's heads: ws_end). It answers where the
 -- next operation starts.
-local function ws_run(H, i, k, out)
+local function ws_run(H, i, k, out, o)
   if ws_fast ~= nil then
-    local ni, nk = ws_fast(H, i, k, out)
+    local ni, nk = ws_fast(H, i, k, out, o)
     if ni ~= nil then
       ws_end()
       return ni, nk

@@ -2,10 +2,10 @@
 -- window shape at the script's instant.
 --
 -- ARGV header (see backend.Header):
---   1     clock: Unix ms of a client clock, or "" for the server's TIME
---   2..6  starts of the five years around the client's clock, Unix ms
---   7     future tolerance ms: how far ahead of the clock an event may be
---   8     a trace, for tests (see base.lua)
+--   1  clock: Unix ms of a client clock, or "" for the server's TIME
+--   2  "y1 y2 y3 y4 y5 future[ trace]": the starts of the five years around
+--      the client's clock (Unix ms), the future tolerance in ms (how far ahead
+--      of the clock an event may be), and a trace for tests (see base.lua)
 --
 -- Field codes are year-stripped (package fieldcodec): a bucket's index within
 -- its year. A bucket is live at now when it starts after now - window, or
@@ -22,37 +22,35 @@
 -- ws_memo keeps the last header and its shapes from one call to the next
 -- (Redis Functions): the calls of one instant share them. Only a client-clock
 -- header's server time (srv) is each call's own (ws_expiry).
-local ws_memo = {H = nil, a1 = nil, a2 = nil, a3 = nil, a4 = nil, a5 = nil, a6 = nil, a7 = nil}
+local ws_memo = {H = nil, a1 = nil, a2 = nil}
 
--- ws_header reads ARGV's header.
+-- ws_header reads ARGV's header; H.trace is its trace ('' for none).
 local function ws_header(a)
   local M = ws_memo
-  if a[1] ~= '' and M.H ~= nil and M.a1 == a[1] and M.a3 == a[3] and M.a4 == a[4] and M.a5 == a[5] and
-      M.a2 == a[2] and M.a6 == a[6] and M.a7 == a[7] then
+  if a[1] ~= '' and M.H ~= nil and M.a1 == a[1] and M.a2 == a[2] then
     M.H.srv = nil -- (the last client-clock header: this call reads its own server time)
     return M.H
   end
   local now, srv = ws_clock(a[1])
-  if srv ~= nil and M.H ~= nil and M.a1 == '' and M.H.now == now and M.a3 == a[3] and M.a4 == a[4] and
-      M.a5 == a[5] and M.a2 == a[2] and M.a6 == a[6] and M.a7 == a[7] then
-    return M.H
-  end
-  local y2, y3, y4 = ws_tonum(a[3]), ws_tonum(a[4]), ws_tonum(a[5])
+  if srv ~= nil and M.H ~= nil and M.a1 == '' and M.H.now == now and M.a2 == a[2] then return M.H end
+  local y1, y2, y3, y4, y5, f, trace = string.match(a[2] or '', '^(%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) (%-?%d+) ?(.*)$')
+  if f == nil or now == nil then ws_err(WS_E.ARGS, 'a malformed header') end
+  y2, y3, y4 = tonumber(y2), tonumber(y3), tonumber(y4)
   local prev, cur, nxt
   if y2 <= now and now < y3 then
-    prev, cur, nxt = ws_tonum(a[2]), y2, y3
+    prev, cur, nxt = tonumber(y1), y2, y3
   elseif y3 <= now and now < y4 then
     prev, cur, nxt = y2, y3, y4
   else
-    local y5 = ws_tonum(a[6])
+    y5 = tonumber(y5)
     if y4 <= now and now < y5 then
       prev, cur, nxt = y3, y4, y5
     else
       ws_err(WS_E.CLOCK, 'the server clock ' .. now .. ' is more than a year from the client clock')
     end
   end
-  local H = {now = now, srv = srv, prev = prev, cur = cur, nxt = nxt, F = ws_tonum(a[7]), shapes = {}}
-  M.H, M.a1, M.a2, M.a3, M.a4, M.a5, M.a6, M.a7 = H, a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+  local H = {now = now, srv = srv, prev = prev, cur = cur, nxt = nxt, F = tonumber(f), trace = trace, shapes = {}}
+  M.H, M.a1, M.a2 = H, a[1], a[2]
   return H
 end
 
@@ -126,20 +124,23 @@ do
 end
 
 -- ws_limits parses WS_OP_LIMITS's list "shape limit cost ..." into {kind,
--- shape, limit, cost as sent, cost, ...}, remembered (at most 64 lists: a
--- list repeats from call to call); one that is not such a list raises
--- WS_E.ARGS.
+-- shape, limit, cost as sent, cost, the shape's ws_shape at H, ...},
+-- remembered (at most 64 lists: a list repeats from call to call; a caller
+-- whose header is not L.H calls ws_shape again); one that is not such a list
+-- raises WS_E.ARGS.
 local ws_limits = nil
 do
   local memo, n = {}, 0
-  ws_limits = function(s)
-    if memo[s] ~= nil then return memo[s] end
-    local P, x = {}, 0
+  ws_limits = function(H, s)
+    local P, x = memo[s], 0
+    if P ~= nil then return P end
+    P = {}
     for shape, limit, cost in string.gmatch(s, '(%S+) (%S+) (%S+)') do
-      P[x + 1], P[x + 2], P[x + 3], P[x + 4], P[x + 5], x = WS_IT_LIMIT, shape, tonumber(limit), cost, tonumber(cost), x + 5
-      if P[x - 2] == nil or P[x] == nil then x = 0 break end
+      P[x + 1], P[x + 2], P[x + 3], P[x + 4], P[x + 5], x = WS_IT_LIMIT, shape, tonumber(limit), cost, tonumber(cost), x + 6
+      if P[x - 3] == nil or P[x - 1] == nil or not string.find(shape, ':', 1, true) then x = 0 break end
+      P[x] = ws_shape(H, shape)
     end
-    if x == 0 or select(2, string.gsub(s, '%S+', '')) * 5 ~= x * 3 then ws_err(WS_E.ARGS, 'a malformed list of limits') end
+    if x == 0 or select(2, string.gsub(s, '%S+', '')) * 2 ~= x then ws_err(WS_E.ARGS, 'a malformed list of limits') end
     if n >= 64 then memo, n = {}, 0 end
     memo[s], n = P, n + 1
     return P

@@ -7,7 +7,7 @@
 
 ws_begin()
 local H = ws_header(ARGV)
-ws_tracefrom(ARGV[WS_HEADER])
+ws_tracefrom(H.trace)
 local out, k, j, i = {}, 1, 1, WS_HEADER + 1
 while i <= #ARGV do
   local r, s = 1, ARGV[i]
