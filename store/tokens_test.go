@@ -64,13 +64,15 @@ func tokenStore(t *testing.T, fieldTTL bool, reply resptest.Reply, opts ...Optio
 	return s, rec
 }
 
-func years(at time.Time) []string {
+// years is a header's second entry at at (backend.Header): the five years'
+// starts and the future tolerance futureMs, without a trace.
+func years(at time.Time, futureMs string) string {
 	c, _ := codec.New(time.Second, nil)
 	var out []string
 	for _, y := range c.YearStarts(at) {
 		out = append(out, strconv.FormatInt(y, 10))
 	}
-	return out
+	return strings.Join(append(out, futureMs), " ")
 }
 
 // scriptCalls returns the script and function calls and loads sent, without
@@ -103,8 +105,8 @@ func TestTokensAddServerClock(t *testing.T) {
 	if err != nil || n != 3 {
 		t.Fatal(n, err)
 	}
-	want := append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "2", "p:{user:42}:10s/1s:b", "p:{user:42}:h", ""}, years(time.Now())...)
-	want = append(want, "5000", "", backend.OpAdd, "1000:10000", "-7")
+	want := []string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "2", "p:{user:42}:10s/1s:b", "p:{user:42}:h", "",
+		years(time.Now(), "5000"), backend.OpAdd, "1000:10000", "-7"}
 	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
 	}
@@ -123,8 +125,8 @@ func TestTokensAllowClientClock(t *testing.T) {
 		r.ResetAfter != 9*time.Second || r.Duplicate || r.Policies != nil {
 		t.Fatalf("%+v", r)
 	}
-	want := append([]string{"EVALSHA", backend.Named(backend.NameFieldTTL).Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
-	want = append(want, "1000", "", backend.OpAllow, "1000:10000", "5", "2")
+	want := []string{"EVALSHA", backend.Named(backend.NameFieldTTL).Write.SHA1(), "1", "ws:{k}:10s/1s", strconv.FormatInt(at.UnixMilli(), 10),
+		years(at, "1000"), backend.OpAllow, "1000:10000", "5", "2"}
 	if got := scriptCalls(rec); len(got) != 1 || !slices.Equal(got[0], want) {
 		t.Fatalf("sent %q\nwant %q", got, want)
 	}
@@ -182,8 +184,7 @@ func TestTokensBatch(t *testing.T) {
 		t.Fatalf("%+v", allowed)
 	}
 	got := scriptCalls(rec)
-	hdr := append([]string{""}, years(time.Now())...)
-	hdr = append(hdr, "5000", "")
+	hdr := []string{"", years(time.Now(), "5000")}
 	want := append(append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "4", "ws:{b}:10s/1s:b", "ws:{b}:h",
 		"ws:{c}:10s/1s:b", "ws:{c}:h"}, hdr...),
 		backend.OpAddNoSum, "1000:10000", "2", backend.OpAllow, "1000:10000", "10", "3")
@@ -344,8 +345,7 @@ func TestTokensSumManyLoad(t *testing.T) {
 	if err != nil || !slices.Equal(sums, []int64{1, 1<<53 + 1}) {
 		t.Fatal(sums, err)
 	}
-	args := append([]string{strconv.FormatInt(at.UnixMilli(), 10)}, years(at)...)
-	args = append(args, "5000", "", "*2", "1000:10000", "10000") // a run of two sums (sum.lua)
+	args := []string{strconv.FormatInt(at.UnixMilli(), 10), years(at, "5000"), "*2", "1000:10000", "10000"} // a run of two sums (sum.lua)
 	call := append(append([]string{"FCALL_RO", backend.Named(backend.NamePlain).Sum.Function(), "4"}, append(ck("a"), ck("b")...)...), args...)
 	want := [][]string{call, {"FUNCTION", "LOAD", backend.Named(backend.NamePlain).Library.Source()}, call}
 	if got := scriptCalls(rec); !slices.EqualFunc(got, want, slices.Equal) {
@@ -444,8 +444,7 @@ func TestTokensLink(t *testing.T) {
 		t.Fatalf("the admitting policy, its cost taken back: %+v", p)
 	}
 	got := scriptCalls(rec)
-	hdr := append([]string{""}, years(time.Now())...)
-	hdr = append(hdr, "5000", "")
+	hdr := []string{"", years(time.Now(), "5000")}
 	group := []string{"1", "", "11000", "", backend.ItemLimit, "1000:10000", "5", "1"}
 	want := append(append(append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "4"}, append(ck("a"), ck("b")...)...), hdr...),
 		backend.OpLink, "2")
@@ -540,8 +539,7 @@ func TestTokensAllowAllOneKey(t *testing.T) {
 	if err != nil || !d.Allowed || d.Policies[1].Sum != 1 || d.Policies[1].Remaining != 49 {
 		t.Fatalf("%+v %v", d, err)
 	}
-	hdr := append([]string{""}, years(time.Now())...)
-	hdr = append(hdr, "5000", "")
+	hdr := []string{"", years(time.Now(), "5000")}
 	want := append([]string{"FCALL", backend.Named(backend.NamePlain).Write.Function(), "4",
 		"ws:{u}:10s/1s:b", "ws:{u}:h", "ws:{u}:100s/10s:b", "ws:{u}:h"}, hdr...)
 	want = append(want, backend.OpLimits, "1000:10000 5 1 10000:100000 50 1")
