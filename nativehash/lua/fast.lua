@@ -10,8 +10,8 @@
 -- at r, else where ws_hfind finds it (or nowhere). When it fits: the new total
 -- and bucket value, for a record not synced on the current bucket the
 -- counter's state C from ws_open, prepared (ws_commit writes it), and the
--- record's index; false, C if opened, and the index when it does not fit;
--- else nil. Reads only.
+-- record's index; false, nil, C (if opened) and the index when it does not
+-- fit; else nil. Reads only.
 local function ws_fcheck(L, Hd, r, k, limit, costs, cost)
   if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return nil end
   local a = Hd.a
@@ -61,7 +61,7 @@ local function ws_frun(H, P, B, ng, ni, k, out, o0)
   local nd, p, o, K = 0, 1, o0, KEYS
   for g = 1, ng do
     out[o + 1], out[o + 2], o = 1, 0, o + 2
-    local hk, Hd, q = nil, nil, 1 -- (q: where the item's record is in a head of the group's records in order)
+    local hk, Hd, q = nil, nil, 1 -- (q: the item's record in a head holding the group's windows in order)
     for px = p, B[g], 6 do
       local kind, L, limit, cost = P[px], P[px + 5], P[px + 2], P[px + 4]
       if L.H ~= H then L = ws_shape(H, P[px + 1]) P[px + 5] = L end -- (a list remembered from another header)
