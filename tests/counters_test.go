@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/require"
+	"github.com/windowstore/windowstore/features"
 	"github.com/windowstore/windowstore/internal/hook"
 	"github.com/windowstore/windowstore/store"
 	"github.com/windowstore/windowstore/tests/harness"
@@ -367,6 +369,26 @@ func tracedWindow(t *testing.T, c rueidis.Client, prefix, tag string, general bo
 	return s
 }
 
+// tracedSet is a feature set over two entities on the plain hash, whose
+// scripts count their paths under tag (general: the pipeline alone): a
+// count and a limit of 25 per user, a count and a sum per IP, distinct counts
+// of each other, on the 10s/1s window: an event is a link of two groups, each
+// with a distinct add.
+func tracedSet(t *testing.T, c rueidis.Client, prefix, tag string, general bool) *features.Set {
+	t.Helper()
+	w := []store.Window{{Length: 10 * time.Second, Bucket: time.Second}}
+	fs, err := features.New(ctxT(t), c, []features.Feature{
+		{Name: "user_logins", Entity: "user", Kind: features.Count, Windows: w},
+		{Name: "lim", Entity: "user", Kind: features.Limit, Windows: w, Limits: []int64{25}},
+		{Name: "ips", Entity: "user", Kind: features.Distinct, Of: "ip", Windows: w},
+		{Name: "ip_logins", Entity: "ip", Kind: features.Count, Windows: w},
+		{Name: "amount", Entity: "ip", Kind: features.Sum, Windows: w},
+		{Name: "users", Entity: "ip", Kind: features.Distinct, Of: "user", Windows: w},
+	}, store.WithPrefix(prefix+"fx:"), store.WithBackend("nativehash-plain"), hook.WithTrace(tag, general).(store.Option))
+	require.NoError(t, err)
+	return fs
+}
+
 // w12s3s is a window whose record agrees with 10s/1s's on its current and
 // oldest buckets whenever a 3 s bucket starts: only the record's window
 // tells the two apart.
@@ -378,9 +400,12 @@ var w12s3s = store.Window{Length: 12 * time.Second, Bucket: 3 * time.Second}
 // Allow near its limit, AllowAll of a key's windows (in a random order, of
 // few lists, so that one recurs under a later clock), across keys and over
 // two heads of one slot (windows told apart by their record alone), a batch
-// of counts; amounts near the limits of doubles and negative ones, limits
-// that admit and refuse, a clock that moves by a bucket, many buckets, past
-// every window and across a year's end. Every answer must be the same, and
+// of counts, distinct adds, a feature set's events (tracedSet: some
+// overflowing a sum, some failing on a key of another type in either
+// entity); amounts
+// near the limits of doubles and negative ones, limits that admit and
+// refuse, a clock that moves by a bucket, many buckets, past every window
+// and across a year's end. Every answer and error must be the same, and
 // after every operation every key's bytes (DUMP). The fast path must have
 // taken many operations, its refusal many, and the pipeline every one on
 // its side.
@@ -392,6 +417,27 @@ func TestFastPathDifferential(t *testing.T) {
 		slow := traced(t, c, pb, tag+"g", true)
 		fast = append(fast, tracedWindow(t, c, pa, tag+"f", false, w12s3s))
 		slow = append(slow, tracedWindow(t, c, pb, tag+"g", true, w12s3s))
+		fsa, fsb := tracedSet(t, c, pa, tag+"f", false), tracedSet(t, c, pb, tag+"g", true)
+		// A user whose head is a list, an IP whose distinct count's hash is:
+		// an event with either fails in its link's second group (the user's,
+		// after the IP's) or its first, which the error names (its entity).
+		for _, p := range []struct {
+			set    *features.Set
+			prefix string
+		}{{fsa, pa + "fx:"}, {fsb, pb + "fx:"}} {
+			eventEnv{set: p.set, nodes: []rueidis.Client{c}, client: c, prefix: p.prefix}.breakEntity(t, ctx, "user:uw")
+			_, err := p.set.Record(ctx, features.Event{Entities: map[string]string{"user": "ux", "ip": "ipw"}, Amount: 1})
+			require.NoError(t, err)
+			var d string
+			for key := range takeSnapshot(t, ctx, []rueidis.Client{c}, p.prefix+"{ip:ipw}:").keys {
+				if strings.Contains(key, "users") && strings.HasSuffix(key, ":d") {
+					d = key
+				}
+			}
+			require.NotEmpty(t, d, "no distinct count's hash of ip:ipw")
+			require.NoError(t, c.Do(ctx, c.B().Del().Key(d).Build()).Error())
+			require.NoError(t, c.Do(ctx, c.B().Rpush().Key(d).Element("not a hash").Build()).Error())
+		}
 		rng := rand.New(rand.NewPCG(21, 4))
 		at := time.Date(2026, 12, 31, 23, 56, 0, 0, time.UTC)
 		amount := func() int64 {
@@ -417,7 +463,7 @@ func TestFastPathDifferential(t *testing.T) {
 			}
 			k := keys[rng.IntN(len(keys))]
 			var op string
-			run := func(ss []*store.Store) (string, error) {
+			run := func(ss []*store.Store, fs *features.Set) (string, error) {
 				var out any
 				var err error
 				switch op {
@@ -456,15 +502,37 @@ func TestFastPathDifferential(t *testing.T) {
 					res, err = applyAt(ctx, at, store.Batch{Ops: []store.Op{{Store: ss[0], Key: k, Delta: amount()},
 						{Store: ss[2], Key: k, Delta: amount()}}})
 					out = res
+				case "distinct":
+					var ms []string
+					for n := 1 + rng.IntN(3); n > 0; n-- {
+						ms = append(ms, "m"+strconv.Itoa(rng.IntN(12)))
+					}
+					out, err = ss[rng.IntN(2)].At(at).RecordStat(ctx, store.StatEvent{Key: k, Stat: store.StatDistinct, Members: ms})
+				case "features":
+					a := amount()
+					if rng.IntN(6) == 0 {
+						a = math.MaxInt64 - rng.Int64N(3) // (the second overflows the IP's sum)
+					}
+					user, ip := k, "ip"+strconv.Itoa(rng.IntN(3))
+					switch rng.IntN(10) {
+					case 0:
+						user = "uw"
+					case 1:
+						ip = "ipw"
+					}
+					var r features.Result
+					r, err = fs.At(at).Record(ctx, features.Event{Entities: map[string]string{"user": user, "ip": ip}, Amount: a})
+					b, _ := json.Marshal(r) // (a limit's Decision is a pointer)
+					out = string(b)
 				}
 				return fmt.Sprintf("%+v", out), err
 			}
-			op = []string{"add", "nosum", "allow", "refuse", "allow3", "across", "entity", "batch"}[rng.IntN(8)]
+			op = []string{"add", "nosum", "allow", "refuse", "allow3", "across", "entity", "batch", "distinct", "features"}[rng.IntN(10)]
 			state, main := rng.Uint64(), rng
 			rng = rand.New(rand.NewPCG(state, 4))
-			ra, ea := run(fast)
+			ra, ea := run(fast, fsa)
 			rng = rand.New(rand.NewPCG(state, 4)) // the same draws for the pipeline's side
-			rb, eb := run(slow)
+			rb, eb := run(slow, fsb)
 			rng = main
 			require.Equal(t, errText(eb, pb), errText(ea, pa), "step %d %s at %v: errors", step, op, at)
 			require.Equal(t, rb, ra, "step %d %s at %v: answers", step, op, at)
@@ -509,13 +577,15 @@ func expiryOf(v string) float64 {
 // TestFastPathTaken: the operations the fast path is for take it, one script
 // path each, on the plain hash (a trace counts the paths): Add, Record
 // without a sum, Allow that admits, AllowAll of a key's windows and across
-// keys; Allow's refusal takes the fast path's refusal ("refuse"), on a
-// counter synced on the current bucket and after a bucket started; an
-// AllowAll's refusal, an event id and a late event take the pipeline.
+// keys, a distinct add, a feature set's event with distinct counts; Allow's
+// refusal takes the fast path's refusal ("refuse"), on a counter synced on
+// the current bucket and after a bucket started; an AllowAll's refusal, an
+// event id and a late event take the pipeline.
 func TestFastPathTaken(t *testing.T) {
 	forPlain(t, func(t *testing.T, c rueidis.Client, ctx context.Context) {
 		tag := strings.ReplaceAll(harness.Prefix(t), ":", "")
 		ss := traced(t, c, harness.Prefix(t), tag, false)
+		fs := tracedSet(t, c, harness.Prefix(t), tag, false)
 		at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 		want := func(fast, refuse, event int64, what string, f func() error) {
 			t.Helper()
@@ -539,6 +609,14 @@ func TestFastPathTaken(t *testing.T) {
 		})
 		want(1, 0, 0, "allow all across keys", func() error {
 			_, err := allowAllAt(ctx, at, 1, store.Quota{Store: ss[0], Key: "k", Limit: 100}, store.Quota{Store: ss[0], Key: "ip", Limit: 100})
+			return err
+		})
+		want(1, 0, 0, "a distinct add", func() error {
+			_, err := ss[0].At(at).RecordStat(ctx, store.StatEvent{Key: "d", Stat: store.StatDistinct, Members: []string{"a", "b"}})
+			return err
+		})
+		want(1, 0, 0, "a feature set's event", func() error {
+			_, err := fs.At(at).Record(ctx, features.Event{Entities: map[string]string{"user": "u", "ip": "i"}, Amount: 3})
 			return err
 		})
 		want(0, 0, 1, "allow all refused", func() error {

@@ -259,6 +259,39 @@ func TestDistinctRingCap(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrInvalid)
 }
 
+// TestDistinctTolerances: two stores of one window whose future tolerances
+// differ, and so their rings of keys (distinct.lua's ws_dk: 13 keys and 18),
+// count side by side on one server, on every backend: the wider one holds
+// the window's 10 buckets and 5 ahead (written first, by clients whose
+// clocks are ahead), each counted.
+func TestDistinctTolerances(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		ctx := ctxT(t)
+		w := store.Window{Length: 10 * time.Second, Bucket: time.Second}
+		narrow, _ := newStore(t, tg, w, store.WithFutureTolerance(0))
+		wide, _ := newStore(t, tg, w, store.WithFutureTolerance(5*time.Second))
+		t0 := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+		for _, c := range []struct {
+			s     *store.Store
+			key   string
+			ahead int
+		}{{narrow, "n", 0}, {wide, "w", 5}, {narrow, "n2", 0}} {
+			now := t0.Add(9500 * time.Millisecond)
+			for j := 1; j <= c.ahead; j++ {
+				_, err := addDistinct(ctx, c.s.At(now.Add(time.Duration(j)*time.Second)), c.key, "a"+strconv.Itoa(j))
+				require.NoError(t, err)
+			}
+			for i := range 10 {
+				_, err := addDistinct(ctx, c.s.At(t0.Add(time.Duration(i)*time.Second+500*time.Millisecond)), c.key, "m"+strconv.Itoa(i))
+				require.NoError(t, err)
+			}
+			got, err := countDistinct(ctx, c.s.At(now), c.key)
+			require.NoError(t, err)
+			require.EqualValues(t, 10+c.ahead, got, "%s: every bucket, and those ahead", c.key)
+		}
+	})
+}
+
 // TestRecordStatDistinctTimeAndID: RecordStat of StatDistinct honours the
 // event's Time (a late member counts in its own bucket and leaves the window
 // with it; one too old fails with ErrTooOld and writes nothing) and its ID

@@ -1,17 +1,16 @@
--- The plain hash's fast path beside event.lua's pipeline: an event of counts
--- and limits without an id or time (Add, Allow, AllowAll) whose every limit
--- admits, on counters synced on the current bucket in their head, no table
--- per item; and an Allow's refusal, which writes nothing. Any other, or one
+-- The plain hash's fast path beside event.lua's pipeline: an event without an
+-- id or time of counts, limits that all admit and distinct adds (Add, Allow,
+-- AllowAll, a feature set's Record), on counters synced on the current bucket
+-- in their head, no table per item; and an Allow's refusal. Any other, or one
 -- it gives up on (having written nothing), takes the pipeline, which answers
 -- and writes the same (TestFastPathDifferential).
 
 -- ws_fcheck decides a cost (costs, a decimal string; cost, its number) under a
 -- limit in the counter at KEYS[k] of window L, whose head Hd holds its record
--- at r, else where ws_hfind finds it (or nowhere). When it fits: the new total
--- and bucket value, for a record not synced on the current bucket the
--- counter's state C from ws_open, prepared (ws_commit writes it), and the
--- record's index; false, nil, C (if opened) and the index when it does not
--- fit; else nil. Reads only.
+-- at r, else where ws_hfind finds it. When it fits: the new total and bucket
+-- value, C (a record not synced on the current bucket: ws_open's, prepared
+-- for ws_commit) and the record's index; false, nil, C (if opened) and the
+-- index when it does not; else nil. Reads only.
 local function ws_fcheck(L, Hd, r, k, limit, costs, cost)
   if cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG then return nil end
   local a = Hd.a
@@ -34,18 +33,20 @@ local function ws_fcheck(L, Hd, r, k, limit, costs, cost)
   return C.nsum, C.nv, C, r
 end
 
--- Reused from call to call: ws_fd holds the counters opened whole, written
--- once every item is decided; ws_fP the items of an operation's groups as
--- ws_limits lists them (kind, shape, limit, cost as sent, cost, live buckets),
--- ws_fB where each group's end.
-local ws_fd, ws_fP, ws_fB = {}, {}, {}
+-- Reused from call to call: ws_fd holds the counters opened whole, ws_fx the
+-- distinct adds ({L, K, members, at: the answer's place, q: the group, P:
+-- the plan}), written once every item fits; ws_fP a call's items as ws_limits lists them (a
+-- group's live buckets false until ws_frun needs them; a distinct add's
+-- limit, its first member's index in ARGV, its cost false), ws_fB where
+-- each group ends.
+local ws_fd, ws_fx, ws_fP, ws_fB = {}, {}, {}, {}
 
--- ws_fback gives up: the heads read are forgotten (ws_begin: the records
--- moved in them were never written, and the pipeline reads them again), the
--- answers past out[o] dropped, so the pipeline starts afresh with nothing
--- written.
+-- ws_fback gives up: the heads read are forgotten (ws_begin: the records moved
+-- in them were never written), the answers past out[o] dropped, so the
+-- pipeline starts afresh with nothing written.
 local function ws_fback(nd, out, o)
   ws_begin()
+  ws_gq = nil
   for x = 1, nd do ws_fd[x] = false end
   for x = #out, o + 1, -1 do out[x] = nil end
   return nil
@@ -54,35 +55,57 @@ end
 -- ws_frun runs ng groups of items P (group g's end at B[g]) from KEYS[k] in
 -- one pass, the head kept while the key repeats, a record looked for first
 -- where its item is: a synced record moves in its head at once (ws_fback
--- forgets the head), a counter opened whole is written after the last item. It
--- answers ni and the next k; nil, having written nothing, when one does not fit.
--- Its values go after out[o0].
+-- forgets the head); once every item fits, the distinct adds are planned,
+-- written and counted, then the counters opened whole written. It answers ni and the next k; nil,
+-- having written nothing, when one does not fit. Its values go after out[o0];
+-- an error names its group (ws_gq), as the pipeline's does.
 local function ws_frun(H, P, B, ng, ni, k, out, o0)
-  local nd, p, o, K = 0, 1, o0, KEYS
+  local nd, nx, p, o, K = 0, 0, 1, o0, KEYS
   for g = 1, ng do
+    if ng > 1 then ws_gq = g end
     out[o + 1], out[o + 2], o = 1, 0, o + 2
     local hk, Hd, q = nil, nil, 1 -- (q: the item's record in a head holding the group's windows in order)
     for px = p, B[g], 6 do
       local kind, L, limit, cost = P[px], P[px + 5], P[px + 2], P[px + 4]
-      if L.H ~= H then L = ws_shape(H, P[px + 1]) P[px + 5] = L end -- (a list remembered from another header)
-      if K[k + 1] ~= hk then hk, Hd = K[k + 1], ws_hget(L, k) end
-      local t, v, C, r = ws_fcheck(L, Hd, q, k, limit, P[px + 3], cost)
-      if not t then return ws_fback(nd, out, o0) end
-      if C ~= nil then
-        ws_fd[nd + 1], ws_fd[nd + 2], ws_fd[nd + 3], nd = L, k, C, nd + 3
+      if not L or L.H ~= H then L = ws_shape(H, P[px + 1]) P[px + 5] = L end -- (a group's, or a list's of another header)
+      if not cost then -- (a distinct add)
+        local Kd, nk = ws_dk(L, k)
+        nx = nx + 1
+        ws_fx[nx] = {L = L, K = Kd, members = ws_args(limit, limit + P[px + 3] - 1), at = o + 2, q = ws_gq, P = nil}
+        out[o + 1], out[o + 2], o, k = 1, 0, o + 2, nk
       else
-        local A = Hd.a
-        A[r + 3], A[r + 5], Hd.dirty = t, v, true
+        if K[k + 1] ~= hk then hk, Hd = K[k + 1], ws_hget(L, k) end
+        local t, v, C, r = ws_fcheck(L, Hd, q, k, limit, P[px + 3], cost)
+        if not t then return ws_fback(nd, out, o0) end
+        if C ~= nil then
+          ws_fd[nd + 1], ws_fd[nd + 2], ws_fd[nd + 3], nd = L, k, C, nd + 3
+        else
+          local A = Hd.a
+          A[r + 3], A[r + 5], Hd.dirty = t, v, true
+        end
+        if kind == WS_IT_LIMIT then
+          out[o + 1], out[o + 2], out[o + 3], o = 2, t, L.reset, o + 3 -- (an admitted limit: sum and reset)
+        else
+          out[o + 1], out[o + 2], o = 1, kind == WS_IT_QUIET and 0 or t, o + 2
+        end
+        k, q = k + WS_KPC, q + WS_REC
       end
-      if kind == WS_IT_LIMIT then
-        out[o + 1], out[o + 2], out[o + 3], o = 2, t, L.reset, o + 3 -- (an admitted limit: sum and reset)
-      else
-        out[o + 1], out[o + 2], o = 1, kind == WS_IT_QUIET and 0 or t, o + 2
-      end
-      k, q = k + WS_KPC, q + WS_REC
     end
     p = B[g] + 1
   end
+  if nx > 0 then -- the distinct adds, planned, written, then counted
+    for x = 1, nx do
+      local d = ws_fx[x]
+      ws_gq = d.q
+      d.P = ws_dplan(d.L, d.K, d.L.target)
+    end
+    for x = 1, nx do ws_dwrite(ws_fx[x].L, ws_fx[x].K, ws_fx[x].L.target, ws_fx[x].P, ws_fx[x].members) end
+    for x = 1, nx do
+      local d = ws_fx[x]
+      out[d.at], ws_fx[x] = ws_dcount(d.L, d.K, d.L.now - d.L.w), false
+    end
+  end
+  ws_gq = nil
   for x = 1, nd, 3 do
     local L = ws_fd[x]
     ws_commit(L, ws_fd[x + 1], ws_fd[x + 2], L.target)
@@ -126,9 +149,19 @@ local function ws_fast(H, i, k, out, o)
     ws_fB[1] = #P
     return ws_frun(H, P, ws_fB, 1, i + 2, k, out, o)
   end
+  if op == WS_OP_DADD then
+    local m, L = tonumber(ARGV[i + 2]), ws_shape(H, ARGV[i + 1])
+    if m == nil or m < 1 then return nil end
+    local Kd, nk = ws_dk(L, k)
+    ws_dwrite(L, Kd, L.target, ws_dplan(L, Kd, L.target), ws_args(i + 3, i + 2 + m))
+    out[o + 1] = ws_dcount(L, Kd, L.now - L.w)
+    if ws_tracing ~= nil then ws_trace('fast') end
+    return i + 3 + m, nk
+  end
   if op ~= WS_OP_GROUP and op ~= WS_OP_LINK then return nil end
   -- The groups' items into ws_fP, each group without an id or time, each
-  -- item a count or a limit.
+  -- item a count or a limit of a cost ws_fcheck takes (tested before any
+  -- read), or a distinct add.
   local ng, a, P, x = 1, i + 1, ws_fP, 0
   if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 end
   for g = 1, ng do
@@ -139,10 +172,16 @@ local function ws_fast(H, i, k, out, o)
       local kind, limit, costs, na = ARGV[a], WS_BIG - 1, ARGV[a + 2], a + 3
       if kind == WS_IT_LIMIT then
         limit, costs, na = ws_tonum(costs), ARGV[a + 3], a + 4
+      elseif kind == WS_IT_DISTINCT then
+        local m = tonumber(costs) -- (its number of members; none: a read, the pipeline's)
+        if m == nil or m < 1 then return nil end
+        limit, costs, na = a + 3, m, a + 3 + m
       elseif kind ~= WS_IT_COUNT and kind ~= WS_IT_QUIET and kind ~= WS_IT_IFOK then
         return nil
       end
-      P[x + 1], P[x + 2], P[x + 3], P[x + 4], P[x + 5], P[x + 6] = kind, ARGV[a + 1], limit, costs, ws_tonum(costs), ws_shape(H, ARGV[a + 1])
+      local cost = kind ~= WS_IT_DISTINCT and ws_tonum(costs) -- (false: a distinct add, of costs members)
+      if cost ~= false and (cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG) then return nil end
+      P[x + 1], P[x + 2], P[x + 3], P[x + 4], P[x + 5], P[x + 6] = kind, ARGV[a + 1], limit, costs, cost, false
       x, a = x + 6, na
     end
     ws_fB[g] = x

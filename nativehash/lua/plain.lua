@@ -7,9 +7,8 @@
 -- are deleted. A counter without a record, idle past WS_SWEEP buckets or its
 -- window, beyond 2^53, or whose record is past the clock, is read whole
 -- (HGETALL) and its record made anew. The hash expires when the record's
--- bucket leaves the window, so while a total counts a bucket, its field is
--- there to be swept. The head is written at the operation's end (ws_end):
--- the only write the server can refuse (OOM) is an operation's first.
+-- bucket leaves the window, so a bucket the total counts has its field to
+-- sweep. The head is written last (ws_end): OOM can refuse only a first write.
 
 -- WS_SWEEP is how many buckets a read may sweep one by one (see ws_recsum).
 local WS_SWEEP = 32
@@ -134,10 +133,6 @@ local function ws_prepare(L, C, delta, B)
   C.nv = ws_bucketplus(cur and ws_str(cur) or '0', delta)
 end
 
--- ws_exact reports whether x (a sum or a bucket as ws_num leaves it) is an
--- integer a record can hold.
-local function ws_exact(x) return type(x) == 'number' and x < WS_BIG and x > -WS_BIG end
-
 -- ws_commit writes what ws_prepare prepared to bucket B, and answers the new
 -- window sum and the bucket's value. A write to the current bucket moves the
 -- record there (flushing its old bucket to its field); one to an earlier
@@ -164,11 +159,13 @@ local function ws_commit(L, key, C, B)
       if C.all[j] == f then
         local x = C.all[j + 1]
         nvv = tonumber(x)
-        if not ws_exact(nvv) then nvv = x end
+        if not (nvv and nvv < WS_BIG and nvv > -WS_BIG) then nvv = x end -- (beyond 2^53: the decimal string)
       end
     end
   end
-  local keep = ws_exact(sum) and ws_exact(nvv)
+  -- (A record holds integers below 2^53; a sum or bucket beyond is a decimal string.)
+  local keep = type(sum) == 'number' and sum < WS_BIG and sum > -WS_BIG and type(nvv) == 'number' and nvv < WS_BIG and
+    nvv > -WS_BIG
   local f1, v1, f2, v2 = nil, nil, nil, nil -- the fields to set
   if B.start ~= nc or not keep then f1, v1 = B.field, ws_str(nv) end
   -- The record's old bucket, when the record leaves it and it is still
@@ -234,7 +231,7 @@ local function ws_sumrun(L, k, n, out, j)
   local hk = {}
   for x = 1, n do hk[x] = KEYS[k + WS_KPC * x - 1] end
   local heads = redis.call('MGET', unpack(hk, 1, n))
-  local b, w, f, len, run = L.b, L.w, ws_fmt(1), 8 * WS_REC, 0
+  local b, w, f, len, run = L.b, L.w, ws_fmts[1] or ws_fmt(1), 8 * WS_REC, 0
   for x = 1, n do
     local s, key, sum = heads[x], k + WS_KPC * (x - 1), nil
     if s and #s % len == 0 then

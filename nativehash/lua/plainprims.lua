@@ -10,23 +10,17 @@
 
 local WS_RESERVED = {m = true, t = true}
 
--- WS_KPC is how many entries of KEYS a counter takes: its hash and its head.
-local WS_KPC = 2
+-- WS_KPC is how many entries of KEYS a counter takes (its hash and its head),
+-- WS_REC how many numbers a head record holds.
+local WS_KPC, WS_REC = 2, 6
 
--- WS_REC is how many numbers a head record holds.
-local WS_REC = 6
-
--- ws_fmts caches the struct formats of heads by their number of records (the
--- hot paths look there before they call ws_fmt).
+-- ws_fmts caches the struct formats of heads by their number of records;
+-- callers look there before they call ws_fmt, which makes one.
 local ws_fmts = {}
 
 local function ws_fmt(n)
-  local f = ws_fmts[n]
-  if f == nil then
-    f = '<' .. string.rep('d', WS_REC * n)
-    ws_fmts[n] = f
-  end
-  return f
+  ws_fmts[n] = '<' .. string.rep('d', WS_REC * n)
+  return ws_fmts[n]
 end
 
 -- ws_hc holds the heads the operation read (ws_hn of them), each {key, a =

@@ -5,8 +5,6 @@
 --   ws_srvnow()        the server's clock (TIME), Unix ms
 --   ws_clock(arg)      the script's instant: arg as Unix ms, or the server's
 --                      clock for ""; and the server's clock when it was read
---   ws_tonum(s)        tonumber(s), remembered for the strings that repeat
---   ws_trace(path)     counts a path an operation took, for the tests
 
 local function ws_err(code, msg)
   error(redis.error_reply(code .. ' windowstore: ' .. msg))
@@ -71,6 +69,16 @@ local function ws_result(ok, r)
   local msg = string.gsub(ws_errmsg(r), '^@?[%w_]*:%d+: ', '')
   if not string.find(msg, '^[A-Z][A-Z_]* ') then msg = 'ERR windowstore: ' .. msg end
   return redis.error_reply(msg)
+end
+
+-- ws_gq is the group of several an operation is running (nil: none, or
+-- one), and ws_named error e of the operation, naming that group.
+local ws_gq = nil
+local function ws_named(e)
+  if ws_gq == nil then return e end
+  local code, rest = string.match(ws_result(false, e).err, '^(%S+) (.*)$')
+  e, ws_gq = redis.error_reply(code .. ' windowstore: group ' .. ws_gq .. ': ' .. string.gsub(rest, '^windowstore: ', '')), nil
+  return e
 end
 
 -- Tracing, for the tests (backend.Trace): a header's trace, when not '', is

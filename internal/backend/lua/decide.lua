@@ -3,8 +3,7 @@
 -- enough have left for cost to fit under limit, if nothing else is counted
 -- (-1: never); ws_groupretry: the earliest ms at which every limit of a group
 -- admits (each item: L, S, cost, limit, fits; it.own gets its own retry).
--- Exact: on doubles while the live values' magnitudes add up to less than
--- 2^53 (S.kmag), else on pairs (exact.lua).
+-- Exact: on doubles while S.kmag < 2^53, else on pairs (exact.lua).
 
 local function ws_reset(L, S)
   local last = nil

@@ -5,7 +5,7 @@
 --   D       a hash: "<bucket start>" -> its ring index; "u", the oldest live
 --           bucket start D:u was built for; "h", the newest bucket start
 --   D:u     the union of the buckets from "u" on
---   D:r0 .. D:r<R-1>  one HyperLogLog per bucket (ws_dring: the window's
+--   D:r0 .. D:r<R-1>  one HyperLogLog per bucket (ws_dk: the window's
 --           buckets, the new one, one ahead, and the future tolerance's)
 --
 -- An add to a bucket that has its ring key, while D:u is current, is PFADD to
@@ -13,28 +13,26 @@
 -- gives it the lowest ring index no live bucket holds; when the oldest live
 -- bucket has changed, the second add at that instant rebuilds D:u (PFMERGE),
 -- and until then a count merges the live ring keys. Ring keys expire with
--- their bucket, D and D:u with the newest. D's fields are bucket starts, not
--- year-stripped codes, so that a view at another instant (Store.At) tells a
--- bucket that left from one ahead; when every ring key is held (At views far
--- apart in time), the bucket furthest ahead gives its key up.
---
--- An add is planned (ws_dplan: reads only; D of another type fails the event
--- before anything is written), then written (ws_dwrite), before the event's
--- other writes: only a string that is not a HyperLogLog, written at a ring
--- or union key by someone else, could fail a write.
-
--- ws_dring is the number of ring keys of a window shape: n + 3 for a window
--- of n buckets, and one more per bucket of the future tolerance (at most n).
-local function ws_dring(L)
-  local n = math.ceil(L.w / L.b)
-  return n + 3 + math.min(math.ceil(L.H.F / L.b), n)
-end
+-- their bucket, D and D:u with the newest. D's fields are bucket starts, so
+-- that a view at another instant (Store.At) tells a bucket that left from one
+-- ahead; when every ring key is held (At views far apart in time), the
+-- bucket furthest ahead gives its key up. An add is planned (ws_dplan: reads
+-- only; D of another type fails the event before anything is written), then
+-- written (ws_dwrite), before the event's other writes: only a string that is
+-- not a HyperLogLog, at a ring or union key, could fail a write.
 
 -- ws_dk returns the keys of a distinct count from KEYS[k], {h = D, u = D:u,
 -- r = index of D:r0, n = R}, with what the call learns of D (ub, top, by:
--- D read whole, known), and where the next item's keys start.
+-- D read whole, known), and where the next item's keys start. R, kept in
+-- the shape, is n + 3 for a window of n buckets, and one more per bucket of
+-- the future tolerance (at most n).
 local function ws_dk(L, k)
-  local n = ws_dring(L)
+  local n, F = L.ring, L.H.F
+  if L.ringF ~= F then
+    n = math.ceil(L.w / L.b)
+    n = n + 3 + math.min(math.ceil(F / L.b), n)
+    L.ring, L.ringF = n, F
+  end
   return {h = KEYS[k], u = KEYS[k + 1], r = k + 2, n = n, ub = nil, top = nil, by = nil, known = false}, k + 2 + n
 end
 

@@ -1,41 +1,28 @@
 -- Events: the one write pipeline. An event is one or more groups, a group the
 -- items of one Redis Cluster slot (an Add: one count; a feature set's Record:
--- a group per entity). An event runs each stage over all its groups:
+-- a group per entity). An event runs each stage over all its groups: place
+-- (read the event id, find each write's bucket, open each counter), decide
+-- (each limit and acquire fits or not; the event admits when every limit of
+-- every group does; a duplicate group brings its first decision), prepare
+-- (check every write: an overflow, a key of another type, a HyperLogLog that
+-- is not one), commit (write, keep the id, answer). So an error leaves every
+-- key of the event as it was, and a refusal writes no limit's cost anywhere.
 --
---   place    read the event id, find each write's bucket, open each counter
---   decide   each limit and acquire fits or not; the event admits when every
---            limit of every group does (a duplicate group brings its first
---            decision)
---   prepare  check every write: an overflow, a key of another type, a
---            HyperLogLog that is not one; nothing is written before every
---            check of every group has passed
---   commit   write, keep the id, answer
---
--- So an error leaves every key of the event as it was, and a refusal writes
--- no limit's cost anywhere.
---
--- Items (after the group's header), and their answers:
---   WS_IT_COUNT    shape delta          add delta: the window sum
---   WS_IT_QUIET    shape delta          add delta: 0
---   WS_IT_LIMIT    shape limit cost     count cost only if the event admits:
---                                       sum, retry ms, reset ms, refused (1
---                                       when it refused, in a duplicate's
---                                       first too; fast.lua's: sum, reset ms)
---   WS_IT_IFOK     shape delta          add delta only if the event admits
---                                       (a limited counter's other tiers)
---   WS_IT_DISTINCT shape n member...    add to the bucket's HyperLogLog
---                                       (none: read): the distinct count
---   WS_IT_READ     shape                the window sum
---   WS_IT_EXTREME  shape dir value      see extreme.lua: counted, value...
---   WS_IT_XREAD    shape dir            1, value...
---   WS_IT_ACQUIRE, WS_IT_REFRESH, WS_IT_RELEASE   max ttl id
---                                       a lease (lease.lua; an acquire is a
---                                       limit): held, ok, retry ms, refused
+-- Items (their arguments: backend.Item*), and their answers:
+--   WS_IT_COUNT, WS_IT_READ   the window sum      WS_IT_QUIET   0
+--   WS_IT_LIMIT    sum, retry ms, reset ms, refused (1 when it refused, in a
+--                  duplicate's first too; fast.lua's: sum, reset ms); its
+--                  cost counts only if the event admits
+--   WS_IT_IFOK     the window sum; its delta counts only if the event admits
+--   WS_IT_DISTINCT the distinct count (without members: a read)
+--   WS_IT_EXTREME  counted, value... (extreme.lua)   WS_IT_XREAD   1, value...
+--   a lease's (lease.lua; an acquire is a limit): held, ok, retry ms, refused
 --
 -- A group's ARGV: the number of items, the event id ("" for none), the id's
 -- time to live (ms), the event time ("" for now), then the items. KEYS: the
 -- id's key (with an id), then each item's. A group answers flags, retry ms,
--- then each item's answer (flat, ws_emit); a link, its groups' in turn.
+-- then per item the number of its values (negative: a write that could not
+-- count) and the values; a link, its groups' in turn.
 -- flags: 1 the event admitted (its limits counted), 2 the id was seen, 4 the
 -- group has writes and none could count (too old), 16 (a reservation) the
 -- record was this call's. A duplicate writes nothing and answers the state
@@ -43,10 +30,8 @@
 -- refused, ',L' when another group did). An event time places the writes;
 -- the limits decide now; a write whose bucket has left its window counts
 -- nothing and answers its value now, marked late. A refused group without
--- unconditional writes keeps no id, so that a retry is decided anew.
---
--- The operations that run groups, and their phases on a cluster, are
--- package backend's Op constants (internal/backend/backend.go).
+-- unconditional writes keeps no id, so that a retry is decided anew. The
+-- operations that run groups, and their phases on a cluster: backend.Op*.
 --
 -- A reservation not settled is another call's in flight until WS_STALE ms
 -- after S: a check waits for it, a reservation takes it for a duplicate.
@@ -54,8 +39,6 @@
 -- reservation takes it over: nothing more is written, and the record names
 -- this call.
 local WS_STALE = 5000
-
-local WS_NONE = {} -- an empty list, never written
 
 -- ws_newgroup and ws_item make a group and an item; the stages add fields.
 local function ws_newgroup(H) return {H = H, items = {}, seen = nil, allowed = true, placed = false, retry = 0} end
@@ -114,11 +97,7 @@ end
 -- ws_push appends it to G's list named name, made when first needed.
 local function ws_push(G, name, it)
   local l = G[name]
-  if l == nil then
-    G[name] = {it}
-  else
-    l[#l + 1] = it
-  end
+  if l == nil then G[name] = {it} else l[#l + 1] = it end
 end
 
 -- ws_pending reads a reservation's record '1@T@S#n': T, own, own or stale.
@@ -169,7 +148,7 @@ local function ws_place(G)
       it.B, it.read = L.target, true
     else
       some = true
-      it.B = ws_target(L, G.e)
+      it.B = G.e == nil and L.target or ws_target(L, G.e)
       if it.B ~= nil then
         G.placed = true
         if kind == WS_IT_COUNT then it.C = ws_open(L, it.key, it.B) end
@@ -221,7 +200,7 @@ local function ws_refusal(G)
   if ds == nil then return end
   for j = 1, #ds do any = any or ds[j].refused end
   if not any then return end
-  local limits = G.limits or WS_NONE
+  local limits = G.limits or {} -- (acquires alone)
   for j = 1, #limits do
     local it = limits[j]
     it.S = ws_detail(it.L, it.key, it.C)
@@ -237,8 +216,7 @@ local function ws_refusal(G)
 end
 
 -- ws_answer answers an item that writes nothing now (a read, a late write, a
--- duplicate's item, a limit whose cost is not written), and whether it is
--- late.
+-- duplicate's item, a limit whose cost is not written), and if it is late.
 local function ws_answer(G, it)
   local kind, L = it.kind, it.L
   if it.lease then return ws_lwrite(it, G.H, G.allowed, G.seen) end
@@ -292,7 +270,7 @@ local function ws_check(G)
     elseif kind == WS_IT_EXTREME then
       it.X, G.writes = ws_xprepare(it.L, it.key, it.dir, it.delta, G.e, it.B), true
     elseif kind == WS_IT_DISTINCT then
-      it.P, G.writes = ws_dplan(it.L, it.K, it.B), true
+      it.P, G.writes, G.dw = ws_dplan(it.L, it.K, it.B), true, true
     end
   end
 end
@@ -313,15 +291,6 @@ local function ws_record(G, allowed)
   return rec
 end
 
--- ws_emit appends an item's answer to a group's flat reply: the number of
--- its values (negative: a write that could not count), then the values.
-local function ws_emit(out, ans, late)
-  local n, s = #out, late and -1 or 1
-  if type(ans) ~= 'table' then out[n + 1], out[n + 2] = s, ans return end
-  out[n + 1] = s * #ans
-  for x = 1, #ans do out[n + 1 + x] = ans[x] end
-end
-
 -- ws_dwrites writes a group's distinct adds: the event's first writes.
 local function ws_dwrites(G)
   local items = G.items
@@ -335,7 +304,7 @@ end
 local function ws_commit_group(G, allowed, out)
   local flags = (allowed and 1 or 0) + (G.seen and 2 or 0) + (G.late and 4 or 0) + (G.own and 16 or 0)
   local items, n = G.items, #out
-  out[n + 1], out[n + 2] = flags, G.retry
+  out[n + 1], out[n + 2], n = flags, G.retry, n + 2
   for j = 1, #items do
     local it = items[j]
     local kind, L, ans = it.kind, it.L, it.ans
@@ -366,7 +335,14 @@ local function ws_commit_group(G, allowed, out)
       ws_quietcommit(L, it.key, it.Q, it.B)
       ans = 0
     end
-    ws_emit(out, ans, it.late)
+    local s = it.late and -1 or 1
+    if type(ans) ~= 'table' then
+      out[n + 1], out[n + 2], n = s, ans, n + 2
+    else
+      out[n + 1] = s * #ans
+      for x = 1, #ans do out[n + 1 + x] = ans[x] end
+      n = n + 1 + #ans
+    end
   end
   if G.writes then G.wrote = true end
   if G.idkey ~= nil and not G.seen and G.wrote then redis.call('SET', G.idkey, ws_record(G, allowed), 'PX', G.ttl) end
@@ -374,20 +350,17 @@ local function ws_commit_group(G, allowed, out)
   return out
 end
 
--- ws_each runs fn(G, a) for each group; an error names its group ("group q: ").
+-- ws_each runs fn(G, a) for each group, ws_gq naming the one running of
+-- several, so that its error names it (ws_named).
 local function ws_each(Gs, fn, a)
   if #Gs == 1 then return fn(Gs[1], a) end
-  for q, G in ipairs(Gs) do
-    local ok, e = pcall(fn, G, a)
-    if not ok then
-      local msg = string.gsub(ws_errmsg(e), '^@?[%w_]*:%d+: ', '')
-      local code, rest = string.match(msg, '^([A-Z][A-Z_]*) (.*)$')
-      if code == nil then code, rest = 'ERR', msg end
-      rest = string.gsub(rest, '^windowstore: ', '')
-      error(redis.error_reply(code .. ' windowstore: group ' .. q .. ': ' .. rest))
-    end
+  for q = 1, #Gs do
+    ws_gq = q
+    fn(Gs[q], a)
   end
+  ws_gq = nil
 end
+
 
 -- ws_event runs an event's groups through the stages, appending their answers
 -- to out; reserve (phase two) gives each group its own decision, check
@@ -405,7 +378,9 @@ local function ws_event(Gs, reserve, check, out)
   if not check then ws_each(Gs, ws_refusal) end
   ws_each(Gs, ws_check)
   if check then return nil end
-  for q = 1, #Gs do ws_dwrites(Gs[q]) end
+  for q = 1, #Gs do
+    if Gs[q].dw then ws_dwrites(Gs[q]) end
+  end
   for q = 1, #Gs do ws_commit_group(Gs[q], Gs[q].event, out) end
   return out
 end
@@ -415,9 +390,9 @@ local function ws_group(G, out)
   ws_trace('event')
   ws_place(G)
   G.event = ws_decide(G)
-  ws_refusal(G)
+  if G.deciders ~= nil then ws_refusal(G) end
   ws_check(G)
-  ws_dwrites(G)
+  if G.dw then ws_dwrites(G) end
   return ws_commit_group(G, G.event, out)
 end
 
@@ -545,10 +520,9 @@ local function ws_op(H, i, k)
 end
 
 -- ws_run runs the operation at ARGV[i] and KEYS[k], appending its values to
--- out (whose last entry is out[o]), on the backend's fast path when it takes
--- it (nativehash/lua/fast.lua), else through the pipeline, then writes what it
--- left for its end (the plain hash's heads: ws_end). It answers where the
--- next operation starts.
+-- out (whose last entry is out[o]), on the backend's fast path (fast.lua) if
+-- it takes it, else through the pipeline, then writes what it left for its
+-- end (the plain hash's heads: ws_end): where the next operation starts.
 local function ws_run(H, i, k, out, o)
   if ws_fast ~= nil then
     local ni, nk = ws_fast(H, i, k, out, o)

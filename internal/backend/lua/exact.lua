@@ -1,10 +1,9 @@
 -- Exact int64 arithmetic.
 --
 -- Lua's numbers are doubles. An integer is exact below 2^53 (WS_BIG) in
--- magnitude, and so is every partial sum of a list of integers whose
--- magnitudes add up to less than 2^53: that bound, not the final sum, decides
--- whether doubles are enough. The scripts keep that bound (a "mag") beside
--- every sum, and take the exact path below only when it reaches 2^53.
+-- magnitude, and so is every partial sum of integers whose magnitudes add up
+-- to less than 2^53: that bound (a "mag", kept beside every sum), not the
+-- final sum, decides whether doubles are enough; past it, the exact path.
 --
 -- On the exact path a value v is the pair (hi, lo) with v = hi * 1e9 + lo and
 -- both parts exact doubles of v's sign: an int64 has at most 19 digits, so hi

@@ -3,14 +3,11 @@
 -- each member a lease id scored by the instant it ends unless refreshed; the
 -- key expires with its last lease, so a holder that crashed frees its lease.
 --
---   WS_IT_ACQUIRE  max ttl id   take lease id for ttl ms if fewer than max
---                               are held (an id held fits, and is refreshed)
---   WS_IT_REFRESH  max ttl id   end lease id ttl ms from now, if held
---   WS_IT_RELEASE  max ttl id   end lease id now, if held
---
--- Each answers held (after it), ok (1: it acquired, refreshed or released),
--- retry (a refused acquire's wait until the first held lease ends; -1 when
--- max is 0), refused (1: an acquire that did not fit).
+-- WS_IT_ACQUIRE takes lease id for ttl ms if fewer than max are held (an id
+-- held fits, and is refreshed); WS_IT_REFRESH ends it ttl ms from now, and
+-- WS_IT_RELEASE now, if held. Each answers held (after it), ok (1: it
+-- acquired, refreshed or released), retry (a refused acquire's wait until the
+-- first held lease ends; -1 when max is 0), refused (1: it did not fit).
 
 -- ws_lopen reads an item's leases at instant now: whether its id holds one,
 -- how many are held, and whether an acquire fits. Reads only.

@@ -1,11 +1,8 @@
 -- The header every counter script starts with, and the live buckets of a
 -- window shape at the script's instant.
 --
--- ARGV header (see backend.Header):
---   1  clock: Unix ms of a client clock, or "" for the server's TIME
---   2  "y1 y2 y3 y4 y5 future[ trace]": the starts of the five years around
---      the client's clock (Unix ms), the future tolerance in ms (how far ahead
---      of the clock an event may be), and a trace for tests (see base.lua)
+-- ARGV's header is backend.Header's: the clock, then "y1 y2 y3 y4 y5
+-- future[ trace]" (the five years' starts, the future tolerance, a trace).
 --
 -- Field codes are year-stripped (package fieldcodec): a bucket's index within
 -- its year. A bucket is live at now when it starts after now - window, or

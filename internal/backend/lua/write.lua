@@ -22,7 +22,7 @@ while i <= n do
     out[m + 1], m = e - m - 1, e
   else
     ws_abort()
-    local e = ni
+    local e = ws_named(ni)
     for x = #out, m + 2, -1 do out[x] = nil end
     local parsed, pi, pk = pcall(ws_op, H, i, k) -- where the next one starts; one not parsed ends the batch
     ni, nk, rep = parsed and pi or n + 1, pk, parsed and rep or 1

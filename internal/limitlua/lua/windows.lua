@@ -1,8 +1,6 @@
--- Several sliding windows of one key, kept as prefix sums (limit.NewWindows,
--- whose doc has an example): g, the total of every cost the key counted; S,
--- g when a bucket started, one field per bucket that counted something, in
--- its window's hash, named by the bucket's index (Unix ms / bucket). A
--- window's sum is g less S of its oldest live bucket that counted something.
+-- Several sliding windows of one key, kept as prefix sums g and S, a window's
+-- sum g less its mark's S (limit.NewWindows's doc, with an example); S's
+-- fields, in each window's hash, are named by the bucket's index (ms / bucket).
 --
 -- KEYS: per operation, one hash per window, in the rules' order; the first
 -- also holds the state: g; t, the time of the newest counted cost; m<k>,
