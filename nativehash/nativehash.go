@@ -73,18 +73,19 @@
 // Every write runs the shared event pipeline (internal/backend/lua/event.lua:
 // place, decide, check, then write), on every backend. The plain hash adds
 // one fast path (lua/fast.lua) for the commonest calls: counts, quiet counts,
-// limits and distinct adds, alone or in one group or link (a group of limits
-// alone comes as one argument, which the script parses once; a feature set's
-// event is a link), with no event id and no event time, in one loop; a
-// synced window's record is updated in place, another goes through the
-// pipeline's own primitives, a distinct add through distinct.lua's plan and
-// write once every limit has admitted, and an admitted limit answers its sum
-// and reset alone. An Allow that refuses is answered there too, with the
-// pipeline's retry and reset (decide.lua), writing nothing. It hands the
-// whole call to the pipeline before it writes anything when the call is not
-// simple (a group that refuses, a negative cost, a bucket whose value would
-// be 0); tests/counters_test.go drives both with the same random operations
-// and compares their answers, their errors and every key's DUMP.
+// limits, distinct adds and window extremes, alone or in one group or link
+// (a group of limits alone comes as one argument, which the script parses
+// once; a feature set's event is a link), with no event id and no event
+// time, in one loop; a synced window's record is updated in place, another
+// goes through the pipeline's own primitives, a distinct add or an extreme
+// through distinct.lua's or extreme.lua's once every limit has admitted, and
+// an admitted limit answers its sum and reset alone. An Allow that refuses is
+// answered there too, with the pipeline's retry and reset (decide.lua),
+// writing nothing. It hands the whole call to the pipeline before it writes
+// anything when the call is not simple (a group that refuses, a negative
+// cost, a bucket whose value would be 0); tests/counters_test.go drives both
+// with the same random operations and compares their answers, their errors
+// and every key's DUMP.
 package nativehash
 
 import (

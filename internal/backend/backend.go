@@ -14,8 +14,8 @@
 //	scan.lua      reading a whole counter, exact sums         (shared)
 //	decide.lua    limits: retry, reset                        (shared)
 //	distinct.lua  distinct counts: HyperLogLogs               (shared)
-//	Ops           the backend's counter operations, or ScanOps (the backend's)
 //	extreme.lua   window extremes: max, min, recent values    (shared)
+//	Ops           the backend's counter operations, or ScanOps (the backend's)
 //	lease.lua     leases: concurrency limits                  (shared)
 //	event.lua     the write pipeline: ids, event times, limits (shared)
 //	body          write.lua, sum.lua or inspect.lua           (shared)
@@ -183,9 +183,9 @@ type Backend struct {
 func New(spec Spec) *Backend {
 	lib := []Fragment{constants(), BaseLua, shared("exact.lua"), shared("live.lua")}
 	lib = append(lib, spec.Prims...)
-	lib = append(lib, shared("scan.lua"), shared("decide.lua"), shared("distinct.lua"))
+	lib = append(lib, shared("scan.lua"), shared("decide.lua"), shared("distinct.lua"), shared("extreme.lua"))
 	lib = append(lib, spec.Ops...)
-	lib = append(lib, shared("extreme.lua"), shared("lease.lua"), shared("event.lua"))
+	lib = append(lib, shared("lease.lua"), shared("event.lua"))
 	body := func(name string) []Fragment { return append(append([]Fragment(nil), lib...), shared(name)) }
 	b := &Backend{
 		Spec:    spec,

@@ -36,7 +36,7 @@ func TestAssembly(t *testing.T) {
 			}
 		}
 		want := []string{"backend/constants (generated)", "backend/lua/base.lua", "backend/lua/exact.lua", "backend/lua/live.lua",
-			"test/prims.lua", "backend/lua/scan.lua", "backend/lua/decide.lua", "backend/lua/distinct.lua", "backend/lua/scanops.lua", "backend/lua/extreme.lua", "backend/lua/lease.lua", "backend/lua/event.lua"}
+			"test/prims.lua", "backend/lua/scan.lua", "backend/lua/decide.lua", "backend/lua/distinct.lua", "backend/lua/extreme.lua", "backend/lua/scanops.lua", "backend/lua/lease.lua", "backend/lua/event.lua"}
 		if !slices.Equal(files[:len(want)], want) || len(files) != len(want)+1 {
 			t.Errorf("%s: fragments %v", sc.Name(), files)
 		}

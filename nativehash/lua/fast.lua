@@ -1,9 +1,9 @@
 -- The plain hash's fast path beside event.lua's pipeline: an event without an
--- id or time of counts, limits that all admit and distinct adds (Add, Allow,
--- AllowAll, a feature set's Record), on counters synced on the current bucket
--- in their head, no table per item; and an Allow's refusal. Any other, or one
--- it gives up on (having written nothing), takes the pipeline, which answers
--- and writes the same (TestFastPathDifferential).
+-- id or time of counts, limits that all admit, distinct adds and extremes
+-- (Add, Allow, AllowAll, RecordStat, a feature set's Record), on counters
+-- synced on the current bucket in their head; and an Allow's refusal. Any
+-- other, or one it gives up on (having written nothing), takes the pipeline,
+-- which answers and writes the same (TestFastPathDifferential).
 
 -- ws_fcheck decides a cost (costs, a decimal string; cost, its number) under a
 -- limit in the counter at KEYS[k] of window L, whose head Hd holds its record
@@ -35,15 +35,14 @@ end
 
 -- Reused from call to call: ws_fd holds the counters opened whole, ws_fx the
 -- distinct adds ({L, K, members, at: the answer's place, q: the group, P:
--- the plan}), written once every item fits; ws_fP a call's items as ws_limits lists them (a
--- group's live buckets false until ws_frun needs them; a distinct add's
--- limit, its first member's index in ARGV, its cost false), ws_fB where
--- each group ends.
+-- the plan}) and extremes ({L, key, X}), written once every item fits; ws_fP
+-- a call's items as ws_limits lists them (a group's shapes false until
+-- ws_frun needs them; for a distinct add or an extreme, cost false and limit
+-- its first member's index in ARGV or its direction), ws_fB each group's end.
 local ws_fd, ws_fx, ws_fP, ws_fB = {}, {}, {}, {}
 
--- ws_fback gives up: the heads read are forgotten (ws_begin: the records moved
--- in them were never written), the answers past out[o] dropped, so the
--- pipeline starts afresh with nothing written.
+-- ws_fback gives up: the heads read are forgotten (ws_begin), the answers past
+-- out[o] dropped: the pipeline starts afresh, nothing written.
 local function ws_fback(nd, out, o)
   ws_begin()
   ws_gq = nil
@@ -56,9 +55,10 @@ end
 -- one pass, the head kept while the key repeats, a record looked for first
 -- where its item is: a synced record moves in its head at once (ws_fback
 -- forgets the head); once every item fits, the distinct adds are planned,
--- written and counted, then the counters opened whole written. It answers ni and the next k; nil,
--- having written nothing, when one does not fit. Its values go after out[o0];
--- an error names its group (ws_gq), as the pipeline's does.
+-- written and counted, then the extremes and the counters opened whole are
+-- written. It answers ni and the next k; nil, having written nothing, when
+-- one does not fit. Its values go after out[o0]; an error names its group
+-- (ws_gq), as the pipeline's does.
 local function ws_frun(H, P, B, ng, ni, k, out, o0)
   local nd, nx, p, o, K = 0, 0, 1, o0, KEYS
   for g = 1, ng do
@@ -68,11 +68,16 @@ local function ws_frun(H, P, B, ng, ni, k, out, o0)
     for px = p, B[g], 6 do
       local kind, L, limit, cost = P[px], P[px + 5], P[px + 2], P[px + 4]
       if not L or L.H ~= H then L = ws_shape(H, P[px + 1]) P[px + 5] = L end -- (a group's, or a list's of another header)
-      if not cost then -- (a distinct add)
+      if not cost and kind == WS_IT_EXTREME then
+        local X = ws_xprepare(L, K[k], limit, P[px + 3], nil, L.target) -- (reads only: its answer now)
+        ws_fx[nx + 1] = {L = L, key = K[k], X = X}
+        out[o + 1], out[o + 2], o, k, nx = #X.best + 1, 1, o + 2, k + 1, nx + 1
+        for y = 1, #X.best do out[o + y] = X.best[y] end
+        o = o + #X.best
+      elseif not cost then -- (a distinct add)
         local Kd, nk = ws_dk(L, k)
-        nx = nx + 1
-        ws_fx[nx] = {L = L, K = Kd, members = ws_args(limit, limit + P[px + 3] - 1), at = o + 2, q = ws_gq, P = nil}
-        out[o + 1], out[o + 2], o, k = 1, 0, o + 2, nk
+        ws_fx[nx + 1] = {L = L, K = Kd, members = ws_args(limit, limit + P[px + 3] - 1), at = o + 2, q = ws_gq, P = nil}
+        out[o + 1], out[o + 2], o, k, nx = 1, 0, o + 2, nk, nx + 1
       else
         if K[k + 1] ~= hk then hk, Hd = K[k + 1], ws_hget(L, k) end
         local t, v, C, r = ws_fcheck(L, Hd, q, k, limit, P[px + 3], cost)
@@ -93,16 +98,19 @@ local function ws_frun(H, P, B, ng, ni, k, out, o0)
     end
     p = B[g] + 1
   end
-  if nx > 0 then -- the distinct adds, planned, written, then counted
+  if nx > 0 then -- the distinct adds, planned, written, then counted; the extremes written
     for x = 1, nx do
       local d = ws_fx[x]
-      ws_gq = d.q
-      d.P = ws_dplan(d.L, d.K, d.L.target)
+      if not d.X then ws_gq = d.q d.P = ws_dplan(d.L, d.K, d.L.target) end
     end
-    for x = 1, nx do ws_dwrite(ws_fx[x].L, ws_fx[x].K, ws_fx[x].L.target, ws_fx[x].P, ws_fx[x].members) end
     for x = 1, nx do
       local d = ws_fx[x]
-      out[d.at], ws_fx[x] = ws_dcount(d.L, d.K, d.L.now - d.L.w), false
+      if not d.X then ws_dwrite(d.L, d.K, d.L.target, d.P, d.members) end
+    end
+    for x = 1, nx do
+      local d = ws_fx[x]
+      if d.X then ws_xcommit(d.L, d.key, d.X, d.L.target) else out[d.at] = ws_dcount(d.L, d.K, d.L.now - d.L.w) end
+      ws_fx[x] = false
     end
   end
   ws_gq = nil
@@ -161,7 +169,7 @@ local function ws_fast(H, i, k, out, o)
   if op ~= WS_OP_GROUP and op ~= WS_OP_LINK then return nil end
   -- The groups' items into ws_fP, each group without an id or time, each
   -- item a count or a limit of a cost ws_fcheck takes (tested before any
-  -- read), or a distinct add.
+  -- read), a distinct add or an extreme.
   local ng, a, P, x = 1, i + 1, ws_fP, 0
   if op == WS_OP_LINK then ng, a = ws_tonum(ARGV[i + 1]), i + 2 end
   for g = 1, ng do
@@ -169,17 +177,19 @@ local function ws_fast(H, i, k, out, o)
     local n = ws_tonum(ARGV[a])
     a = a + 4
     for _ = 1, n do
-      local kind, limit, costs, na = ARGV[a], WS_BIG - 1, ARGV[a + 2], a + 3
+      local kind, limit, costs, na, cost = ARGV[a], WS_BIG - 1, ARGV[a + 2], a + 3, nil
       if kind == WS_IT_LIMIT then
         limit, costs, na = ws_tonum(costs), ARGV[a + 3], a + 4
       elseif kind == WS_IT_DISTINCT then
         local m = tonumber(costs) -- (its number of members; none: a read, the pipeline's)
         if m == nil or m < 1 then return nil end
-        limit, costs, na = a + 3, m, a + 3 + m
+        limit, costs, na, cost = a + 3, m, a + 3 + m, false
+      elseif kind == WS_IT_EXTREME then
+        limit, costs, na, cost = costs, ARGV[a + 3], a + 4, false -- (its direction, its value)
       elseif kind ~= WS_IT_COUNT and kind ~= WS_IT_QUIET and kind ~= WS_IT_IFOK then
         return nil
       end
-      local cost = kind ~= WS_IT_DISTINCT and ws_tonum(costs) -- (false: a distinct add, of costs members)
+      if cost == nil then cost = ws_tonum(costs) end
       if cost ~= false and (cost == nil or cost <= 0 or cost > limit or limit >= WS_BIG) then return nil end
       P[x + 1], P[x + 2], P[x + 3], P[x + 4], P[x + 5], P[x + 6] = kind, ARGV[a + 1], limit, costs, cost, false
       x, a = x + 6, na

@@ -25,8 +25,7 @@ end
 
 -- ws_hc holds the heads the operation read (ws_hn of them), each {key, a =
 -- the records' numbers, n = records, H, dirty (to write), moved (the expiry
--- may move)}, reused from one operation to the next; past WS_HWALK heads
--- they are found by key in ws_hmap.
+-- may move)}, reused; past WS_HWALK heads they are found by key in ws_hmap.
 local ws_hc, ws_hn, ws_hmap = {}, 0, nil
 local WS_HWALK = 8
 

@@ -2,8 +2,8 @@
 -- that is not 0 has left (S: ws_detail's live buckets); ws_retry: ms until
 -- enough have left for cost to fit under limit, if nothing else is counted
 -- (-1: never); ws_groupretry: the earliest ms at which every limit of a group
--- admits (each item: L, S, cost, limit, fits; it.own gets its own retry).
--- Exact: on doubles while S.kmag < 2^53, else on pairs (exact.lua).
+-- admits (each item: L, S, cost, limit, fits; it.own gets its own retry);
+-- exact, on doubles while S.kmag < 2^53, else on pairs (exact.lua).
 
 local function ws_reset(L, S)
   local last = nil

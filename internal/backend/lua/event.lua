@@ -9,11 +9,9 @@
 -- key of the event as it was, and a refusal writes no limit's cost anywhere.
 --
 -- Items (their arguments: backend.Item*), and their answers:
---   WS_IT_COUNT, WS_IT_READ   the window sum      WS_IT_QUIET   0
+--   WS_IT_COUNT, WS_IT_READ, WS_IT_IFOK   the window sum     WS_IT_QUIET   0
 --   WS_IT_LIMIT    sum, retry ms, reset ms, refused (1 when it refused, in a
---                  duplicate's first too; fast.lua's: sum, reset ms); its
---                  cost counts only if the event admits
---   WS_IT_IFOK     the window sum; its delta counts only if the event admits
+--                  duplicate's first too; fast.lua's: sum, reset ms)
 --   WS_IT_DISTINCT the distinct count (without members: a read)
 --   WS_IT_EXTREME  counted, value... (extreme.lua)   WS_IT_XREAD   1, value...
 --   a lease's (lease.lua; an acquire is a limit): held, ok, retry ms, refused
@@ -30,7 +28,8 @@
 -- refused, ',L' when another group did). An event time places the writes;
 -- the limits decide now; a write whose bucket has left its window counts
 -- nothing and answers its value now, marked late. A refused group without
--- unconditional writes keeps no id, so that a retry is decided anew. The
+-- unconditional writes keeps no id, so that a retry is decided anew. A
+-- limit's cost, and an IFOK's delta, count only if the event admits. The
 -- operations that run groups, and their phases on a cluster: backend.Op*.
 --
 -- A reservation not settled is another call's in flight until WS_STALE ms
@@ -412,10 +411,9 @@ local function ws_settle(G)
   return 1
 end
 
--- ws_undo takes back what a reserved group counted at instant T because its
--- limits admitted (the costs, in the buckets they went to while those are
--- live; the leases it acquired); its id stays as '0,L' when the group made
--- unconditional writes (they count once whatever the decision).
+-- ws_undo takes back what a reserved group counted at T because its limits
+-- admitted (the costs, in their buckets while live; the leases acquired); its
+-- id stays '0,L' after unconditional writes (they count whatever the decision).
 local function ws_undo(G)
   local T = ws_reserved(G)
   if T == nil then return 0 end

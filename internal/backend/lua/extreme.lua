@@ -1,21 +1,16 @@
 -- Window extremes: the greatest or least value of the window's events (max,
--- min; first and last seen are the least and greatest event time). A bucket
--- keeps its own extreme in its field; the window's is that of its live
--- buckets. Values are canonical decimal int64s, compared exactly, never as
--- doubles. dir is WS_X_MAX ('>') or WS_X_MIN ('<'); a value '' is the event's
--- time. Items: WS_IT_EXTREME shape dir value (event.lua); the read, in
--- sum.lua: shape dir, answering {extreme} or {} when no event is live.
---
+-- min; first and last seen are the least and greatest event time), dir
+-- WS_X_MAX or WS_X_MIN (backend.XMax, XMin). A bucket keeps its own extreme
+-- in its field; the window's is that of its live buckets. Values are
+-- canonical decimal int64s, compared exactly; a value '' is the event's time.
 -- A window of more than WS_XSMALL buckets caches its extreme in field
 -- WS_XCACHE as "start:value" (start: the bucket holding it, the later of
 -- two): while that bucket is live the cache is the window's extreme, so a
 -- write reads two fields and a read one; once it has left (once per bucket at
--- most) the hash is read whole and the extreme found again.
---
--- dir WS_X_RECENT keeps the window's WS_RECENT most recent values in
--- WS_XCACHE alone, "start:ms:value" entries, newest first, comma-separated,
--- answered as {ms, value, ...}: an entry the list dropped is older than every
--- one it kept, so its bucket leaves no later than theirs.
+-- most) the hash is read whole. dir WS_X_RECENT keeps the window's WS_RECENT
+-- most recent values in WS_XCACHE alone, "start:ms:value" entries, newest
+-- first, comma-separated, answered as {ms, value, ...}: an entry the list
+-- dropped is older than every one it kept, so it leaves no later than they.
 
 local WS_XCACHE = 'x'
 

@@ -60,16 +60,14 @@ end
 -- ws_shape returns the live buckets of a window shape ("bucketms:windowms")
 -- at the header's instant, computed once per shape and header (a header may
 -- serve several calls: see ws_memo):
---   b, w        bucket and window ms
+--   b, w, low   bucket and window ms; the start of the oldest live bucket
 --   c, cstart   the current bucket's code and start; field, its field name
 --   lo..hi      live codes of this year; plo..phi of the year before; 0..nhi
 --               of the next (an empty range has lo > hi)
---   low         the start of the oldest live bucket
 --   reset       ms from the instant until the current bucket leaves the window
 --   dead        the plain hash's codes of the buckets that left since each mark (ws_recsum)
--- A shape's table is kept from call to call (at most 256 shapes) and filled
--- in place for each new header, so as to make no garbage: it is its header's
--- until the next header's ws_shape.
+-- A shape's table is kept from call to call (at most 256 shapes), filled in
+-- place for each new header so as to make no garbage.
 local ws_shape = nil
 do
   local kept, nk = {}, 0

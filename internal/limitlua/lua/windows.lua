@@ -5,9 +5,9 @@
 -- KEYS: per operation, one hash per window, in the rules' order; the first
 -- also holds the state: g; t, the time of the newest counted cost; m<k>,
 -- v<k>, window k's mark (its oldest bucket that may hold a count) and S
--- there. Fields below a mark are deleted. The keys expire together at
--- X(t) = (floor(need / Q) + 2) x Q, need being when t's buckets have left
--- every window and Q a quarter of the longest: the expiry moves once per Q.
+-- there. Fields below a mark are deleted. The keys expire together at X(t) =
+-- (floor(need / Q) + 2) x Q, need being when t's buckets have left every
+-- window, Q a quarter of the longest.
 --
 -- ARGV: clock ("" for the server's TIME), Q ms, the number of windows, then
 -- per window: bucket ms, buckets, limit, mark field, value field; then one
