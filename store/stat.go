@@ -230,11 +230,30 @@ func (s *Store) RecordStat(ctx context.Context, o StatEvent) (_ StatValue, err e
 	return s.observeBatch(ctx, o)
 }
 
-// observeBatch is RecordStat of a statistic other than StatDistinct, as a
-// batch of one op.
+// observeBatch is RecordStat of a statistic other than StatDistinct: an
+// extreme of one window, now and without an id, as an operation of its own;
+// else as a batch of one op.
 func (s *Store) observeBatch(ctx context.Context, o StatEvent) (StatValue, error) {
 	if o.Stat < StatMax || o.Stat > StatRecent {
 		return StatValue{}, invalid("record stat", o.Key, "no such statistic: "+o.Stat.String())
+	}
+	if dir, name, ok := o.Stat.dir(); ok && len(s.tiers) == 1 && o.ID == "" && o.Time.IsZero() {
+		// One window, now, no id: an operation of its own (the group's
+		// extreme item, without the group's machinery).
+		rk, err := s.statView(name).redisKey(o.Key, s.tag)
+		if err != nil {
+			return StatValue{}, rename(err, "record stat")
+		}
+		val := strconv.FormatInt(o.Value, 10)
+		if o.Stat == StatFirst || o.Stat == StatLast {
+			val = ""
+		}
+		vals, err := s.run(ctx, []string{rk}, s.header(), resendable(o), backend.OpXAdd, s.shape, dir, val)
+		if err != nil {
+			return StatValue{}, fail("record stat", o.Key, s.be.Write, err)
+		}
+		v, err := extremeFrom(o.Stat, vals)
+		return v, fail("record stat", o.Key, nil, err)
 	}
 	res, err := apply(ctx, []Batch{{ID: o.ID, Time: o.Time, resend: resendable(o),
 		Ops: []Op{{Store: s, Key: o.Key, Kind: OpStat, Stat: o.Stat, Delta: o.Value}}}})

@@ -454,15 +454,19 @@ func TestTokensLink(t *testing.T) {
 	}
 }
 
-// TestTokensObserve: a statistic's write is one FCALL of the write script, a
-// group of one extreme item on the statistic's own key (its kind after the
-// key, in the key's slot), with the direction and the amount (First and Last:
-// ”, the event's time, which the group carries); its read is the read-only
-// script with the direction for an argument.
+// TestTokensObserve: a statistic's write is one FCALL of the write script on
+// the statistic's own key (its kind after the key, in the key's slot): an
+// operation of its own with the direction and the amount, or with an event
+// time a group of one extreme item (First and Last: ”, the event's time,
+// which the group carries); its read is the read-only script with the
+// direction for an argument.
 func TestTokensObserve(t *testing.T) {
 	s, rec := tokenStore(t, false, func(args []string) string {
 		if args[0] == "FCALL_RO" {
 			return resptest.Arr(resptest.Arr(resptest.Str("1764000000000"), resptest.Str("-9223372036854775808")))
+		}
+		if slices.Contains(args, backend.OpXAdd) {
+			return resptest.Arr(resptest.Int(1), resptest.Str("9223372036854775807"))
 		}
 		return resptest.Arr(resptest.Int(5), resptest.Int(1), resptest.Int(0), resptest.Int(2), resptest.Int(1), resptest.Str("9223372036854775807"))
 	}, WithPrefix("p:"))
@@ -484,7 +488,7 @@ func TestTokensObserve(t *testing.T) {
 		t.Fatalf("sent %q", calls)
 	}
 	wantTail := [][]string{
-		{"p:{card:1}:max:10s/1s", backend.OpGroup, "1", "", "11000", "", backend.ItemExtreme, "1000:10000", backend.XMax, "9223372036854775807"},
+		{"p:{card:1}:max:10s/1s", backend.OpXAdd, "1000:10000", backend.XMax, "9223372036854775807"},
 		{"p:{card:1}:first:10s/1s", backend.OpGroup, "1", "", "11000", "1764000000000", backend.ItemExtreme, "1000:10000", backend.XMin, ""},
 		{"p:{card:1}:recent:10s/1s", "1000:10000", backend.XRecent},
 	}

@@ -238,6 +238,8 @@ func (b *Backend) IsReserved(field string) bool {
 //	OpAddNoSum shape delta        AddNoSum: 1
 //	OpAllow    shape limit cost   Allow: allowed, sum, retry ms, reset ms
 //	OpDAdd     shape n member...  a distinct add: the window's count
+//	OpXAdd     shape dir value    a window extreme's write: its value after
+//	                              (an extreme, or the recent values: ms, value...)
 //	OpDCount   shape lookback     a distinct count over the lookback (a
 //	                              script of writes: PFCOUNT is a write command)
 //	OpGroup    group              one group
@@ -262,6 +264,7 @@ const (
 	OpAddNoSum = "n"
 	OpAllow    = "w"
 	OpDAdd     = "D"
+	OpXAdd     = "X"
 	OpGroup    = "g"
 	OpLimits   = "W"
 	OpLink     = "L"
@@ -324,7 +327,7 @@ func constants() Fragment {
 	b.WriteString("-- Generated from package backend's Go constants: op and error codes.\n")
 	for _, c := range [][2]string{
 		{"WS_OP_ADD", OpAdd}, {"WS_OP_ADDNOSUM", OpAddNoSum}, {"WS_OP_ALLOW", OpAllow},
-		{"WS_OP_GROUP", OpGroup}, {"WS_OP_LIMITS", OpLimits}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
+		{"WS_OP_GROUP", OpGroup}, {"WS_OP_LIMITS", OpLimits}, {"WS_OP_DCOUNT", OpDCount}, {"WS_OP_DADD", OpDAdd}, {"WS_OP_XADD", OpXAdd}, {"WS_OP_LINK", OpLink}, {"WS_OP_UNDO", OpUndo},
 		{"WS_OP_CHECK", OpCheck}, {"WS_OP_SETTLE", OpSettle}, {"WS_OP_PATHS", OpPaths}, {"WS_OP_RESERVE", OpReserve}, {"WS_X_MAX", XMax}, {"WS_X_MIN", XMin}, {"WS_X_RECENT", XRecent},
 		{"WS_IT_COUNT", ItemCount}, {"WS_IT_QUIET", ItemQuiet}, {"WS_IT_LIMIT", ItemLimit},
 		{"WS_IT_IFOK", ItemIfOK}, {"WS_IT_DISTINCT", ItemDistinct}, {"WS_IT_READ", ItemRead}, {"WS_IT_EXTREME", ItemExtreme}, {"WS_IT_XREAD", ItemXRead},

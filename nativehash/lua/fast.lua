@@ -166,6 +166,13 @@ local function ws_fast(H, i, k, out, o)
     if ws_tracing ~= nil then ws_trace('fast') end
     return i + 3 + m, nk
   end
+  if op == WS_OP_XADD then
+    local L = ws_shape(H, ARGV[i + 1])
+    local b = ws_xcommit(L, KEYS[k], ws_xprepare(L, KEYS[k], ARGV[i + 2], ARGV[i + 3], nil, L.target), L.target)
+    for y = 1, #b do out[o + y] = b[y] end
+    if ws_tracing ~= nil then ws_trace('fast') end
+    return i + 4, k + 1
+  end
   if op ~= WS_OP_GROUP and op ~= WS_OP_LINK then return nil end
   -- The groups' items into ws_fP, each group without an id or time, each
   -- item a count or a limit of a cost ws_fcheck takes (tested before any

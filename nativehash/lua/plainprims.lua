@@ -129,10 +129,7 @@ end
 local function ws_hsave(Hd)
   Hd.dirty = false
   local a, n = Hd.a, Hd.n
-  if not Hd.moved then
-    redis.call('SET', Hd.key, ws_pack(ws_fmts[n] or ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL')
-    return
-  end
+  if not Hd.moved then return redis.call('SET', Hd.key, ws_pack(ws_fmts[n] or ws_fmt(n), unpack(a, 1, WS_REC * n)), 'KEEPTTL') end
   Hd.moved = false
   local now, m, leave = Hd.H.now, 0, nil
   for i = 1, WS_REC * n, WS_REC do
@@ -147,10 +144,7 @@ local function ws_hsave(Hd)
   end
   n = m / WS_REC
   Hd.n = n
-  if n == 0 then
-    redis.call('DEL', Hd.key)
-    return
-  end
+  if n == 0 then return redis.call('DEL', Hd.key) end
   redis.call('SET', Hd.key, ws_pack(ws_fmts[n] or ws_fmt(n), unpack(a, 1, m)), 'PXAT', ws_expiry(Hd.H, leave))
 end
 

@@ -6,9 +6,7 @@
 --   ws_clock(arg)      the script's instant: arg as Unix ms, or the server's
 --                      clock for ""; and the server's clock when it was read
 
-local function ws_err(code, msg)
-  error(redis.error_reply(code .. ' windowstore: ' .. msg))
-end
+local function ws_err(code, msg) error(redis.error_reply(code .. ' windowstore: ' .. msg)) end
 
 local function ws_srvnow()
   local t = redis.call('TIME')
@@ -16,11 +14,9 @@ local function ws_srvnow()
 end
 
 local function ws_clock(arg)
-  if arg == '' then
-    local now = ws_srvnow()
-    return now, now
-  end
-  return tonumber(arg), nil
+  if arg ~= '' then return tonumber(arg), nil end
+  local now = ws_srvnow()
+  return now, now
 end
 
 -- ws_tonum is tonumber of an argument that repeats from one operation to the

@@ -450,15 +450,15 @@ local function ws_one(H, kind, L, key, delta, limit)
   return G
 end
 local function ws_add(G, out) out[#out + 1] = ws_group(G, {})[4] end
+local function ws_xadd(G, out) -- (the values after counted)
+  for _, v in ipairs({unpack(ws_group(G, {}), 5)}) do out[#out + 1] = v end
+end
 local function ws_addquiet(G, out) out[#out + 1] = ws_group(G, {}) and 1 end
 local function ws_allow(G, out)
   local r, n = ws_group(G, {}), #out
   out[n + 1], out[n + 2], out[n + 3], out[n + 4] = r[1] % 2, r[4], r[5], r[6]
 end
-local function ws_checkonly(G, out)
-  ws_event({G}, false, true)
-  out[#out + 1] = 1
-end
+local function ws_checkonly(G, out) ws_event({G}, false, true) out[#out + 1] = 1 end
 local function ws_reserve(G, out) ws_event({G}, true, false, out) end
 local function ws_link(Gs, out) ws_event(Gs, false, false, out) end
 local function ws_undo1(G, out) out[#out + 1] = ws_undo(G) end
@@ -485,6 +485,10 @@ local function ws_op(H, i, k)
     local nk
     G.items[1].members, G.items[1].K, nk = ws_args(i + 3, i + 2 + m), ws_dk(L, k)
     return i + 3 + m, nk, ws_add, G
+  elseif op == WS_OP_XADD then
+    local G = ws_one(H, WS_IT_EXTREME, ws_shape(H, ARGV[i + 1]), KEYS[k], ARGV[i + 3])
+    G.items[1].dir = ARGV[i + 2]
+    return i + 4, k + 1, ws_xadd, G
   elseif op == WS_OP_LIMITS then
     local P, G = ws_limits(H, ARGV[i + 1]), ws_newgroup(H)
     for x = 1, #P, 6 do

@@ -42,9 +42,7 @@ local function ws_xcheck(v)
 end
 
 -- ws_xlive reports whether the bucket that starts at s is live at L's instant.
-local function ws_xlive(L, s)
-  return s >= L.low and s <= L.now + L.H.F
-end
+local function ws_xlive(L, s) return s >= L.low and s <= L.now + L.H.F end
 
 -- ws_xscan reads the whole hash: the live buckets' extreme (nil: none) and its
 -- bucket's start, the stale fields, and the reply; a field or value that is
@@ -186,6 +184,4 @@ local function ws_xget(L, key, dir)
 end
 
 -- ws_xans is a group item's answer: counted (1 or 0), then the value's.
-local function ws_xans(counted, r)
-  return {counted, unpack(r)}
-end
+local function ws_xans(counted, r) return {counted, unpack(r)} end
