@@ -43,7 +43,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "the server")
-	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), refuse (Allow under a limit of 1, refused after the warm-up), refuse3 (allow3 refused by its third store's limit of 1), allow3x (the bench's: AllowAll of the 1 s store on three keys, linked), refuse3x (allow3x refused by its third key's limit of 0), sum, summany (SumMany of all --keys keys), distinct (RecordStat of StatDistinct of one of 1,000 members), observe (RecordStat of StatMax), record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
+	op := flag.String("op", "add", "add, addnosum (Record with NoSum), allow, allow3 (store.AllowAll of the three stores), refuse (Allow under a limit of 1, refused after the warm-up), refuse3 (allow3 refused by its third store's limit of 1), allow3x (the bench's: AllowAll of the 1 s store on three keys, linked), refuse3x (allow3x refused by its third key's limit of 0), sum, summany (SumMany of all --keys keys), distinct (RecordStat of StatDistinct of one of 1,000 members), observe (RecordStat of StatMax), refuseat (the bench's: Allow refused by a window full in every bucket), record6 (the bench's) or naive (the bench's naive script, 10 buckets of 1 s, on the virtual clock)")
 	n := flag.Int("n", 6000, "operations measured")
 	keys := flag.Int("keys", 100, "keys")
 	conc := flag.Int("conc", 32, "callers")
@@ -75,6 +75,7 @@ func main() {
 		log.Fatal(err)
 	}
 	t0 := time.Now().Add(-time.Hour).Truncate(time.Hour)
+	base := st
 	do := func(k string, i int) {
 		st, set := st, set
 		if *step >= 0 {
@@ -134,6 +135,13 @@ func main() {
 			_, err = st[0].SumMany(ctx, ks)
 		case "distinct":
 			_, err = st[0].RecordStat(ctx, store.StatEvent{Key: k, Stat: store.StatDistinct, Members: []string{strconv.Itoa(i * 7919 % 1000)}})
+		case "refuseat": // the bench's: Allow at a limit of 10 of a window whose 10 buckets hold 11 (filled by the warm-up), refused
+			for j := 9; j >= 0 && i < *keys; j-- {
+				if _, err = base[0].At(t0.Add(-time.Duration(j)*time.Second)).Record(ctx, store.Event{Key: k, Delta: 1 + int64(1/(j+1)), NoSum: true}); err != nil {
+					log.Fatal(err)
+				}
+			}
+			_, err = st[0].Allow(ctx, k, 10, 1)
 		case "observe": // the bench's: a window maximum
 			_, err = st[0].RecordStat(ctx, store.StatEvent{Key: k, Stat: store.StatMax, Value: int64(i * 7919 % 1000)})
 		case "naive":
