@@ -237,18 +237,14 @@ func (s *Store) observeBatch(ctx context.Context, o StatEvent) (StatValue, error
 	if o.Stat < StatMax || o.Stat > StatRecent {
 		return StatValue{}, invalid("record stat", o.Key, "no such statistic: "+o.Stat.String())
 	}
-	if dir, name, ok := o.Stat.dir(); ok && len(s.tiers) == 1 && o.ID == "" && o.Time.IsZero() {
-		// One window, now, no id: an operation of its own (the group's
-		// extreme item, without the group's machinery).
-		rk, err := s.statView(name).redisKey(o.Key, s.tag)
+	if _, _, ok := o.Stat.dir(); ok && len(s.tiers) == 1 && o.ID == "" && o.Time.IsZero() {
+		// One window, now, no id: an operation of its own, the group's
+		// extreme item (shape, dir, value) without the group's machinery.
+		items, keys, _, err := observeItems(Op{Store: s, Key: o.Key, Kind: OpStat, Stat: o.Stat, Delta: o.Value})
 		if err != nil {
 			return StatValue{}, rename(err, "record stat")
 		}
-		val := strconv.FormatInt(o.Value, 10)
-		if o.Stat == StatFirst || o.Stat == StatLast {
-			val = ""
-		}
-		vals, err := s.run(ctx, []string{rk}, s.header(), resendable(o), backend.OpXAdd, s.shape, dir, val)
+		vals, err := s.run(ctx, keys[0], s.header(), resendable(o), append([]string{backend.OpXAdd}, items[0][1:]...)...)
 		if err != nil {
 			return StatValue{}, fail("record stat", o.Key, s.be.Write, err)
 		}
